@@ -1,0 +1,202 @@
+"""What crosses the queue and lands in Redis: job specs, results and audit events.
+
+Frozen pydantic models, unknown fields refused, a schema version. Only JSON crosses the queue.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from producer.config import CodeActionSettings, SandboxConfig
+
+SCHEMA_VERSION = 1
+MAX_QUESTION_CHARS = 20_000
+MAX_HISTORY_TURNS = 50
+MAX_HISTORY_CHARS = 100_000
+MAX_METADATA_CHARS = 10_000
+MAX_TOOLS = 100
+
+_TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+_MODEL_NAME = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
+_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    REFUSED = "refused"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+
+FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.REFUSED})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Turn(_Strict):
+    """One earlier turn of the conversation."""
+
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class JobSpec(_Strict):
+    """One question for the fleet. Validated by the producer before anything is enqueued."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    question: str
+    history: list[Turn] = Field(default_factory=list)
+    tools: list[str] = Field(default_factory=list, description="allow-list of tool names")
+    model: str | None = Field(None, description="provider:model; the worker's default when unset")
+    sandbox: dict[str, Any] = Field(default_factory=dict, description="SandboxConfig options to override")
+    code_action: CodeActionSettings = Field(default_factory=CodeActionSettings)
+    batch_id: str | None = None
+    metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+
+    @field_validator("question")
+    @classmethod
+    def _question_size(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("question is empty")
+        if len(v) > MAX_QUESTION_CHARS:
+            raise ValueError(f"question has {len(v)} characters; the limit is {MAX_QUESTION_CHARS}")
+        return v
+
+    @field_validator("history")
+    @classmethod
+    def _history_size(cls, v: list[Turn]) -> list[Turn]:
+        if len(v) > MAX_HISTORY_TURNS:
+            raise ValueError(f"history has {len(v)} turns; the limit is {MAX_HISTORY_TURNS}")
+        total = sum(len(t.content) for t in v)
+        if total > MAX_HISTORY_CHARS:
+            raise ValueError(f"history has {total} characters; the limit is {MAX_HISTORY_CHARS}")
+        return v
+
+    @field_validator("tools")
+    @classmethod
+    def _tool_names(cls, v: list[str]) -> list[str]:
+        if len(v) > MAX_TOOLS:
+            raise ValueError(f"{len(v)} tools named; the limit is {MAX_TOOLS}")
+        for name in v:
+            if not _TOOL_NAME.match(name):
+                raise ValueError(f"tool names are Python identifiers, got {name!r}")
+        return list(dict.fromkeys(v))
+
+    @field_validator("model")
+    @classmethod
+    def _model_name(cls, v: str | None) -> str | None:
+        if v is not None and not _MODEL_NAME.match(v):
+            raise ValueError(f"model must be 'provider:model' (e.g. openai:gpt-5-mini), got {v!r}")
+        return v
+
+    @field_validator("sandbox")
+    @classmethod
+    def _sandbox_options(cls, v: dict[str, Any]) -> dict[str, Any]:
+        config = SandboxConfig.model_validate(v)
+        return config.model_dump(mode="json", include=set(v))
+
+    @field_validator("batch_id")
+    @classmethod
+    def _batch_id(cls, v: str | None) -> str | None:
+        if v is not None and not _ID.match(v):
+            raise ValueError(f"batch_id must be 1-128 of letters, digits and _.:-, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _metadata_size(self) -> JobSpec:
+        if len(str(self.metadata)) > MAX_METADATA_CHARS:
+            raise ValueError(f"metadata is larger than {MAX_METADATA_CHARS} characters")
+        return self
+
+
+class ErrorInfo(_Strict):
+    kind: str
+    message: str
+
+
+class TokenUsage(_Strict):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+
+    def __add__(self, other: TokenUsage) -> TokenUsage:
+        return TokenUsage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            model_calls=self.model_calls + other.model_calls,
+        )
+
+
+class ToolCallRecord(_Strict):
+    """One call a program made through the bridge, as the host saw it."""
+
+    seq: int
+    tool: str
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    ok: bool
+    error_type: str | None = None
+    error: str | None = None
+    result: Any = None
+    result_size: int = 0
+    duration_ms: float = 0.0
+    replayed: bool = False
+
+
+class AttemptRecord(_Strict):
+    """One program the model wrote and what happened when it ran."""
+
+    number: int
+    program: str | None
+    reply: str | None = None
+    exit_code: int | None = None
+    timed_out: bool = False
+    result_found: bool = False
+    result: Any = None
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    limits_hit: list[str] = Field(default_factory=list)
+    failure: str | None = None
+    container_id: str | None = None
+    runtime: str | None = None
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class JobResult(_Strict):
+    """The final record of one job."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    job_id: str
+    status: JobStatus
+    result: Any = None
+    final_program: str | None = None
+    attempts: list[AttemptRecord] = Field(default_factory=list)
+    repairs: int = 0
+    tool_calls: int = 0
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    timings: dict[str, float] = Field(default_factory=dict, description="seconds by phase")
+    error: ErrorInfo | None = None
+    model: str | None = None
+
+
+class AuditEvent(_Strict):
+    """One entry of a job's audit stream."""
+
+    ts: float
+    job_id: str
+    attempt: int = 0
+    kind: str
+    data: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,66 @@
+"""Every error Sandfleet raises on purpose, under one root.
+
+    SandfleetError
+    ├── InvalidSpecError          bad input: a spec, an option, a size; nothing was enqueued or run
+    │   └── PolicyViolationError  valid, but beyond what the operator allows
+    ├── TransientError            infrastructure that may come back: retries key on this branch
+    │   ├── SandboxUnavailableError   no Docker engine reachable right now
+    │   ├── ModelUnavailableError     rate-limited, timed out or 5xx after the retries
+    │   └── QueueUnavailableError     Redis unreachable or full (noeviction)
+    ├── SandboxError              a sandbox cannot be made as asked (missing runtime, image, filter)
+    ├── ModelError                the model endpoint refused the request (4xx other than 429)
+    ├── ToolLoadError             a tools module cannot be loaded
+    └── JobNotFoundError          no record for that job id
+
+A failing model-written program is a result, not an exception. Constructors only store their
+arguments (passed to ``super().__init__`` so they survive pickling and Celery's serialisation).
+"""
+
+from __future__ import annotations
+
+
+class SandfleetError(Exception):
+    """Root of every error Sandfleet raises on purpose."""
+
+
+class InvalidSpecError(SandfleetError, ValueError):
+    """Input refused before anything was enqueued or run."""
+
+
+class PolicyViolationError(InvalidSpecError):
+    """A valid request that the operator's policy does not allow."""
+
+
+class TransientError(SandfleetError):
+    """Infrastructure that may come back; the job is retried later."""
+
+
+class SandboxUnavailableError(TransientError):
+    """The sandbox backend cannot be reached (engine down, socket missing)."""
+
+
+class ModelUnavailableError(TransientError):
+    """The model endpoint failed with a retryable error after every retry."""
+
+
+class QueueUnavailableError(TransientError):
+    """Redis is unreachable or refuses writes (out of memory with noeviction)."""
+
+
+class SandboxError(SandfleetError):
+    """A sandbox cannot be made as configured; retrying will not help."""
+
+
+class ModelError(SandfleetError):
+    """The model endpoint refused the request; retrying will not help."""
+
+
+class ToolLoadError(SandfleetError):
+    """A tools module or tool cannot be loaded."""
+
+
+class JobNotFoundError(SandfleetError, KeyError):
+    """No record exists for the job id."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "job not found"
