@@ -111,3 +111,16 @@ def engine_info(client: Any | None = None) -> EngineInfo:
         cgroup_version=str(info.get("CgroupVersion", "1")),
         images=tags,
     )
+
+
+if docker is not None:
+    DockerError: type[Exception] = docker.errors.DockerException
+    NotFoundError: type[Exception] = docker.errors.NotFound
+    ImageNotFoundError: type[Exception] = docker.errors.ImageNotFound
+else:  # pragma: no cover
+    DockerError = NotFoundError = ImageNotFoundError = OSError
+
+
+def raw_socket(attached: Any) -> Any:
+    """The real socket under what ``attach_socket`` returns (a SocketIO over unix, a socket over TCP)."""
+    return getattr(attached, "_sock", attached)

@@ -1,0 +1,419 @@
+"""The in-container agent: the sandbox's main process, spoken to over the container's stdin/stdout.
+
+This file is sent into every container at start (it is not baked into the image) and runs there
+under python3 with the standard library only. It waits for frames from the host and:
+  - runs commands (one at a time) as its own process group, capturing stdout/stderr up to a cap;
+  - for programs, relays tool calls between the program (two pipes) and the host;
+  - writes, reads and lists files from inside (Docker's archive API cannot, on read-only roots);
+  - kills everything it started when told to, or when its own copy of the deadline passes.
+
+Frames both ways: struct "!cII" (kind, header length, body length), a JSON header, then the body.
+Everything here is untrusted by the host: the program runs as the same user and may kill or
+impersonate the agent; the host enforces every cap and deadline itself.
+"""
+
+import json
+import os
+import selectors
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+HEAD = struct.Struct("!cII")
+PIPE_LEN = struct.Struct("!I")
+CHUNK = 65536
+
+
+def send(kind, header=None, body=b""):
+    data = json.dumps(header or {}, separators=(",", ":")).encode()
+    out = HEAD.pack(kind, len(data), len(body)) + data + body
+    view = memoryview(out)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+def not_dumpable():
+    """Keep same-uid programs from ptracing the agent or opening its fds through /proc."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+        return True
+    except Exception:
+        return False
+
+
+class HostReader:
+    """Frames from the host on fd 0."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.eof = False
+
+    def feed(self):
+        data = os.read(0, 1 << 20)
+        if not data:
+            self.eof = True
+        self.buf += data
+
+    def frames(self):
+        while len(self.buf) >= HEAD.size:
+            kind, hlen, blen = HEAD.unpack_from(self.buf)
+            end = HEAD.size + hlen + blen
+            if len(self.buf) < end:
+                return
+            header = json.loads(bytes(self.buf[HEAD.size : HEAD.size + hlen]) or b"{}")
+            body = bytes(self.buf[HEAD.size + hlen : end])
+            del self.buf[:end]
+            yield kind, header, body
+
+
+class Capture:
+    """One output stream of a command: the first `cap` bytes, the total, and the last RESULT line."""
+
+    def __init__(self, cap, result_cap=0):
+        self.cap, self.result_cap = cap, result_cap
+        self.kept = bytearray()
+        self.total = 0
+        self.partial = bytearray()
+        self.partial_overflow = False
+        self.result = None
+        self.result_overflow = False
+
+    def add(self, data):
+        self.total += len(data)
+        room = self.cap - len(self.kept)
+        if room > 0:
+            self.kept += data[:room]
+        if self.result_cap:
+            self._scan(data)
+
+    def _scan(self, data):
+        nl = data.rfind(b"\n")
+        if nl < 0:
+            self._grow_partial(data)
+            return
+        first = data.find(b"\n")
+        self._grow_partial(data[:first])
+        self._line(bytes(self.partial), self.partial_overflow)
+        self.partial.clear()
+        self.partial_overflow = False
+        middle = data[first + 1 : nl]
+        if middle:
+            at = middle.rfind(b"\nRESULT:")
+            if at >= 0:
+                end = middle.find(b"\n", at + 1)
+                self._line(middle[at + 1 : end if end >= 0 else len(middle)], False)
+            elif middle.startswith(b"RESULT:"):
+                end = middle.find(b"\n")
+                self._line(middle[: end if end >= 0 else len(middle)], False)
+        self._grow_partial(data[nl + 1 :])
+
+    def _grow_partial(self, data):
+        room = self.result_cap - len(self.partial)
+        if len(data) > room:
+            self.partial_overflow = True
+            data = data[: max(room, 0)]
+        self.partial += data
+
+    def _line(self, line, overflow):
+        if line.startswith(b"RESULT:"):
+            if overflow or len(line) > self.result_cap:
+                self.result, self.result_overflow = None, True
+            else:
+                self.result, self.result_overflow = line, False
+
+    def finish(self):
+        if self.partial:
+            self._line(bytes(self.partial), self.partial_overflow)
+            self.partial.clear()
+
+
+def kill_everything():
+    """SIGKILL every process this user may signal but the agent and init; count the survivors."""
+    me = os.getpid()
+    for _ in range(50):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        time.sleep(0.002)
+        if not others(me):
+            return 0
+    return len(others(me))
+
+
+def others(me):
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) not in (1, me):
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if state != b"Z":
+                found.append(int(name))
+    return found
+
+
+class Agent:
+    def __init__(self):
+        self.reader = HostReader()
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(0, selectors.EVENT_READ, "host")
+
+    def serve(self):
+        send(b"H", {"pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(),
+                    "python": sys.version.split()[0], "not_dumpable": not_dumpable()})
+        while not self.reader.eof:
+            for key, _ in self.sel.select():
+                if key.data == "host":
+                    self.reader.feed()
+            for kind, header, body in self.reader.frames():
+                self.handle(kind, header, body)
+
+    def handle(self, kind, header, body):
+        try:
+            if kind == b"E":
+                self.execute(header, body)
+            elif kind == b"W":
+                self.write_file(header, body)
+            elif kind == b"R":
+                self.read_file(header)
+            elif kind == b"L":
+                self.list_files(header)
+            elif kind == b"P":
+                send(b"A", {"ok": True})
+            elif kind in (b"K", b"T"):
+                pass  # a kill or tool reply for a command that already ended
+            else:
+                send(b"A", {"ok": False, "error": f"unknown frame kind {kind!r}"})
+        except Exception as e:  # report and keep serving; the host decides what it means
+            send(b"A", {"ok": False, "error": f"{type(e).__name__}: {e}"})
+
+    def write_file(self, header, body):
+        path = header["path"]
+        os.makedirs(os.path.dirname(path) or "/", exist_ok=True)
+        tmp = f"{path}.sandfleet-{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, header.get("mode", 0o644))
+        try:
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view) :]
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        send(b"A", {"ok": True, "size": len(body)})
+
+    def read_file(self, header):
+        limit = header.get("max_bytes", 64 << 20)
+        with open(header["path"], "rb") as f:
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            send(b"A", {"ok": False, "error": f"file is larger than {limit} bytes"})
+        else:
+            send(b"A", {"ok": True, "size": len(data)}, data)
+
+    def list_files(self, header):
+        root = header.get("path", ".")
+        files = []
+        for base, dirs, names in os.walk(root):
+            dirs.sort()
+            files.extend(os.path.relpath(os.path.join(base, n), root) for n in sorted(names))
+        send(b"A", {"ok": True, "files": files})
+
+    def execute(self, req, stdin):
+        started = time.monotonic()
+        ooms_before = oom_kills()
+        deadline = started + req["timeout"] if req.get("timeout") else None
+        bridge = req.get("bridge", False)
+        pass_fds = ()
+        if bridge:
+            call_r, call_w = os.pipe()  # program -> agent: tool calls
+            reply_r, reply_w = os.pipe()  # agent -> program: replies
+            pass_fds = (call_w, reply_r)
+        env = dict(req.get("env", {}))
+        if bridge:
+            env["SANDFLEET_BRIDGE_FDS"] = f"{call_w},{reply_r}"
+        try:
+            proc = subprocess.Popen(
+                req["argv"], cwd=req.get("cwd") or None, env=env, start_new_session=True,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds,
+            )
+        except OSError as e:
+            if bridge:
+                for fd in (call_r, call_w, reply_r, reply_w):
+                    os.close(fd)
+            send(b"D", {"exit_code": 127, "timed_out": False, "spawn_error": f"{type(e).__name__}: {e}",
+                        "out_len": 0, "err_len": 0, "result_len": 0})
+            return
+        if stdin:
+            try:
+                proc.stdin.write(stdin)
+            except BrokenPipeError:
+                pass
+            proc.stdin.close()
+        cap = req.get("max_output", 1 << 20)
+        out = Capture(cap, req.get("max_result", 0))
+        err = Capture(cap)
+        streams = {proc.stdout.fileno(): out, proc.stderr.fileno(): err}
+        for fd in streams:
+            os.set_blocking(fd, False)
+            self.sel.register(fd, selectors.EVENT_READ, "out")
+        calls = None
+        if bridge:
+            os.close(call_w)
+            os.close(reply_r)
+            calls = ProgramCalls(call_r, reply_w, req.get("max_request", 1 << 20))
+            self.sel.register(call_r, selectors.EVENT_READ, "call")
+        killed_by = None
+        while streams or (calls and calls.open):
+            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            events = self.sel.select(timeout)
+            if deadline is not None and time.monotonic() >= deadline and killed_by is None:
+                killed_by = "deadline"
+                break
+            for key, _ in events:
+                if key.data == "host":
+                    self.reader.feed()
+                    if self.reader.eof:
+                        killed_by = "host"
+                elif key.data == "out":
+                    data = read_some(key.fd)
+                    if data:
+                        streams[key.fd].add(data)
+                    elif data is not None:
+                        self.sel.unregister(key.fd)
+                        del streams[key.fd]
+                elif key.data == "call":
+                    if not calls.pump():
+                        self.sel.unregister(key.fd)
+            for kind, header, body in self.reader.frames():
+                if kind == b"K":
+                    killed_by = "host"
+                elif kind == b"T" and calls:
+                    calls.reply(body)
+                else:
+                    send(b"A", {"ok": False, "error": "busy: a command is running"})
+            if killed_by:
+                break
+            if not streams and calls and calls.open and proc.poll() is not None:
+                break  # the program exited; a child may hold the call pipe open, do not wait for it
+        survivors = 0
+        if killed_by:
+            survivors = kill_everything()
+        code = proc.wait()
+        # Children that outlive the command (daemonised, or holding the pipes) die with it.
+        leftover = others(os.getpid())
+        if leftover:
+            survivors = kill_everything()
+        for fd in list(streams):
+            self.sel.unregister(fd)
+        out.finish()
+        if calls:
+            if calls.open:
+                self.sel.unregister(calls.fd)
+            calls.close()
+        proc.stdout.close()
+        proc.stderr.close()
+        result = out.result or b""
+        ooms_after = oom_kills()
+        send(b"D", {
+            "oom_killed": ooms_before is not None and ooms_after is not None and ooms_after > ooms_before,
+            "exit_code": code, "timed_out": killed_by == "deadline", "killed": bool(killed_by),
+            "killed_by": killed_by, "survivors": survivors, "children_killed": len(leftover),
+            "out_total": out.total, "err_total": err.total, "out_len": len(out.kept),
+            "err_len": len(err.kept), "result_len": len(result), "result_overflow": out.result_overflow,
+            "run_s": time.monotonic() - started,
+        }, bytes(out.kept) + bytes(err.kept) + result)
+
+
+def read_some(fd):
+    """Bytes read, b"" at end of stream, None when nothing is there yet."""
+    try:
+        return os.read(fd, CHUNK)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""
+
+
+def oom_kills():
+    """The cgroup's count of OOM kills (v2 memory.events or v1 memory.oom_control), None if unknown."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path, "rb") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) == 2 and parts[0] == b"oom_kill":
+                        return int(parts[1])
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class ProgramCalls:
+    """Length-prefixed tool calls from the program, relayed to the host as "C" frames."""
+
+    def __init__(self, fd, reply_fd, max_request):
+        self.fd, self.reply_fd, self.max_request = fd, reply_fd, max_request
+        os.set_blocking(fd, False)
+        self.buf = bytearray()
+        self.skip = 0  # bytes of an oversized request still to discard
+        self.open = True
+
+    def pump(self):
+        try:
+            data = os.read(self.fd, 1 << 20)
+        except BlockingIOError:
+            return True
+        if not data:
+            if self.buf or self.skip:
+                send(b"C", {"malformed": "truncated request: the program closed the channel mid-frame"})
+            self.open = False
+            return False
+        if self.skip:
+            used = min(self.skip, len(data))
+            self.skip -= used
+            data = data[used:]
+        self.buf += data
+        while len(self.buf) >= PIPE_LEN.size and not self.skip:
+            (n,) = PIPE_LEN.unpack_from(self.buf)
+            if n > self.max_request:
+                send(b"C", {"oversize": n})
+                del self.buf[: PIPE_LEN.size]
+                used = min(n, len(self.buf))
+                del self.buf[:used]
+                self.skip = n - used
+                continue
+            if len(self.buf) < PIPE_LEN.size + n:
+                break
+            send(b"C", {}, bytes(self.buf[PIPE_LEN.size : PIPE_LEN.size + n]))
+            del self.buf[: PIPE_LEN.size + n]
+        return True
+
+    def reply(self, body):
+        try:
+            data = PIPE_LEN.pack(len(body)) + body
+            view = memoryview(data)
+            os.set_blocking(self.reply_fd, True)
+            while view:
+                view = view[os.write(self.reply_fd, view) :]
+        except OSError:
+            pass  # the program is gone or closed its end
+
+    def close(self):
+        for fd in (self.fd, self.reply_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+if __name__ == "__main__" or __name__ == "sandfleet_agent":
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    Agent().serve()

@@ -1,0 +1,147 @@
+"""The host's end of the wire to a container's agent: its stdin and (demultiplexed) stdout.
+
+Docker's attach stream without a TTY prefixes each chunk with 8 bytes (stream, 0, 0, 0, size);
+stdout carries the agent's frames, stderr only its crash reports (kept as a bounded tail).
+Nothing from the container is trusted: a frame larger than the caller allows, an unknown kind or a
+malformed header ends the conversation with ChannelError, and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+from typing import Any
+
+HEAD = struct.Struct("!cII")
+DOCKER_HEAD = struct.Struct(">BxxxL")
+STDERR_TAIL_BYTES = 16 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+RECV_BYTES = 1 << 20
+
+
+class ChannelError(Exception):
+    """The agent broke the protocol, went away, or did not answer in time."""
+
+
+class ChannelClosedError(ChannelError):
+    """The container's output ended (the agent exited or the container died)."""
+
+
+class ChannelTimeoutError(ChannelError):
+    """No frame arrived before the deadline."""
+
+
+def encode(kind: bytes, header: dict[str, Any] | None = None, body: bytes = b"") -> bytes:
+    data = json.dumps(header or {}, separators=(",", ":")).encode()
+    return HEAD.pack(kind, len(data), len(body)) + data + body
+
+
+class AgentChannel:
+    """Frames to and from one container's agent over a hijacked attach socket."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._raw = bytearray()  # attach stream, not yet demultiplexed
+        self._out = bytearray()  # agent stdout: frames
+        self._pending_stream = 0
+        self._pending_left = 0
+        self.stderr_tail = bytearray()
+        self.closed = False
+
+    def send(self, kind: bytes, header: dict[str, Any] | None = None, body: bytes = b"") -> None:
+        try:
+            self._sock.sendall(encode(kind, header, body))
+        except OSError as e:
+            self.closed = True
+            raise ChannelClosedError(f"cannot write to the sandbox: {e}") from e
+
+    def send_raw(self, data: bytes) -> None:
+        try:
+            self._sock.sendall(data)
+        except OSError as e:
+            self.closed = True
+            raise ChannelClosedError(f"cannot write to the sandbox: {e}") from e
+
+    def recv(self, deadline: float | None, max_body: int) -> tuple[bytes, dict[str, Any], bytes]:
+        """The next frame (kind, header, body); waits until ``deadline`` (time.monotonic())."""
+        while True:
+            frame = self._next_frame(max_body)
+            if frame is not None:
+                return frame
+            self._fill(deadline)
+
+    def _fill(self, deadline: float | None) -> None:
+        if self.closed:
+            raise ChannelClosedError(self._closed_message())
+        timeout = None if deadline is None else deadline - time.monotonic()
+        if timeout is not None and timeout <= 0:
+            raise ChannelTimeoutError("the sandbox did not answer in time")
+        self._sock.settimeout(timeout)
+        try:
+            data = self._sock.recv(RECV_BYTES)
+        except TimeoutError as e:
+            raise ChannelTimeoutError("the sandbox did not answer in time") from e
+        except OSError as e:
+            self.closed = True
+            raise ChannelClosedError(f"{self._closed_message()} ({e})") from e
+        if not data:
+            self.closed = True
+            raise ChannelClosedError(self._closed_message())
+        self._demux(data)
+
+    def _demux(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            if self._pending_left:
+                n = min(self._pending_left, len(view))
+                chunk, view = view[:n], view[n:]
+                self._pending_left -= n
+                if self._pending_stream == 2:
+                    self.stderr_tail += chunk
+                    del self.stderr_tail[:-STDERR_TAIL_BYTES]
+                else:
+                    self._out += chunk
+                continue
+            self._raw += view
+            view = memoryview(b"")
+            if len(self._raw) < DOCKER_HEAD.size:
+                return
+            stream, size = DOCKER_HEAD.unpack_from(self._raw)
+            rest = bytes(self._raw[DOCKER_HEAD.size :])
+            self._raw.clear()
+            self._pending_stream, self._pending_left = stream, size
+            view = memoryview(rest)
+
+    def _next_frame(self, max_body: int) -> tuple[bytes, dict[str, Any], bytes] | None:
+        if len(self._out) < HEAD.size:
+            return None
+        kind, hlen, blen = HEAD.unpack_from(self._out)
+        if hlen > MAX_HEADER_BYTES or blen > max_body:
+            raise ChannelError(
+                f"the sandbox sent a frame of {hlen + blen} bytes, more than the {max_body} allowed"
+            )
+        end = HEAD.size + hlen + blen
+        if len(self._out) < end:
+            return None
+        try:
+            header = json.loads(bytes(self._out[HEAD.size : HEAD.size + hlen]) or b"{}")
+        except ValueError as e:
+            raise ChannelError(f"the sandbox sent a malformed frame header: {e}") from e
+        if not isinstance(header, dict):
+            raise ChannelError("the sandbox sent a frame header that is not an object")
+        body = bytes(self._out[HEAD.size + hlen : end])
+        del self._out[:end]
+        return kind, header, body
+
+    def _closed_message(self) -> str:
+        tail = self.stderr_tail.decode(errors="replace").strip()
+        return "the sandbox closed its output" + (f"; it said: {tail[-2000:]}" if tail else "")
+
+    def close(self) -> None:
+        self.closed = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass

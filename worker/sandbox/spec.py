@@ -1,0 +1,150 @@
+"""From a SandboxConfig to the exact container Docker is asked for: a pure function, unit-tested.
+
+Every setting that makes the sandbox safe is decided here, in one place:
+no network (unless configured), read-only root, all capabilities dropped, no-new-privileges,
+pids/memory(+swap)/CPU limits, tmpfs workdir and /tmp, an init that reaps zombies, nofile and core
+ulimits, the unprivileged user, and only the configured environment.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from producer.config import SandboxConfig
+from worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_ROLE
+
+SANDBOX_UID = 10001
+SANDBOX_GID = 10001
+TMP_SIZE = "64m"
+NOFILE_LIMIT = 1024
+AGENT_SOURCE = Path(__file__).with_name("agent.py")
+
+# The container's main process: read a length-prefixed Python source from stdin and run it. The
+# agent itself is sent by the host, so the image needs nothing of ours and agent and host always
+# speak the same protocol version.
+BOOT = (
+    "import os,struct\n"
+    "def r(n):\n"
+    " b=b''\n"
+    " while len(b)<n:\n"
+    "  c=os.read(0,n-len(b))\n"
+    "  if not c: raise SystemExit(3)\n"
+    "  b+=c\n"
+    " return b\n"
+    "s=r(struct.unpack('!I',r(4))[0])\n"
+    "exec(compile(s,'sandfleet-agent','exec'),{'__name__':'sandfleet_agent'})\n"
+)
+
+
+def agent_payload() -> bytes:
+    """The agent's source, framed for BOOT."""
+    source = AGENT_SOURCE.read_bytes()
+    return struct.pack("!I", len(source)) + source
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The process that owns a container: host name, pid and the pid's start time (pids get reused)."""
+
+    host: str
+    pid: int
+    started: int
+
+    @classmethod
+    def current(cls) -> Owner:
+        return cls(socket.gethostname(), os.getpid(), process_start_ticks(os.getpid()) or 0)
+
+    def label(self) -> str:
+        return f"{self.host}:{self.pid}:{self.started}"
+
+    @classmethod
+    def parse(cls, label: str) -> Owner | None:
+        try:
+            host, pid, started = label.rsplit(":", 2)
+            return cls(host, int(pid), int(started))
+        except ValueError:
+            return None
+
+    def is_alive(self) -> bool:
+        """True when this owner is a live process on this host (unknown hosts count as alive)."""
+        if self.host != socket.gethostname():
+            return True
+        return process_start_ticks(self.pid) == self.started
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """A process's start time in clock ticks since boot (/proc/PID/stat field 22), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    return int(stat.rsplit(b")", 1)[1].split()[19])
+
+
+def container_kwargs(
+    config: SandboxConfig, *, owner: Owner, host_ncpu: int, labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Keyword arguments for ``docker.DockerClient.containers.create`` for one sandbox.
+
+    The CPU limit is clamped to the engine's CPUs (Docker refuses more than it has).
+    """
+    uid, gid = (0, 0) if config.allow_sudo else (SANDBOX_UID, SANDBOX_GID)
+    tmpfs_opts = "rw,nosuid,nodev,noexec"
+    tmpfs = {
+        config.workdir: f"{tmpfs_opts},size={config.disk_limit},uid={uid},gid={gid},mode=0700",
+        "/tmp": f"{tmpfs_opts},size={TMP_SIZE},mode=1777",
+        "/var/tmp": f"{tmpfs_opts},size={TMP_SIZE},mode=1777",
+    }
+    all_labels = {
+        LABEL_ROLE: "sandbox",
+        LABEL_OWNER: owner.label(),
+        LABEL_CONFIG: config.fingerprint(),
+        **(labels or {}),
+    }
+    kwargs: dict[str, Any] = {
+        "image": config.image,
+        "command": ["python3", "-I", "-S", "-c", BOOT],
+        "user": f"{uid}:{gid}",
+        "working_dir": config.workdir,
+        "environment": {},  # the worker's environment never leaks in; commands get config.env
+        "hostname": "sandbox",
+        "stdin_open": True,
+        "detach": True,
+        "tty": False,
+        "labels": all_labels,
+        "read_only": config.read_only_rootfs,
+        "tmpfs": tmpfs,
+        "cap_drop": ["ALL"],
+        "security_opt": ["no-new-privileges:true"],
+        "pids_limit": config.pids_limit,
+        "mem_limit": config.memory_limit,
+        "memswap_limit": config.memory_limit,  # memory + swap = memory: swap off
+        "nano_cpus": int(min(config.cpu_limit, host_ncpu) * 1e9),
+        "init": True,
+        "ulimits": [
+            {"name": "nofile", "soft": NOFILE_LIMIT, "hard": NOFILE_LIMIT},
+            {"name": "core", "soft": 0, "hard": 0},
+        ],
+        "network_mode": "none" if config.network == "none" else "bridge",
+        "runtime": config.docker_runtime,
+        "ipc_mode": "private",
+    }
+    return kwargs
+
+
+def command_env(config: SandboxConfig) -> dict[str, str]:
+    """The environment a command or program sees: the configured env over a minimal base."""
+    home = config.workdir
+    base = {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONIOENCODING": "utf-8",
+    }
+    return {**base, **config.env}
