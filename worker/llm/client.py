@@ -1,0 +1,266 @@
+"""The model client: the one module that imports ``openai``, and the place its errors become ours.
+
+Model names are ``provider:model``:
+
+- ``openai:NAME`` calls any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, llama.cpp, LiteLLM).
+  The base URL is the per-job ``base_url`` if given, else ``settings.model_base_url``
+  (``SANDFLEET_MODEL_BASE_URL`` or ``OPENAI_BASE_URL``), else OpenAI's. The key is
+  ``settings.model_api_key`` (``SANDFLEET_MODEL_API_KEY`` or ``OPENAI_API_KEY``); a local server
+  that needs none gets a placeholder. With neither a key nor a base URL there is nothing to call,
+  so ``make_model_client`` refuses before any work starts.
+- ``replay:FILE`` (or ``replay:FILE?latency=SECONDS``) starts, or reuses, this process's replay
+  server for that script (see ``worker.llm.replay_registry``) and calls it through the same
+  ``openai`` client: the same code path as a real model.
+
+Retries are ours, not the SDK's (it gets ``max_retries=0``): rate limits (429), 5xx, timeouts and
+connection errors are tried again ``settings.model_max_retries`` times with jittered exponential
+backoff, then raise ``ModelUnavailableError`` (the transient branch, which job retries key on). Any
+other 4xx raises ``ModelError`` at once: the same request would be refused again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import openai
+
+from producer.errors import InvalidSpecError, ModelError, ModelUnavailableError
+from producer.settings import Settings
+from worker.llm.replay_registry import shared_replay_server
+from worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
+
+__all__ = [
+    "ModelClient",
+    "ModelReply",
+    "OpenAIChatClient",
+    "RetryPolicy",
+    "compute_backoff",
+    "make_model_client",
+]
+
+logger = logging.getLogger("sandfleet.llm")
+
+OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Sent when the endpoint needs no key (local servers, the replay server): the SDK insists on one.
+PLACEHOLDER_API_KEY = "sandfleet-no-key"
+REPLAY_MODEL_ID = "replay"
+
+# What to check, by status, when the endpoint refuses a request.
+_REFUSAL_HINTS = {
+    401: "check the API key (OPENAI_API_KEY or SANDFLEET_MODEL_API_KEY)",
+    403: "the key is not allowed to use this model",
+    404: "check the model name and the base URL",
+}
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """One completed model call.
+
+    Attributes:
+        text: the assistant message ("" when the endpoint sent no content).
+        prompt_tokens: input tokens, as the endpoint reported them (0 if it did not).
+        completion_tokens: output tokens, as the endpoint reported them (0 if it did not).
+        latency_s: wall time of the whole call in seconds, failed tries and backoff included.
+        model: the model that answered, as the endpoint named it.
+        attempts: calls made, the successful one included (1 when nothing was retried).
+    """
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    model: str
+    attempts: int = 1
+
+
+class ModelClient(Protocol):
+    """Anything that turns chat messages into a reply. ``name`` is the model name it was made for."""
+
+    name: str
+
+    def complete(self, messages: list[dict[str, str]]) -> ModelReply: ...
+
+
+class OpenAIChatClient:
+    """A ``ModelClient`` over an ``openai.OpenAI`` client (injected), with retries and error translation."""
+
+    def __init__(
+        self,
+        name: str,
+        model: str,
+        client: openai.OpenAI,
+        *,
+        retry: RetryPolicy,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """Args:
+        name: the fleet's model name (``openai:gpt-5-mini``), for messages and records.
+        model: the model id sent to the endpoint (``gpt-5-mini``).
+        client: an SDK client with ``max_retries=0``; retries happen here.
+        retry: how many tries and how long to wait between them.
+        sleep: waits between tries (seconds); injectable so a test need not wait.
+        """
+        self.name = name
+        self.model = model
+        self._client = client
+        self._retry = retry
+        self._sleep = sleep
+
+    def complete(self, messages: list[dict[str, str]]) -> ModelReply:
+        """Ask the model for the next assistant message.
+
+        Raises:
+            ModelUnavailableError: rate-limited, timed out, unreachable or 5xx on every try.
+            ModelError: the endpoint refused the request (4xx other than 429) or sent no choice.
+        """
+        started = time.monotonic()
+        for attempt in range(1, self._retry.max_tries + 1):
+            try:
+                response = self._client.chat.completions.create(model=self.model, messages=_as_sdk(messages))
+            except openai.APIStatusError as e:
+                if not is_retryable_status(e.status_code):
+                    raise ModelError(self._refusal(e)) from e
+                failure: openai.OpenAIError = e
+            except openai.APIConnectionError as e:  # APITimeoutError is one of these
+                failure = e
+            except openai.OpenAIError as e:  # a reply the SDK could not read, for one
+                raise ModelError(f"model {self.name} at {self._base_url}: {e}") from e
+            else:
+                return self._reply(response, time.monotonic() - started, attempt)
+            if attempt == self._retry.max_tries:
+                raise ModelUnavailableError(
+                    f"model {self.name} at {self._base_url} is unavailable after {attempt} "
+                    f"{'try' if attempt == 1 else 'tries'}: {self._describe(failure)}"
+                ) from failure
+            delay_s = self._retry.delay_s(attempt)
+            logger.warning(
+                "model %s: %s; try %d of %d in %.2f s",
+                self.name, self._describe(failure), attempt + 1, self._retry.max_tries, delay_s,
+            )  # fmt: skip
+            self._sleep(delay_s)
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    @property
+    def _base_url(self) -> str:
+        return str(self._client.base_url).rstrip("/")
+
+    def _reply(self, response: Any, latency_s: float, attempts: int) -> ModelReply:
+        if not response.choices:
+            raise ModelError(f"model {self.name} at {self._base_url} sent a reply with no choices")
+        usage = response.usage
+        return ModelReply(
+            text=response.choices[0].message.content or "",
+            prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+            completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+            latency_s=latency_s,
+            model=response.model or self.model,
+            attempts=attempts,
+        )
+
+    def _refusal(self, e: openai.APIStatusError) -> str:
+        hint = _REFUSAL_HINTS.get(e.status_code)
+        suffix = f" ({hint})" if hint else ""
+        return f"model {self.name} at {self._base_url} refused the request: {self._describe(e)}{suffix}"
+
+    def _describe(self, e: openai.OpenAIError) -> str:
+        if isinstance(e, openai.APIStatusError):
+            return f"HTTP {e.status_code}: {_error_message(e)}"
+        if isinstance(e, openai.APITimeoutError):
+            return f"timed out after {self._client.timeout} s"
+        cause = e.__cause__ or e
+        return f"cannot connect: {type(cause).__name__}: {cause}"
+
+
+def make_model_client(
+    model: str, settings: Settings, *, base_url: str | None = None, retry: RetryPolicy | None = None
+) -> ModelClient:
+    """The client for a ``provider:model`` name; nothing is called yet.
+
+    Args:
+        model: ``openai:NAME``, ``replay:FILE`` or ``replay:FILE?latency=SECONDS``.
+        settings: key, base URL, request timeout and retry count.
+        base_url: this job's endpoint, ahead of the settings' (not for ``replay:``).
+        retry: overrides the retry policy built from the settings (tests use short waits).
+
+    Raises:
+        InvalidSpecError: a malformed name, an unknown provider, no key and no base URL, or a
+            replay script that is missing or malformed.
+    """
+    provider, colon, rest = model.partition(":")
+    if not colon or not provider or not rest:
+        raise InvalidSpecError(
+            f"model name {model!r} must be provider:model, e.g. openai:gpt-5-mini "
+            f"(known providers: {', '.join(_PROVIDERS)})"
+        )
+    factory = _PROVIDERS.get(provider)
+    if factory is None:
+        raise InvalidSpecError(
+            f"unknown model provider {provider!r} in {model!r}; known providers: {', '.join(_PROVIDERS)}"
+        )
+    return factory(model, rest, settings, base_url, retry or RetryPolicy.from_settings(settings))
+
+
+def _openai_provider(
+    name: str, model: str, settings: Settings, base_url: str | None, retry: RetryPolicy
+) -> ModelClient:
+    url = base_url or settings.model_base_url
+    key = settings.model_api_key
+    if not key and not url:
+        raise InvalidSpecError(
+            f"model {name} needs an API key or a base URL: set OPENAI_API_KEY for OpenAI, or "
+            "OPENAI_BASE_URL (or SANDFLEET_MODEL_BASE_URL) for an OpenAI-compatible server, "
+            "or use a replay:FILE model"
+        )
+    # The base URL is always passed, so the SDK never reads the environment behind the settings' back.
+    sdk = _shared_sdk_client(key or PLACEHOLDER_API_KEY, url or OPENAI_DEFAULT_BASE_URL, settings)
+    return OpenAIChatClient(name, model, sdk, retry=retry)
+
+
+def _replay_provider(
+    name: str, spec: str, settings: Settings, base_url: str | None, retry: RetryPolicy
+) -> ModelClient:
+    if base_url:
+        raise InvalidSpecError(f"model {name} runs its own replay server; it takes no base URL ({base_url})")
+    server = shared_replay_server(spec)
+    # Never send the real key to the local server.
+    sdk = _shared_sdk_client(PLACEHOLDER_API_KEY, server.base_url, settings)
+    return OpenAIChatClient(name, REPLAY_MODEL_ID, sdk, retry=retry)
+
+
+_ProviderFactory = Callable[[str, str, Settings, "str | None", RetryPolicy], ModelClient]
+_PROVIDERS: dict[str, _ProviderFactory] = {"openai": _openai_provider, "replay": _replay_provider}
+
+# One SDK client (one connection pool) per endpoint, shared by every job of the process.
+_sdk_lock = threading.Lock()
+_sdk_clients: dict[tuple[str, str, float], openai.OpenAI] = {}
+
+
+def _shared_sdk_client(api_key: str, base_url: str, settings: Settings) -> openai.OpenAI:
+    key = (api_key, base_url, settings.model_request_timeout_s)
+    with _sdk_lock:
+        client = _sdk_clients.get(key)
+        if client is None:
+            client = openai.OpenAI(
+                api_key=api_key, base_url=base_url, timeout=settings.model_request_timeout_s, max_retries=0
+            )
+            _sdk_clients[key] = client
+        return client
+
+
+def _error_message(e: openai.APIStatusError) -> str:
+    """The endpoint's own message from an OpenAI-style error body, else the SDK's summary."""
+    body = e.body
+    if isinstance(body, dict) and isinstance(body.get("message"), str):
+        return body["message"]
+    return e.message
+
+
+def _as_sdk(messages: list[dict[str, str]]) -> Any:
+    """The messages as the SDK's typed parameter (plain dicts are what it sends anyway)."""
+    return messages
