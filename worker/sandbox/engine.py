@@ -24,6 +24,7 @@ LABEL_ROLE = "sandfleet.role"
 LABEL_OWNER = "sandfleet.owner"
 LABEL_CONFIG = "sandfleet.config"
 LABEL_JOB = "sandfleet.job"
+LABEL_PERSISTENT = "sandfleet.persistent"
 API_POOL_CONNECTIONS = 64
 
 _client_lock = threading.Lock()

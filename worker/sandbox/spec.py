@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from producer.config import SandboxConfig
-from worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_ROLE
+from worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
 
 SANDBOX_UID = 10001
 SANDBOX_GID = 10001
@@ -104,6 +104,7 @@ def container_kwargs(
         LABEL_ROLE: "sandbox",
         LABEL_OWNER: owner.label(),
         LABEL_CONFIG: config.fingerprint(),
+        **({LABEL_PERSISTENT: "1"} if config.persistent else {}),
         **(labels or {}),
     }
     kwargs: dict[str, Any] = {

@@ -1,0 +1,93 @@
+"""Finds and removes what dead processes left behind.
+
+A Sandfleet container carries its owner (host, pid, pid start time). On this host, one whose owner
+is no longer running is a leftover. gVisor adds a second kind: a runsc container whose start
+failed can leave its shim, gofer and sandbox processes running, invisible to ``docker ps -a``; those
+are found by container id in the process table and killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from worker.sandbox import engine
+from worker.sandbox.spec import Owner
+
+log = logging.getLogger("sandfleet.reaper")
+_CONTAINER_ID = re.compile(rb"\b[0-9a-f]{64}\b")
+_RUNTIME_PROCESS = re.compile(rb"runsc|containerd-shim")
+
+
+@dataclass
+class PruneReport:
+    removed: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    killed_processes: list[int] = field(default_factory=list)
+
+
+def prune(*, everything: bool = False, owners: set[str] | None = None, client: Any | None = None) -> PruneReport:
+    """Remove Sandfleet containers whose owner is gone (or, with ``everything``, all of them).
+
+    ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt
+    from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``.
+    """
+    client = client or engine.docker_client()
+    report = PruneReport()
+    for container in client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}):
+        labels = container.labels or {}
+        owner_label = labels.get(engine.LABEL_OWNER, "")
+        owner = Owner.parse(owner_label)
+        if everything:
+            dead = True
+        elif owners is not None:
+            dead = owner_label in owners
+        else:
+            dead = (owner is None or not owner.is_alive()) and engine.LABEL_PERSISTENT not in labels
+        if not dead:
+            report.kept.append(container.id)
+            continue
+        try:
+            container.remove(force=True)
+            report.removed.append(container.id)
+        except engine.NotFoundError:
+            pass
+        except engine.DockerError as e:
+            log.warning("could not remove %s: %s", container.short_id, e)
+    report.killed_processes = kill_orphan_runtime_processes(client)
+    return report
+
+
+def kill_orphan_runtime_processes(client: Any) -> list[int]:
+    """Kill runsc/shim processes serving container ids the engine does not know. Root only."""
+    if os.geteuid() != 0:
+        return []
+    # Scan processes before asking the engine: a container created in between is then known.
+    candidates: dict[int, set[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if not _RUNTIME_PROCESS.search(cmdline.split(b" ", 1)[0]):
+            continue
+        ids = {m.decode() for m in _CONTAINER_ID.findall(cmdline)}
+        if ids and b"moby" in cmdline:
+            candidates[int(entry.name)] = ids
+    known = {c.id for c in client.containers.list(all=True)}
+    killed = []
+    for pid, ids in candidates.items():
+        if not ids & known:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except OSError:
+                pass
+    return killed
