@@ -2,52 +2,87 @@
 # Make this host ready for Sandfleet, idempotently: Docker engine (with gVisor registered),
 # Redis, the project's virtual environment, and the sandbox images.
 #
-# A second run on a ready host only checks (seconds). Uses an engine that already runs; installs
-# Debian's packages only as root on Debian/Ubuntu, and says what to install anywhere else.
+# A second run on a ready host only checks (a few seconds). An engine that already runs is used
+# as it is. As root on Debian/Ubuntu, missing packages are installed from the distribution and
+# dockerd is started in the background (no systemd needed); anywhere else the script says what to
+# install and stops.
 #
-#   SANDFLEET_VENV        virtual environment to create/use (default: <repo>/.venv)
-#   SANDFLEET_SKIP_IMAGES set to 1 to skip building the sandbox images
-#   SANDFLEET_DATA_SCIENCE set to 1 to also build sandfleet/sandbox-ds:py3.11
+#   SANDFLEET_VENV          virtual environment to create/use (default: <repo>/.venv)
+#   SANDFLEET_SKIP_IMAGES   1: do not build the sandbox images
+#   SANDFLEET_DATA_SCIENCE  1: also build sandfleet/sandbox-ds:py3.11 (numpy, pandas)
+#   SANDFLEET_DEBIAN_MIRROR Debian mirror for the base image (default: apt's, else deb.debian.org)
+#   SANDFLEET_DOCKERD_LOG, SANDFLEET_REDIS_LOG   log files (default: /var/log/sandfleet-*.log)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${SANDFLEET_VENV:-$REPO/.venv}
 DOCKERD_LOG=${SANDFLEET_DOCKERD_LOG:-/var/log/sandfleet-dockerd.log}
 REDIS_LOG=${SANDFLEET_REDIS_LOG:-/var/log/sandfleet-redis.log}
-APT_PACKAGES=(docker.io runsc redis-server debootstrap iptables python3-venv)
+DOCKERD_PIDFILE=/var/run/docker.pid
+REDIS_PORT=6379
+DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
+ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
+warn() { printf '\033[1;33m[bootstrap] warning:\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[bootstrap] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
+is_root() { [ "$(id -u)" -eq 0 ]; }
 is_debian_like() { [ -r /etc/os-release ] && grep -qiE '^(ID|ID_LIKE)=.*(debian|ubuntu)' /etc/os-release; }
+is_ubuntu() { [ -r /etc/os-release ] && grep -qiE '^ID=ubuntu' /etc/os-release; }
+docker_ready() { command -v docker >/dev/null && docker info >/dev/null 2>&1; }
+redis_ready() { (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; }
 
-docker_ready() { docker info >/dev/null 2>&1; }
+# The distribution packages this host still lacks, one per line.
+missing_packages() {
+  command -v dockerd >/dev/null || echo docker.io
+  command -v runsc >/dev/null || echo runsc
+  command -v redis-server >/dev/null || echo redis-server
+  command -v debootstrap >/dev/null || echo debootstrap
+  command -v iptables >/dev/null || echo iptables
+  python3 -c 'import ensurepip, venv' 2>/dev/null || echo python3-venv
+  # debootstrap verifies Debian's archive with Debian's key, which Ubuntu does not install.
+  if is_ubuntu && [ ! -f "$DEBIAN_KEYRING" ]; then echo debian-archive-keyring; fi
+}
 
 install_packages() {
-  local missing=()
-  command -v dockerd >/dev/null || missing+=(docker.io)
-  command -v runsc >/dev/null || missing+=(runsc)
-  command -v redis-server >/dev/null || missing+=(redis-server)
-  command -v debootstrap >/dev/null || missing+=(debootstrap)
-  command -v iptables >/dev/null || missing+=(iptables)
-  command -v nsenter >/dev/null || missing+=(util-linux)
-  python3 -c 'import ensurepip, venv' 2>/dev/null || missing+=(python3-venv)
-  [ ${#missing[@]} -eq 0 ] && return 0
-  if [ "$(id -u)" -ne 0 ] || ! is_debian_like; then
-    die "missing: ${missing[*]}. Install them (Debian/Ubuntu: apt-get install ${APT_PACKAGES[*]}), start dockerd with runsc registered as a runtime, then run this again."
+  local missing; missing=$(missing_packages | tr '\n' ' ')
+  missing=${missing% }
+  [ -z "$missing" ] && return 0
+  if ! is_root || ! is_debian_like; then
+    if docker_ready; then
+      warn "not installed: $missing (needed: redis-server for the fleet, debootstrap to build images as root)"
+      return 0
+    fi
+    die "no Docker engine is reachable and these are missing: $missing.
+  On Debian/Ubuntu run this script as root, or install them yourself (apt-get install $ALL_PACKAGES),
+  start dockerd with runsc registered as a runtime, and run it again. Elsewhere: install Docker Engine,
+  gVisor (runsc), redis-server and debootstrap with your package manager."
   fi
-  say "installing ${missing[*]} (apt)"
+  say "installing $missing (apt)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  # policy-rc.d keeps postinst scripts from trying to start services on systemd-less hosts.
+  # policy-rc.d keeps postinst scripts from starting services (there is no init system to ask).
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+  local pkg optional=" runsc "
+  # shellcheck disable=SC2086 # word splitting of the package list is intended
+  if ! apt-get install -y -qq --no-install-recommends $missing >/dev/null; then
+    # runsc is optional (gVisor): install the rest one by one and only warn about it.
+    for pkg in $missing; do
+      if ! apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null; then
+        [[ $optional == *" $pkg "* ]] || die "apt-get install $pkg failed"
+        warn "could not install $pkg; sandboxes with backend gvisor will be refused"
+      fi
+    done
+  fi
   rm -f /usr/sbin/policy-rc.d
+  trap - EXIT
 }
 
 # Register runsc twice: "runsc" with no network at all (what network=none needs under this gVisor
-# release) and "runsc-net" with gVisor's own network stack, for restricted/full. Keeps any other
-# daemon settings. Prints "changed" when it wrote the file.
+# release) and "runsc-net" with gVisor's own network stack, for restricted/full. Keeps every other
+# daemon setting. Prints "changed" when it wrote the file.
 register_runsc() {
   local runsc; runsc=$(command -v runsc) || return 0
   python3 - "$runsc" <<'PY'
@@ -74,75 +109,108 @@ print("changed")
 PY
 }
 
+# The pid in dockerd's pid file if that process is alive and is dockerd (pids get reused).
+dockerd_pid() {
+  local pid
+  [ -f "$DOCKERD_PIDFILE" ] || return 1
+  pid=$(cat "$DOCKERD_PIDFILE" 2>/dev/null) || return 1
+  [ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = dockerd ] && echo "$pid"
+}
+
 start_dockerd() {
-  local pidfile=/var/run/docker.pid
-  if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile")" 2>/dev/null; then
-    say "removing stale $pidfile"; rm -f "$pidfile"
+  local pid
+  if ! pid=$(dockerd_pid); then
+    if [ -f "$DOCKERD_PIDFILE" ]; then
+      # A killed dockerd leaves its pid file, and a new one refuses to start while it exists.
+      say "removing stale $DOCKERD_PIDFILE"; rm -f "$DOCKERD_PIDFILE"
+    fi
+    say "starting dockerd (log: $DOCKERD_LOG)"
+    mkdir -p "$(dirname "$DOCKERD_LOG")"
+    nohup dockerd --pidfile "$DOCKERD_PIDFILE" >>"$DOCKERD_LOG" 2>&1 </dev/null &
+    pid=$!
+  else
+    say "dockerd (pid $pid) is starting; waiting for it"
   fi
-  say "starting dockerd (log: $DOCKERD_LOG)"
-  nohup dockerd >>"$DOCKERD_LOG" 2>&1 </dev/null &
-  for _ in $(seq 1 120); do docker_ready && return 0; sleep 0.5; done
+  for _ in $(seq 1 120); do
+    docker_ready && return 0
+    kill -0 "$pid" 2>/dev/null || { tail -20 "$DOCKERD_LOG" >&2; die "dockerd exited; see $DOCKERD_LOG"; }
+    sleep 0.5
+  done
   tail -20 "$DOCKERD_LOG" >&2
-  die "dockerd did not come up within 60 s; see $DOCKERD_LOG"
+  die "dockerd did not answer within 60 s; see $DOCKERD_LOG"
 }
 
 ensure_docker() {
   if docker_ready; then
-    # An engine already runs: use it. Register runsc only if we may and it is missing.
-    if [ "$(id -u)" -eq 0 ] && command -v runsc >/dev/null && ! docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
-      if [ -n "$(register_runsc)" ]; then
-        say "registered runsc; reloading dockerd"
-        pkill -HUP -x dockerd || true
+    # An engine already runs: use it as it is. Register runsc only when we may and it is missing;
+    # SIGHUP makes dockerd reload daemon.json (runtimes are reloadable) without a restart.
+    if is_root && command -v runsc >/dev/null \
+        && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+      local pid
+      if [ -n "$(register_runsc)" ] && pid=$(dockerd_pid); then
+        say "registered runsc; reloading dockerd's configuration"
+        kill -HUP "$pid"
         sleep 1
       fi
     fi
     return 0
   fi
-  install_packages
-  [ "$(id -u)" -eq 0 ] || die "no Docker engine is reachable and starting one needs root (or start dockerd yourself)."
+  is_root || die "no Docker engine is reachable, and starting one needs root (or start dockerd yourself)."
   register_runsc >/dev/null
   start_dockerd
 }
 
 ensure_redis() {
-  # Tests start their own Redis servers; the demo and a local fleet use this one on 6379.
-  command -v redis-server >/dev/null || install_packages
-  if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
-    say "starting redis-server on 127.0.0.1:6379 (AOF on, log: $REDIS_LOG)"
-    redis-server --bind 127.0.0.1 --port 6379 --appendonly yes --dir /var/lib/redis \
-      --maxmemory-policy noeviction --daemonize yes --logfile "$REDIS_LOG" >/dev/null
+  # The demo and a local fleet use this one; tests start their own servers on free ports.
+  redis_ready && return 0
+  if ! command -v redis-server >/dev/null; then
+    warn "redis-server is not installed: the fleet (submit, worker) needs it; the sandbox does not"
+    return 0
   fi
+  local dir=/var/lib/sandfleet-redis
+  is_root || dir=${XDG_STATE_HOME:-$HOME/.local/state}/sandfleet-redis
+  mkdir -p "$dir"
+  say "starting redis-server on 127.0.0.1:$REDIS_PORT (AOF on, data: $dir, log: $REDIS_LOG)"
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --appendonly yes --dir "$dir" \
+    --maxmemory-policy noeviction --daemonize yes --logfile "$REDIS_LOG" >/dev/null
+  for _ in $(seq 1 50); do redis_ready && return 0; sleep 0.1; done
+  die "redis-server did not come up on port $REDIS_PORT; see $REDIS_LOG"
 }
 
 ensure_venv() {
   local stamp="$VENV/.sandfleet-installed"
-  local want; want=$(cat "$REPO/pyproject.toml" | sha256sum | cut -c1-16)
+  local want; want=$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)
   if [ ! -x "$VENV/bin/python" ]; then
     say "creating virtual environment $VENV"
     python3 -m venv "$VENV"
   fi
-  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    say "installing sandfleet into $VENV"
-    "$VENV/bin/pip" install -q --upgrade pip >/dev/null
-    "$VENV/bin/pip" install -q -e "$REPO[all,dev]"
+  # Editable install: code changes need nothing; only a changed pyproject.toml reinstalls.
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || [ ! -x "$VENV/bin/sandfleet" ]; then
+    local log="$VENV/sandfleet-install.log"
+    say "installing sandfleet into $VENV (log: $log)"
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip \
+        && "$VENV/bin/python" -m pip install -e "$REPO[all,dev]"; } >"$log" 2>&1; then
+      tail -30 "$log" >&2
+      die "installing the project failed; see $log"
+    fi
     echo "$want" > "$stamp"
   fi
 }
 
 ensure_images() {
   [ "${SANDFLEET_SKIP_IMAGES:-0}" = 1 ] && return 0
-  local args=()
+  local args=(--if-changed)
   [ "${SANDFLEET_DATA_SCIENCE:-0}" = 1 ] && args+=(--data-science)
-  "$VENV/bin/sandfleet" images build --if-changed "${args[@]}"
+  "$VENV/bin/sandfleet" images build "${args[@]}"
 }
 
 main() {
-  mkdir -p /var/lib/redis 2>/dev/null || true
+  install_packages
   ensure_docker
   ensure_redis
   ensure_venv
   ensure_images
-  say "ready"
+  say "ready ($(docker version --format 'Docker {{.Server.Version}}' 2>/dev/null); run $VENV/bin/sandfleet doctor for details)"
 }
 
 main "$@"

@@ -299,7 +299,6 @@ def build_images(
         found = inspect_image(step.tag)
         if if_changed and found and found[1] == step.recipe:
             results.append(BuildResult(step.name, step.tag, "skipped", step.recipe, 0.0, found[2]))
-            progress(f"{step.tag}: unchanged, skipped")
             continue
         progress(f"{step.tag}: building")
         started = time.monotonic()
