@@ -1,4 +1,4 @@
-"""The reference scenario (DESIGN.md): 500 software orders for Jan–Sep 2026 and one question about them.
+"""The reference scenario (DESIGN.md): 500 software orders for Jan-Sep 2026 and one question about them.
 
 Tests, benchmarks and ``sandfleet demo`` share it: the generator is deterministic, the expected answer is
 computed here in plain Python, and ``REFERENCE_PROGRAM`` is a correct program to run under the runtime.
@@ -25,13 +25,13 @@ Q3_FIRST_DAY = dt.date(2026, 7, 1)
 Q3_LAST_DAY = dt.date(2026, 9, 30)
 
 REFERENCE_QUESTION = (
-    "What was our revenue per region in Q3 2026 (July to September; revenue is quantity × unit price)? "
+    "What was our revenue per region in Q3 2026 (July to September; revenue is quantity times unit price)? "
     "List the regions highest first."
 )
 # What expected_q3_revenue(generate_orders()) returns; a test keeps the two in step.
 REFERENCE_ANSWER = {"North America": 108664.0, "LATAM": 81328.0, "EMEA": 77689.0, "APAC": 65023.0}
 
-REFERENCE_PROGRAM = '''\
+REFERENCE_PROGRAM = """\
 import json
 from collections import defaultdict
 
@@ -44,7 +44,7 @@ for order in load_orders():
 
 ranked = sorted(totals.items(), key=lambda item: item[1], reverse=True)
 print("RESULT: " + json.dumps({region: round(total, 2) for region, total in ranked}))
-'''
+"""
 
 
 def generate_orders(seed: int = REFERENCE_SEED) -> list[dict[str, Any]]:
@@ -101,7 +101,7 @@ def write_reference_data(folder: str | Path) -> Path:
 
 
 def expected_q3_revenue(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """Revenue (quantity × unit price) per region for July–September 2026, highest first, rounded to cents.
+    """Revenue (quantity times unit price) per region, July-September 2026, highest first, rounded to 0.01.
 
     Accepts rows as generated or as read back from the CSV (dates as ``date`` or ISO strings).
     """
