@@ -166,8 +166,16 @@ class Agent:
         self.sel.register(0, selectors.EVENT_READ, "host")
 
     def serve(self):
-        send(b"H", {"pid": os.getpid(), "uid": os.getuid(), "gid": os.getgid(),
-                    "python": sys.version.split()[0], "not_dumpable": not_dumpable()})
+        send(
+            b"H",
+            {
+                "pid": os.getpid(),
+                "uid": os.getuid(),
+                "gid": os.getgid(),
+                "python": sys.version.split()[0],
+                "not_dumpable": not_dumpable(),
+            },
+        )
         while not self.reader.eof:
             for key, _ in self.sel.select():
                 if key.data == "host":
@@ -240,16 +248,30 @@ class Agent:
             env["SANDFLEET_BRIDGE_FDS"] = f"{call_w},{reply_r}"
         try:
             proc = subprocess.Popen(
-                req["argv"], cwd=req.get("cwd") or None, env=env, start_new_session=True,
+                req["argv"],
+                cwd=req.get("cwd") or None,
+                env=env,
+                start_new_session=True,
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, pass_fds=pass_fds,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=pass_fds,
             )
         except OSError as e:
             if bridge:
                 for fd in (call_r, call_w, reply_r, reply_w):
                     os.close(fd)
-            send(b"D", {"exit_code": 127, "timed_out": False, "spawn_error": f"{type(e).__name__}: {e}",
-                        "out_len": 0, "err_len": 0, "result_len": 0})
+            send(
+                b"D",
+                {
+                    "exit_code": 127,
+                    "timed_out": False,
+                    "spawn_error": f"{type(e).__name__}: {e}",
+                    "out_len": 0,
+                    "err_len": 0,
+                    "result_len": 0,
+                },
+            )
             return
         if stdin:
             try:
@@ -292,7 +314,7 @@ class Agent:
                 elif key.data == "call":
                     if not calls.pump():
                         self.sel.unregister(key.fd)
-            for kind, header, body in self.reader.frames():
+            for kind, _header, body in self.reader.frames():
                 if kind == b"K":
                     killed_by = "host"
                 elif kind == b"T" and calls:
@@ -322,14 +344,26 @@ class Agent:
         proc.stderr.close()
         result = out.result or b""
         ooms_after = oom_kills()
-        send(b"D", {
-            "oom_killed": ooms_before is not None and ooms_after is not None and ooms_after > ooms_before,
-            "exit_code": code, "timed_out": killed_by == "deadline", "killed": bool(killed_by),
-            "killed_by": killed_by, "survivors": survivors, "children_killed": len(leftover),
-            "out_total": out.total, "err_total": err.total, "out_len": len(out.kept),
-            "err_len": len(err.kept), "result_len": len(result), "result_overflow": out.result_overflow,
-            "run_s": time.monotonic() - started,
-        }, bytes(out.kept) + bytes(err.kept) + result)
+        send(
+            b"D",
+            {
+                "oom_killed": ooms_before is not None and ooms_after is not None and ooms_after > ooms_before,
+                "exit_code": code,
+                "timed_out": killed_by == "deadline",
+                "killed": bool(killed_by),
+                "killed_by": killed_by,
+                "survivors": survivors,
+                "children_killed": len(leftover),
+                "out_total": out.total,
+                "err_total": err.total,
+                "out_len": len(out.kept),
+                "err_len": len(err.kept),
+                "result_len": len(result),
+                "result_overflow": out.result_overflow,
+                "run_s": time.monotonic() - started,
+            },
+            bytes(out.kept) + bytes(err.kept) + result,
+        )
 
 
 def read_some(fd):

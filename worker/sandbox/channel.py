@@ -9,6 +9,7 @@ malformed header ends the conversation with ChannelError, and memory stays bound
 from __future__ import annotations
 
 import json
+import select
 import socket
 import struct
 import time
@@ -134,6 +135,20 @@ class AgentChannel:
         body = bytes(self._out[HEAD.size + hlen : end])
         del self._out[:end]
         return kind, header, body
+
+    def is_open(self) -> bool:
+        """False when the stream has ended (the container died while idle, e.g. the engine restarted)."""
+        if self.closed:
+            return False
+        try:
+            readable, _, _ = select.select([self._sock], [], [], 0)
+            if not readable:
+                return True
+            return bool(self._sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except (BlockingIOError, InterruptedError):
+            return True
+        except (OSError, ValueError):
+            return False
 
     def _closed_message(self) -> str:
         tail = self.stderr_tail.decode(errors="replace").strip()

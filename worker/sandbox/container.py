@@ -74,8 +74,15 @@ def exit_code_of(returncode: int) -> int:
 class SandboxContainer:
     """A started container whose agent is waiting for work."""
 
-    def __init__(self, client: Any, config: SandboxConfig, container: Any, channel: AgentChannel,
-                 hello: dict[str, Any], start_s: float) -> None:
+    def __init__(
+        self,
+        client: Any,
+        config: SandboxConfig,
+        container: Any,
+        channel: AgentChannel,
+        hello: dict[str, Any],
+        start_s: float,
+    ) -> None:
         self._client = client
         self.config = config
         self._container = container
@@ -90,8 +97,14 @@ class SandboxContainer:
     # -- life cycle ---------------------------------------------------------------------------
 
     @classmethod
-    def start(cls, config: SandboxConfig, *, owner: Owner | None = None, labels: dict[str, str] | None = None,
-              client: Any | None = None) -> SandboxContainer:
+    def start(
+        cls,
+        config: SandboxConfig,
+        *,
+        owner: Owner | None = None,
+        labels: dict[str, str] | None = None,
+        client: Any | None = None,
+    ) -> SandboxContainer:
         """Create, attach and start a container, send it the agent and wait for its hello.
 
         Raises:
@@ -111,7 +124,9 @@ class SandboxContainer:
                 "network 'restricted' is not supported under gVisor: its filter cannot be installed from "
                 "the host; use network 'none' or the runc runtime"
             )
-        kwargs = container_kwargs(config, owner=owner or Owner.current(), host_ncpu=info["ncpu"], labels=labels)
+        kwargs = container_kwargs(
+            config, owner=owner or Owner.current(), host_ncpu=info["ncpu"], labels=labels
+        )
         try:
             container = client.containers.create(**kwargs)
         except engine.ImageNotFoundError as e:
@@ -122,7 +137,9 @@ class SandboxContainer:
             raise _translate(e, "create the sandbox") from e
         channel = None
         try:
-            sock = client.api.attach_socket(container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
+            sock = client.api.attach_socket(
+                container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
             channel = AgentChannel(engine.raw_socket(sock))
             container.start()
             if config.network == "restricted":
@@ -176,11 +193,20 @@ class SandboxContainer:
         self.used = True
         began = time.monotonic()
         deadline = began + timeout if timeout else None
-        self.channel.send(b"E", {
-            "argv": argv, "env": command_env(self.config) if env is None else env,
-            "cwd": cwd or self.config.workdir, "timeout": timeout, "max_output": max_output,
-            "max_result": max_result, "bridge": on_call is not None, "max_request": max_request,
-        }, stdin)
+        self.channel.send(
+            b"E",
+            {
+                "argv": argv,
+                "env": command_env(self.config) if env is None else env,
+                "cwd": cwd or self.config.workdir,
+                "timeout": timeout,
+                "max_output": max_output,
+                "max_result": max_result,
+                "bridge": on_call is not None,
+                "max_request": max_request,
+            },
+            stdin,
+        )
         max_body = 2 * max_output + max_result + max_request + 1024
         kill_sent = False
         while True:
@@ -193,10 +219,14 @@ class SandboxContainer:
                     self._send_quietly(b"K")
                     continue
                 self.destroy()
-                return self._lost(began, timeout, "the sandbox did not stop at its deadline and was destroyed")
+                return self._lost(
+                    began, timeout, "the sandbox did not stop at its deadline and was destroyed"
+                )
             except ChannelError as e:
                 self.destroy()
-                return self._lost(began, timeout if deadline and time.monotonic() >= deadline else None, str(e))
+                return self._lost(
+                    began, timeout if deadline and time.monotonic() >= deadline else None, str(e)
+                )
             if kind == b"D":
                 return self._finished(header, body, began, timeout)
             if kind == b"C" and on_call is not None:
@@ -215,7 +245,11 @@ class SandboxContainer:
             pass  # the next recv reports it
 
     def _finished(self, h: dict[str, Any], body: bytes, began: float, timeout: float | None) -> ExecResult:
-        out_len, err_len, result_len = int(h.get("out_len", 0)), int(h.get("err_len", 0)), int(h.get("result_len", 0))
+        out_len, err_len, result_len = (
+            int(h.get("out_len", 0)),
+            int(h.get("err_len", 0)),
+            int(h.get("result_len", 0)),
+        )
         stdout = body[:out_len].decode(errors="replace")
         stderr = body[out_len : out_len + err_len].decode(errors="replace")
         result_line = body[out_len + err_len : out_len + err_len + result_len] or None
@@ -235,20 +269,41 @@ class SandboxContainer:
         if truncated_out or truncated_err:
             limits.append("output")
         return ExecResult(
-            stdout=stdout, stderr=stderr, exit_code=code, timed_out=timed_out,
-            stdout_truncated=truncated_out, stderr_truncated=truncated_err,
-            stdout_bytes=int(h.get("out_total", 0)), stderr_bytes=int(h.get("err_total", 0)),
-            result_line=result_line, result_overflow=bool(h.get("result_overflow")),
-            oom_killed=bool(h.get("oom_killed")), duration_s=time.monotonic() - began,
-            agent_run_s=float(h.get("run_s", 0.0)), survivors=int(h.get("survivors", 0)), limits_hit=limits,
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=code,
+            timed_out=timed_out,
+            stdout_truncated=truncated_out,
+            stderr_truncated=truncated_err,
+            stdout_bytes=int(h.get("out_total", 0)),
+            stderr_bytes=int(h.get("err_total", 0)),
+            result_line=result_line,
+            result_overflow=bool(h.get("result_overflow")),
+            oom_killed=bool(h.get("oom_killed")),
+            duration_s=time.monotonic() - began,
+            agent_run_s=float(h.get("run_s", 0.0)),
+            survivors=int(h.get("survivors", 0)),
+            limits_hit=limits,
         )
 
     def _lost(self, began: float, timeout: float | None, why: str) -> ExecResult:
         if timeout is not None:
-            return ExecResult(stdout="", stderr=_timeout_note("", timeout), exit_code=-1, timed_out=True,
-                              duration_s=time.monotonic() - began, limits_hit=["timeout"], protocol_error=why)
-        return ExecResult(stdout="", stderr=f"sandbox failure: {why}", exit_code=-1,
-                          duration_s=time.monotonic() - began, protocol_error=why)
+            return ExecResult(
+                stdout="",
+                stderr=_timeout_note("", timeout),
+                exit_code=-1,
+                timed_out=True,
+                duration_s=time.monotonic() - began,
+                limits_hit=["timeout"],
+                protocol_error=why,
+            )
+        return ExecResult(
+            stdout="",
+            stderr=f"sandbox failure: {why}",
+            exit_code=-1,
+            duration_s=time.monotonic() - began,
+            protocol_error=why,
+        )
 
     # -- files (written from inside: Docker's archive API refuses read-only roots) ---------------
 
@@ -269,8 +324,9 @@ class SandboxContainer:
     def _abs(self, path: str) -> str:
         return path if path.startswith("/") else f"{self.config.workdir.rstrip('/')}/{path}"
 
-    def _ask(self, kind: bytes, header: dict[str, Any], body: bytes = b"",
-             max_body: int = 1024) -> tuple[dict[str, Any], bytes]:
+    def _ask(
+        self, kind: bytes, header: dict[str, Any], body: bytes = b"", max_body: int = 1024
+    ) -> tuple[dict[str, Any], bytes]:
         self.channel.send(kind, header, body)
         try:
             answer_kind, answer, data = self.channel.recv(time.monotonic() + FILE_TIMEOUT_S, max_body)
@@ -313,7 +369,7 @@ def _engine_facts(client: Any) -> dict[str, Any]:
 
 def _translate(e: Exception, doing: str) -> Exception:
     text = str(e)
-    if "Connection" in text or "connect" in text.lower() and "refused" in text.lower():
+    if "Connection" in text or ("connect" in text.lower() and "refused" in text.lower()):
         return engine.unavailable(text)
     explanation = getattr(e, "explanation", None) or text
     return SandboxError(f"cannot {doing}: {explanation}")

@@ -17,7 +17,9 @@ try:  # the producer-only install has no docker SDK; fail closed with the instal
 except ModuleNotFoundError:  # pragma: no cover - exercised by a test in a venv without docker
     docker = None  # type: ignore[assignment]
 
-DOCKER_MISSING = "The 'docker' package is required for the sandbox. Install it with: pip install 'sandfleet[worker]'"
+DOCKER_MISSING = (
+    "The 'docker' package is required for the sandbox. Install it with: pip install 'sandfleet[worker]'"
+)
 # Container labels: every Sandfleet container carries LABEL_ROLE, and its owner (a process) so a
 # reaper can tell leftovers of dead processes from containers of live ones.
 LABEL_ROLE = "sandfleet.role"

@@ -36,7 +36,9 @@ class SandboxSession:
     def config(self) -> SandboxConfig:
         return self._container.config
 
-    def execute(self, cmd: str | list[str], timeout: float | None = None, *, stdin: bytes = b"") -> ExecResult:
+    def execute(
+        self, cmd: str | list[str], timeout: float | None = None, *, stdin: bytes = b""
+    ) -> ExecResult:
         """Run ``cmd`` (a shell-like string or an argv list) and wait for it.
 
         ``timeout`` defaults to what is left of the sandbox's own ``timeout``; at the deadline the
@@ -48,8 +50,9 @@ class SandboxSession:
         argv = shlex.split(cmd) if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise ValueError("empty command")
-        return self._container.execute(argv, timeout=min(timeout or left, left), stdin=stdin,
-                                       max_output=self._max_output)
+        return self._container.execute(
+            argv, timeout=min(timeout or left, left), stdin=stdin, max_output=self._max_output
+        )
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         self._container.write_file(path, data, mode)

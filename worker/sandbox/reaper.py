@@ -31,7 +31,9 @@ class PruneReport:
     killed_processes: list[int] = field(default_factory=list)
 
 
-def prune(*, everything: bool = False, owners: set[str] | None = None, client: Any | None = None) -> PruneReport:
+def prune(
+    *, everything: bool = False, owners: set[str] | None = None, client: Any | None = None
+) -> PruneReport:
     """Remove Sandfleet containers whose owner is gone (or, with ``everything``, all of them).
 
     ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt

@@ -1,0 +1,271 @@
+"""A warm pool of single-use sandboxes, under a cap on live containers.
+
+Starting a container costs ~200 ms (runc) to ~400 ms (runsc); a job should not wait for it. For
+each SandboxConfig in use the pool keeps ``pool_size`` containers started, their agents waiting; a
+run takes one, uses it for exactly one program, and gives it back to be destroyed. Nothing is ever
+reused. When no warm container is there, the run starts one itself (a cold start).
+
+``max_live`` bounds every container this pool owns: warm, busy and being removed. A run that finds
+no free slot waits for one; idle containers of other configs are evicted to make room.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from producer.config import SandboxConfig
+from producer.errors import SandboxError, SandboxUnavailableError
+from worker.sandbox.container import SandboxContainer
+from worker.sandbox.spec import Owner
+
+log = logging.getLogger("sandfleet.pool")
+
+MAX_WARM_CONFIGS = 8
+FILL_BACKOFF_MAX_S = 30.0
+REMOVERS = 4
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A container handed to one run, and how it was obtained."""
+
+    container: SandboxContainer
+    warm: bool
+    acquire_s: float
+
+
+class SandboxPool:
+    """Warm single-use containers per config; ``acquire`` one, ``release`` it when the run is over."""
+
+    def __init__(
+        self,
+        *,
+        pool_size: int = 2,
+        max_live: int = 4,
+        labels: dict[str, str] | None = None,
+        client: Any | None = None,
+    ) -> None:
+        if max_live < 1:
+            raise ValueError("max_live must be at least 1")
+        self.pool_size = pool_size
+        self.max_live = max_live
+        self._labels = labels or {}
+        self._client = client
+        self._owner = Owner.current()
+        self._cond = threading.Condition()
+        self._idle: dict[str, deque[SandboxContainer]] = {}
+        self._configs: OrderedDict[str, SandboxConfig] = OrderedDict()
+        self._starting: dict[str, int] = {}
+        self._live = 0
+        self._waiters = 0
+        self._closed = False
+        self._fill_failures = 0
+        self._fill_paused_until = 0.0
+        self.peak_live = 0
+        self.started_total = 0
+        self._remover = ThreadPoolExecutor(REMOVERS, thread_name_prefix="sandfleet-remove")
+        self._filler = threading.Thread(target=self._fill_forever, name="sandfleet-pool-fill", daemon=True)
+        self._filler_started = False
+
+    # -- public ---------------------------------------------------------------------------------
+
+    @property
+    def live(self) -> int:
+        with self._cond:
+            return self._live
+
+    def warm(self, config: SandboxConfig) -> None:
+        """Start keeping ``pool_size`` containers of this config ready."""
+        with self._cond:
+            self._want(config)
+            self._cond.notify_all()
+        self._ensure_filler()
+
+    def acquire(self, config: SandboxConfig, timeout: float | None = None) -> Lease:
+        """A fresh container of ``config``: warm if one is ready, else started now.
+
+        Raises:
+            SandboxError: closed pool, no slot within ``timeout``, or the container cannot be made.
+            SandboxUnavailableError: no engine.
+        """
+        began = time.monotonic()
+        key = config.fingerprint()
+        deadline = None if timeout is None else began + timeout
+        with self._cond:
+            self._want(config)
+            self._waiters += 1
+            try:
+                while True:
+                    if self._closed:
+                        raise SandboxError("the sandbox pool is closed")
+                    container = self._pop_idle(key)
+                    if container is not None:
+                        self._cond.notify_all()  # the filler may top up
+                        return Lease(container, True, time.monotonic() - began)
+                    if self._live < self.max_live:
+                        self._reserve(key)
+                        break
+                    if not self._evict_other(key):
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            raise SandboxError(f"no sandbox slot became free within {timeout:g} s")
+                        self._cond.wait(left)
+            finally:
+                self._waiters -= 1
+        self._ensure_filler()
+        try:
+            container = self._start(config)
+        finally:
+            with self._cond:
+                self._starting[key] -= 1
+        return Lease(container, False, time.monotonic() - began)
+
+    def release(self, container: SandboxContainer) -> None:
+        """Destroy a used container in the background; its slot frees once it is gone."""
+        self._remover.submit(self._destroy, container)
+
+    def close(self) -> None:
+        """Stop warming, destroy idle containers and wait for every removal. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            idle = [c for q in self._idle.values() for c in q]
+            self._idle.clear()
+            self._cond.notify_all()
+        for container in idle:
+            self._remover.submit(self._destroy, container)
+        if self._filler_started:
+            self._filler.join(timeout=30)
+        self._remover.shutdown(wait=True)
+
+    def stats(self) -> dict[str, int]:
+        with self._cond:
+            return {
+                "live": self._live,
+                "idle": sum(len(q) for q in self._idle.values()),
+                "peak_live": self.peak_live,
+                "started_total": self.started_total,
+                "waiters": self._waiters,
+            }
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals (callers hold self._cond where noted) ------------------------------------------
+
+    def _want(self, config: SandboxConfig) -> None:  # holds _cond
+        key = config.fingerprint()
+        self._configs[key] = config
+        self._configs.move_to_end(key)
+        while len(self._configs) > MAX_WARM_CONFIGS:
+            old, _ = self._configs.popitem(last=False)
+            for container in self._idle.pop(old, ()):
+                self._remover.submit(self._destroy, container)
+        self._idle.setdefault(key, deque())
+        self._starting.setdefault(key, 0)
+
+    def _reserve(self, key: str) -> None:  # holds _cond
+        self._live += 1
+        self._starting[key] += 1
+        self.peak_live = max(self.peak_live, self._live)
+
+    def _pop_idle(self, key: str) -> SandboxContainer | None:  # holds _cond
+        queue = self._idle.get(key)
+        while queue:
+            container = queue.popleft()
+            if container.channel.is_open():
+                return container
+            self._remover.submit(self._destroy, container)
+        return None
+
+    def _evict_other(self, key: str) -> bool:  # holds _cond
+        for other, queue in self._idle.items():
+            if other != key and queue:
+                self._remover.submit(self._destroy, queue.popleft())
+                return True
+        return False
+
+    def _start(self, config: SandboxConfig) -> SandboxContainer:
+        try:
+            container = SandboxContainer.start(
+                config, owner=self._owner, labels=self._labels, client=self._client
+            )
+        except BaseException:
+            with self._cond:
+                self._live -= 1
+                self._cond.notify_all()
+            raise
+        with self._cond:
+            self.started_total += 1
+        return container
+
+    def _destroy(self, container: SandboxContainer) -> None:
+        try:
+            container.destroy()
+        finally:
+            with self._cond:
+                self._live -= 1
+                self._cond.notify_all()
+
+    def _ensure_filler(self) -> None:
+        if self.pool_size > 0 and not self._filler_started:
+            with self._cond:
+                if not self._filler_started:
+                    self._filler_started = True
+                    self._filler.start()
+
+    def _next_fill(self) -> SandboxConfig | None:  # holds _cond
+        if self._waiters or self._live >= self.max_live or time.monotonic() < self._fill_paused_until:
+            return None
+        for key in reversed(self._configs):  # most recently used first
+            if len(self._idle[key]) + self._starting[key] < self.pool_size:
+                self._reserve(key)
+                return self._configs[key]
+        return None
+
+    def _fill_forever(self) -> None:
+        while True:
+            with self._cond:
+                config = None
+                while not self._closed:
+                    config = self._next_fill()
+                    if config is not None:
+                        break
+                    pause = self._fill_paused_until - time.monotonic()
+                    self._cond.wait(pause if pause > 0 else None)
+                if self._closed:
+                    return
+            key = config.fingerprint()
+            try:
+                container = self._start(config)
+            except (SandboxError, SandboxUnavailableError) as e:
+                with self._cond:
+                    self._starting[key] -= 1
+                    self._fill_failures += 1
+                    backoff = min(FILL_BACKOFF_MAX_S, 0.5 * 2 ** min(self._fill_failures, 6))
+                    self._fill_paused_until = time.monotonic() + backoff
+                log.warning("warming a sandbox failed (retrying in %.1f s): %s", backoff, e)
+                continue
+            except Exception:
+                with self._cond:
+                    self._starting[key] -= 1
+                log.exception("warming a sandbox failed")
+                continue
+            with self._cond:
+                self._starting[key] -= 1
+                self._fill_failures = 0
+                if self._closed or key not in self._configs:
+                    self._remover.submit(self._destroy, container)
+                else:
+                    self._idle[key].append(container)
+                self._cond.notify_all()
