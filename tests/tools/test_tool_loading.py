@@ -150,7 +150,7 @@ def test_file_with_a_syntax_error(tmp_path: Path) -> None:
     [
         (
             '__all__ = ["LIMIT"]\nLIMIT = 3\n',
-            "__all__ of sf_entries names 'LIMIT', a int, which is not callable",
+            "__all__ of sf_entries names 'LIMIT', of type int, which is not callable",
         ),
         ('__all__ = ["gone"]\n', "__all__ of sf_entries names 'gone', which the module does not define"),
         ('__all__ = ["Order"]\nclass Order:\n    """A class."""\n', "Order in sf_entries is a class"),

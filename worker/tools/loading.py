@@ -98,7 +98,7 @@ def tools_of(module: ModuleType, label: str | None = None) -> list[Tool]:
         obj = getattr(module, name)
         if not callable(obj) and not _is_langchain_shaped(obj):
             kind = type(obj).__name__
-            raise ToolLoadError(f"__all__ of {label} names {name!r}, a {kind}, which is not callable")
+            raise ToolLoadError(f"__all__ of {label} names {name!r}, of type {kind}, which is not callable")
         tools.append(Tool.from_object(obj, name=None if _is_langchain_shaped(obj) else name, module=label))
     return tools
 

@@ -100,7 +100,7 @@ def _convert(value: Any, depth: int) -> Any:
     if isinstance(value, Enum):
         return _convert(value.value, depth)
     if depth <= 0:
-        raise _Refusal(f"a {_type_name(value)} nested too deeply", "nest less deeply, or break the cycle")
+        raise _Refusal(f"{_a(_type_name(value))} nested too deeply", "nest less deeply, or break the cycle")
     if isinstance(value, dict):
         return _convert_dict(value, depth - 1)
     if isinstance(value, list | tuple):
@@ -118,7 +118,7 @@ def _convert(value: Any, depth: int) -> Any:
         fields = {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
         return _convert_dict(fields, depth - 1)
     hint = next((h for t, h in _HINTS.items() if isinstance(value, t)), _DEFAULT_HINT)
-    raise _Refusal(f"a {_type_name(value)}", hint)
+    raise _Refusal(_a(_type_name(value)), hint)
 
 
 _NOT_SCALAR = object()
@@ -178,6 +178,10 @@ def _finite(number: float) -> float:
     if not math.isfinite(number):
         raise _Refusal(f"the float {number}", "JSON has no NaN or Infinity; return None or a string")
     return number
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def _type_name(value: Any) -> str:
