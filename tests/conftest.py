@@ -1,0 +1,221 @@
+"""Shared test harness: real Redis servers, the Docker engine, gVisor, and a leftover-container check.
+
+Integration tests run against the real thing. A test that needs something this host lacks is skipped
+locally, but in CI (the ``CI`` environment variable is set) a missing engine, runtime or redis-server is
+a failure: CI must run every test.
+
+Fixtures:
+    redis_server     session: a throwaway ``redis-server`` (no persistence), its URL
+    redis_factory    function: start more servers with options (AOF, ...); stopped after the test
+    docker_engine    session: ``EngineInfo`` of the engine, or skip ("no Docker engine reachable")
+    gvisor           function: the same, when ``runsc`` is registered, or skip ("runsc is not registered")
+    skip_or_fail     function: skip (locally) or fail (in CI) with a reason
+
+At the end of the session, any container labelled ``sandfleet.role`` that still exists fails the run
+(as an error in the teardown of the last test), listing them. On an engine shared with other people's
+test runs their containers count too; CI's engine is private.
+
+Markers (docker, gvisor, redis, slow) are declared in pyproject.toml.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+IN_CI = bool(os.environ.get("CI"))
+REDIS_START_TIMEOUT_S = 10.0
+LEFTOVER_GRACE_S = 5.0  # containers being removed by a background thread get this long to go
+LABEL_ROLE = "sandfleet.role"  # as in worker.sandbox.engine; repeated so this file imports no SDK
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip locally; fail in CI, where every prerequisite must be present."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(name="skip_or_fail")
+def skip_or_fail_fixture() -> Callable[[str], None]:
+    """``skip_or_fail(reason)`` for tests that find a prerequisite missing themselves."""
+    return skip_or_fail
+
+
+# ---- Redis ------------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    """A real ``redis-server`` on 127.0.0.1 in its own folder. ``restart()`` keeps port and data folder,
+    which is what reliability tests need (kill Redis, bring it back, check what AOF kept)."""
+
+    def __init__(self, directory: Path, args: tuple[str, ...]) -> None:
+        self.directory = directory
+        self.args = args
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.directory)]
+        self._log = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen([*cmd, *self.args], stdout=self._log, stderr=subprocess.STDOUT)
+        self._wait_ready()
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the server: SIGTERM (Redis writes its AOF/RDB and exits) or, with ``kill``, SIGKILL."""
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self._log is not None:
+            self._log.close()
+        self.process = None
+
+    def restart(self, kill: bool = False) -> RedisServer:
+        self.stop(kill=kill)
+        return self.start()
+
+    def _wait_ready(self) -> None:
+        import redis
+
+        deadline = time.monotonic() + REDIS_START_TIMEOUT_S
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        try:
+            while True:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"redis-server exited with {self.process.returncode}:\n{log}")
+                try:
+                    if client.ping():
+                        return
+                except redis.ConnectionError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"redis-server on port {self.port} did not answer within 10 s")
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+
+NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
+
+
+def _require_redis_server() -> None:
+    if shutil.which("redis-server") is None:
+        skip_or_fail("redis-server is not installed")
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a session-wide throwaway Redis (no RDB, no AOF). Tests use their own key prefixes."""
+    _require_redis_server()
+    server = RedisServer(tmp_path_factory.mktemp("redis"), NO_PERSISTENCE).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start extra Redis servers: ``redis_factory("--appendonly", "yes", "--appendfsync", "always")``.
+
+    Arguments are added to ``--bind/--port/--dir``; with none, persistence is off. Each server gets its
+    own folder under the test's tmp_path; all are stopped when the test ends.
+    """
+    _require_redis_server()
+    servers: list[RedisServer] = []
+
+    def start(*args: str) -> RedisServer:
+        server = RedisServer(tmp_path / f"redis-{len(servers)}", args or NO_PERSISTENCE)
+        servers.append(server)
+        return server.start()
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+# ---- Docker and gVisor ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_engine():  # -> worker.sandbox.engine.EngineInfo
+    """What the engine offers (version, runtimes, images). Skips locally when none answers."""
+    from producer.errors import SandfleetError
+
+    try:
+        from worker.sandbox.engine import engine_info
+
+        return engine_info()
+    except (SandfleetError, ImportError) as e:
+        skip_or_fail(f"no Docker engine reachable: {e}")
+
+
+@pytest.fixture
+def gvisor(docker_engine):  # -> EngineInfo
+    """The engine, when gVisor's ``runsc`` runtime is registered."""
+    if "runsc" not in docker_engine.runtimes:
+        skip_or_fail("runsc is not registered")
+    return docker_engine
+
+
+def _sandfleet_containers() -> list[str] | None:
+    """``name (image, status, role)`` of every container labelled sandfleet.role; None without an engine."""
+    try:
+        from worker.sandbox.engine import docker_client
+
+        client = docker_client()
+        found = client.containers.list(all=True, filters={"label": LABEL_ROLE})
+    except Exception:
+        return None
+    return [
+        f"{c.name} ({c.attrs['Config']['Image']}, {c.status}, role={c.labels.get(LABEL_ROLE)})" for c in found
+    ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leftover_containers() -> Iterator[None]:
+    """Fail the session when Sandfleet containers outlive the tests that made them."""
+    yield
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while (left := _sandfleet_containers()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if left:
+        pytest.fail(
+            f"{len(left)} Sandfleet container(s) left after the tests (label {LABEL_ROLE}):\n  "
+            + "\n  ".join(left)
+            + "\nremove them with: sandfleet sandbox prune",
+            pytrace=False,
+        )
