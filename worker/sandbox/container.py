@@ -313,6 +313,18 @@ class SandboxContainer:
             raise SandboxError(f"file of {len(payload)} bytes is larger than {MAX_FILE_BYTES}")
         self._ask(b"W", {"path": self._abs(path), "mode": mode}, payload)
 
+    def put_files(self, files: dict[str, bytes]) -> None:
+        """Write several files in one round trip (frames pipelined, answers read afterwards)."""
+        for path, data in files.items():
+            self.channel.send(b"W", {"path": self._abs(path), "mode": 0o644}, data)
+        for path in files:
+            try:
+                kind, answer, _ = self.channel.recv(time.monotonic() + FILE_TIMEOUT_S, 1024)
+            except ChannelError as e:
+                raise SandboxError(f"the sandbox did not answer: {e}") from e
+            if kind != b"A" or not answer.get("ok"):
+                raise SandboxError(f"{path}: {answer.get('error', 'cannot write')}")
+
     def read_file(self, path: str, max_bytes: int = 64 * 1024**2) -> bytes:
         _, body = self._ask(b"R", {"path": self._abs(path), "max_bytes": max_bytes}, max_body=max_bytes)
         return body

@@ -1,0 +1,226 @@
+"""The host side of the tool bridge: every call a program makes passes here, and only here.
+
+Caps and limits live on this side, never in the stub: the allow-list, the call budget (every
+call counts, failed and unknown ones included), request and reply sizes, the operator's policy
+hook, and the audit record of each call. A program that rewrites its stub or writes bytes by
+hand gets nothing more than the stub would.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from producer.contracts import ToolCallRecord
+from worker.tools.registry import ToolRegistry
+
+STUB_SOURCE = Path(__file__).with_name("stub.py")
+MAX_RECORDED_RESULT_BYTES = 8 * 1024**2
+BUDGET_ERROR = "ToolBudgetExceededError"
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """What the policy hook sees of a call before it runs."""
+
+    tool: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    job_id: str | None
+    seq: int
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    allow: bool
+    reason: str = ""
+
+
+class CallPolicy(Protocol):
+    """Decides whether a call may run (e.g. human approval). Runs on the host, before the tool."""
+
+    def __call__(self, request: CallRequest) -> PolicyDecision | bool: ...
+
+
+def allow_all(request: CallRequest) -> PolicyDecision:
+    return PolicyDecision(True)
+
+
+def stub_module(registry: ToolRegistry) -> str:
+    """The source of ``sandfleet_tools`` for a program allowed exactly ``registry``'s tools."""
+    specs = [{"name": t.name, "signature": t.signature, "description": t.description} for t in registry]
+    source = STUB_SOURCE.read_text()
+    return source.replace("_TOOLS = []", f"_TOOLS = {json.dumps(specs)}", 1)
+
+
+class _Refusal(Exception):
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(error_type, message)
+        self.error_type, self.message = error_type, message
+
+
+@dataclass
+class ToolBridge:
+    """Serves one program run's calls. ``handle`` gets a request frame and returns the reply bytes."""
+
+    registry: ToolRegistry
+    max_calls: int = 50
+    max_request_bytes: int = 1024**2
+    max_response_bytes: int = 64 * 1024**2
+    policy: CallPolicy = allow_all
+    job_id: str | None = None
+    replay: list[ToolCallRecord] | None = None
+    on_call: Callable[[ToolCallRecord], None] | None = None
+    records: list[ToolCallRecord] = field(default_factory=list)
+    tool_time_s: float = 0.0
+    budget_exceeded: bool = False
+    protocol_errors: int = 0
+
+    def handle(self, header: dict[str, Any], body: bytes) -> bytes:
+        seq = len(self.records) + 1
+        began = time.perf_counter()
+        request_id: Any = None
+        tool, args, kwargs = "?", [], {}
+        try:
+            if header.get("oversize") is not None:
+                raise _Refusal(
+                    "ValueError",
+                    f"tool request of {header['oversize']} bytes exceeds the "
+                    f"{self.max_request_bytes}-byte limit",
+                )
+            if header.get("malformed"):
+                self.protocol_errors += 1
+                raise _Refusal("ConnectionError", str(header["malformed"]))
+            if len(body) > self.max_request_bytes:
+                raise _Refusal(
+                    "ValueError",
+                    f"tool request of {len(body)} bytes exceeds the {self.max_request_bytes}-byte limit",
+                )
+            request_id, tool, args, kwargs = self._parse(body)
+            if seq > self.max_calls:
+                self.budget_exceeded = True
+                raise _Refusal(BUDGET_ERROR, f"tool-call budget of {self.max_calls} exceeded")
+            if tool not in self.registry:
+                allowed = ", ".join(self.registry.names()) or "none"
+                raise _Refusal(
+                    "NameError", f"tool {tool!r} is not allowed for this job; allowed tools: {allowed}"
+                )
+            decision = self.policy(CallRequest(tool, args, kwargs, self.job_id, seq))
+            if isinstance(decision, bool):
+                decision = PolicyDecision(decision)
+            if not decision.allow:
+                raise _Refusal(
+                    "PermissionError",
+                    f"call to {tool} denied by policy" + (f": {decision.reason}" if decision.reason else ""),
+                )
+            value, replayed = self._run(seq, tool, args, kwargs)
+            reply = _encode({"id": request_id, "ok": True, "value": value})
+            if len(reply) > self.max_response_bytes:
+                raise _Refusal(
+                    "ValueError",
+                    f"tool {tool} returned {len(reply)} bytes, more than the "
+                    f"{self.max_response_bytes}-byte limit",
+                )
+            self._record(
+                seq, tool, args, kwargs, began, ok=True, value=value, size=len(reply), replayed=replayed
+            )
+            return reply
+        except _Refusal as e:
+            return self._fail(seq, request_id, tool, args, kwargs, began, e.error_type, e.message)
+        except Exception as e:  # the tool's own exception reaches the program, type name and message kept
+            return self._fail(seq, request_id, tool, args, kwargs, began, type(e).__name__, _message(e))
+
+    def _parse(self, body: bytes) -> tuple[Any, str, list[Any], dict[str, Any]]:
+        try:
+            request = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as e:
+            self.protocol_errors += 1
+            raise _Refusal("ValueError", f"malformed tool request: {e}") from None
+        if not isinstance(request, dict):
+            self.protocol_errors += 1
+            raise _Refusal("ValueError", "malformed tool request: not an object")
+        tool, args, kwargs = request.get("tool"), request.get("args", []), request.get("kwargs", {})
+        if not isinstance(tool, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            self.protocol_errors += 1
+            raise _Refusal(
+                "ValueError", "malformed tool request: needs tool (str), args (list), kwargs (object)"
+            )
+        return request.get("id"), tool[:200], args, kwargs
+
+    def _run(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, bool]:
+        if self.replay is not None:
+            return self._replayed(seq, tool, args, kwargs), True
+        began = time.perf_counter()
+        try:
+            return self.registry.call(tool, args, kwargs), False
+        finally:
+            self.tool_time_s += time.perf_counter() - began
+
+    def _replayed(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """The recorded result of the same call, instead of calling the tool again."""
+        recorded = next((r for r in self.replay or [] if r.seq == seq), None)
+        if recorded is None or recorded.tool != tool or recorded.args != args or recorded.kwargs != kwargs:
+            raise _Refusal("LookupError", f"replay: call {seq} ({tool}) differs from the recorded run")
+        if not recorded.ok:
+            raise _Refusal(recorded.error_type or "ToolError", recorded.error or "failed")
+        return recorded.result
+
+    def _fail(
+        self,
+        seq: int,
+        request_id: Any,
+        tool: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        began: float,
+        error_type: str,
+        message: str,
+    ) -> bytes:
+        self._record(seq, tool, args, kwargs, began, ok=False, error_type=error_type, error=message)
+        return _encode({"id": request_id, "ok": False, "type": error_type, "message": message})
+
+    def _record(
+        self,
+        seq: int,
+        tool: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        began: float,
+        *,
+        ok: bool,
+        value: Any = None,
+        size: int = 0,
+        error_type: str | None = None,
+        error: str | None = None,
+        replayed: bool = False,
+    ) -> None:
+        record = ToolCallRecord(
+            seq=seq,
+            tool=tool,
+            args=args,
+            kwargs=kwargs,
+            ok=ok,
+            error_type=error_type,
+            error=error,
+            result=value if size <= MAX_RECORDED_RESULT_BYTES else None,
+            result_size=size,
+            duration_ms=(time.perf_counter() - began) * 1000,
+            replayed=replayed,
+        )
+        self.records.append(record)
+        if self.on_call is not None:
+            self.on_call(record)
+
+
+def _message(e: Exception) -> str:
+    if isinstance(e, KeyError) and len(e.args) == 1:
+        return str(e.args[0])
+    return str(e)
+
+
+def _encode(reply: dict[str, Any]) -> bytes:
+    return json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode()

@@ -1,0 +1,196 @@
+"""The program runtime: run ONE model-written program in a fresh sandbox, tools served from the host.
+
+    runtime = ProgramRuntime(pool, registry)
+    run = runtime.run(program, config=SandboxConfig(), settings=CodeActionSettings(), tools=["load_orders"])
+    run.result  # the RESULT payload
+
+Each run takes a fresh container from the pool (warm when possible, never reused), writes the
+program and a ``sandfleet_tools`` module allowing exactly the job's tools, runs it under
+``exec_timeout`` with the bridge attached, and returns what happened. The container is destroyed
+afterwards, whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from producer.config import CodeActionSettings, SandboxConfig
+from producer.contracts import ToolCallRecord
+from producer.errors import InvalidSpecError
+from worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from worker.sandbox.pool import SandboxPool
+from worker.tools.registry import ToolRegistry
+
+log = logging.getLogger("sandfleet.runtime")
+
+RESULT_PREFIX = "RESULT:"
+BRIDGE_DIR = ".sandfleet"
+
+
+def parse_result_line(line: bytes | str | None) -> tuple[bool, Any]:
+    """(found, payload) from the last ``RESULT:`` line: JSON when it parses, else the text."""
+    if line is None:
+        return False, None
+    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    if not text.startswith(RESULT_PREFIX):
+        return False, None
+    payload = text[len(RESULT_PREFIX) :].strip()
+    try:
+        return True, json.loads(payload)
+    except ValueError:
+        return True, payload
+
+
+@dataclass
+class RunResult:
+    """Everything one program run did, for the engine, the audit and the CLI."""
+
+    exit_code: int
+    timed_out: bool
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    result_found: bool = False
+    result: Any = None
+    result_text: str | None = None
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    limits_hit: list[str] = field(default_factory=list)
+    oom_killed: bool = False
+    error: str | None = None
+    container_id: str | None = None
+    runtime: str | None = None
+    warm: bool = False
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and self.result_found and self.error is None
+
+    def failure(self) -> str | None:
+        """Why the run does not count as an answer, in words the model can act on; None if it does."""
+        if self.timed_out:
+            return f"the program timed out (killed at {self.timings.get('exec_timeout_s', 0):g} s)"
+        if self.error:
+            return self.error
+        if "tool_calls" in self.limits_hit and self.exit_code != 0:
+            return f"the program exceeded its tool-call budget and exited with code {self.exit_code}"
+        if self.oom_killed or (self.exit_code == 137 and "memory" in self.limits_hit):
+            return "the program ran out of memory (exit code 137)"
+        if self.exit_code != 0:
+            return f"the program exited with code {self.exit_code}"
+        if not self.result_found:
+            return "the program printed no line starting with 'RESULT:'"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k != "tool_calls"}
+        data["tool_calls"] = [c.model_dump(mode="json") for c in self.tool_calls]
+        return data
+
+
+class ProgramRuntime:
+    """Runs programs in fresh sandboxes from ``pool`` with ``registry``'s tools on the host."""
+
+    def __init__(
+        self, pool: SandboxPool, registry: ToolRegistry | None = None, policy: CallPolicy = allow_all
+    ) -> None:
+        self.pool = pool
+        self.registry = registry or ToolRegistry()
+        self.policy = policy
+
+    def run(
+        self,
+        program: str,
+        *,
+        config: SandboxConfig | None = None,
+        settings: CodeActionSettings | None = None,
+        tools: list[str] | None = None,
+        job_id: str | None = None,
+        replay: list[ToolCallRecord] | None = None,
+        on_call: Callable[[ToolCallRecord], None] | None = None,
+    ) -> RunResult:
+        """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
+        or a bad request (InvalidSpecError); whatever the program does is in the RunResult."""
+        config = config or SandboxConfig()
+        settings = settings or CodeActionSettings()
+        if config.persistent:
+            raise InvalidSpecError("programs run in single-use sandboxes: persistent is not allowed here")
+        allowed = self.registry.subset(tools if tools is not None else self.registry.names())
+        bridge = ToolBridge(
+            allowed,
+            max_calls=settings.max_tool_calls,
+            max_request_bytes=settings.max_request_bytes,
+            max_response_bytes=settings.max_response_bytes,
+            policy=self.policy,
+            job_id=job_id,
+            replay=replay,
+            on_call=on_call,
+        )
+        began = time.monotonic()
+        lease = self.pool.acquire(config)
+        container = lease.container
+        try:
+            files_began = time.monotonic()
+            base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
+            container.put_files(
+                {
+                    f"{base}/sandfleet_tools.py": stub_module(allowed).encode(),
+                    f"{base}/program.py": program.encode(),
+                }
+            )
+            exec_began = time.monotonic()
+            done = container.execute(
+                ["python3", "-s", f"{base}/program.py"],
+                timeout=settings.exec_timeout,
+                max_output=settings.max_output_bytes,
+                max_result=settings.max_response_bytes,
+                on_call=bridge.handle,
+                max_request=settings.max_request_bytes,
+            )
+            ended = time.monotonic()
+        finally:
+            self.pool.release(container)
+        found, payload = parse_result_line(done.result_line)
+        limits = list(done.limits_hit)
+        if bridge.budget_exceeded:
+            limits.append("tool_calls")
+        if done.result_overflow:
+            limits.append("result_size")
+        error = done.protocol_error if not done.timed_out else None
+        if done.result_overflow and error is None:
+            error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"
+        return RunResult(
+            exit_code=done.exit_code,
+            timed_out=done.timed_out,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            stdout_truncated=done.stdout_truncated,
+            stderr_truncated=done.stderr_truncated,
+            result_found=found,
+            result=payload,
+            result_text=done.result_line.decode(errors="replace")[len(RESULT_PREFIX) :].strip()
+            if found
+            else None,
+            tool_calls=bridge.records,
+            limits_hit=limits,
+            oom_killed=done.oom_killed,
+            error=error,
+            container_id=container.id,
+            runtime=container.runtime,
+            warm=lease.warm,
+            timings={
+                "acquire_s": lease.acquire_s,
+                "files_s": exec_began - files_began,
+                "start_s": max(0.0, done.duration_s - done.agent_run_s),
+                "run_s": done.agent_run_s,
+                "tool_s": bridge.tool_time_s,
+                "total_s": ended - began,
+                "exec_timeout_s": settings.exec_timeout,
+            },
+        )
