@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     redis_url: str = DEFAULT_REDIS_URL
     key_prefix: str = "sandfleet"
     tools: str = Field("", description="comma-separated tool modules (import paths or files)")
+    data_dir: str = Field("~/.sandfleet/data", description="folder the example tools read (orders.csv, files)")
     model: str = DEFAULT_MODEL
     model_base_url: str | None = Field(
         None, validation_alias=AliasChoices("SANDFLEET_MODEL_BASE_URL", "OPENAI_BASE_URL")
@@ -52,7 +53,8 @@ class Settings(BaseSettings):
     policy_networks: str = Field("none", description="comma-separated networks jobs may use")
     policy_max_memory: str = "8G"
     policy_images: str = Field(
-        "sandfleet/sandbox:py3.11,sandfleet/sandbox-ds:py3.11", description="comma-separated images jobs may use"
+        "sandfleet/sandbox:py3.11,sandfleet/sandbox-ds:py3.11",
+        description="comma-separated images jobs may use",
     )
     policy_runtimes: str = Field("", description="comma-separated Docker runtimes jobs may use; empty: any")
 

@@ -74,6 +74,7 @@ class ToolBridge:
     policy: CallPolicy = allow_all
     job_id: str | None = None
     replay: list[ToolCallRecord] | None = None
+    side_effect_memo: dict[str, Any] | None = None
     on_call: Callable[[ToolCallRecord], None] | None = None
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_time_s: float = 0.0
@@ -154,6 +155,10 @@ class ToolBridge:
     def _run(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, bool]:
         if self.replay is not None:
             return self._replayed(seq, tool, args, kwargs), True
+        if self.side_effect_memo and self.registry.get(tool).side_effects:
+            key = call_key(tool, args, kwargs)
+            if key in self.side_effect_memo:
+                return self.side_effect_memo[key], True
         began = time.perf_counter()
         try:
             return self.registry.call(tool, args, kwargs), False
@@ -214,6 +219,11 @@ class ToolBridge:
         self.records.append(record)
         if self.on_call is not None:
             self.on_call(record)
+
+
+def call_key(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """A canonical text of a call, to recognise the same call made again."""
+    return json.dumps([tool, args, kwargs], sort_keys=True, separators=(",", ":"))
 
 
 def _message(e: Exception) -> str:

@@ -1,0 +1,314 @@
+"""The code-action loop: the model writes one program, the runtime runs it, failures get repaired.
+
+    question -> model -> program -> sandbox run -> RESULT        (succeeded)
+                  ^                      | no RESULT, crash, timeout, tool cap
+                  +---- repair request --+   (at most max_repairs times)
+
+Side effects across repairs: a tool marked ``@side_effects`` is not called again with the same
+arguments by a repaired program. The recorded result of the earlier attempt is served instead and
+the call's record says ``replayed``; the audit shows both attempts' calls. New calls (other
+arguments) run normally.
+
+A failing program is a result (failed / timed_out), never an exception. Only infrastructure raises:
+SandboxUnavailableError and ModelUnavailableError (transient: the job is retried later).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from producer.config import DATA_SCIENCE_IMAGE, SandboxConfig
+from producer.contracts import (
+    AttemptRecord,
+    ErrorInfo,
+    JobResult,
+    JobSpec,
+    JobStatus,
+    TokenUsage,
+    ToolCallRecord,
+)
+from producer.errors import InvalidSpecError, ModelError, SandboxError
+from worker.bridge.host import call_key
+from worker.engine.extract import extract_program
+from worker.engine.prompt import first_messages, repair_message, system_message
+from worker.engine.services import EngineServices
+from worker.runtime import RunResult
+from worker.sandbox.policy import check_sandbox_policy
+
+log = logging.getLogger("sandfleet.engine")
+TAIL_CHARS = 2000
+
+
+class AuditSink(Protocol):
+    """Where the engine reports what happens, event by event (a Redis stream in the fleet)."""
+
+    def emit(self, kind: str, data: dict[str, Any], attempt: int = 0) -> None: ...
+
+
+class NullAudit:
+    """An audit sink that keeps nothing (``sandfleet ask`` without --audit)."""
+
+    def emit(self, kind: str, data: dict[str, Any], attempt: int = 0) -> None:
+        pass
+
+
+class ListAudit:
+    """An audit sink that keeps events in memory, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, int, dict[str, Any]]] = []
+
+    def emit(self, kind: str, data: dict[str, Any], attempt: int = 0) -> None:
+        self.events.append((kind, attempt, data))
+
+
+def run_job(
+    spec: JobSpec, job_id: str, *, services: EngineServices, audit: AuditSink, base_url: str | None = None
+) -> JobResult:
+    """Answer one job. Returns its result for every outcome of the job itself."""
+    began = time.perf_counter()
+    settings = services.settings
+    model_name = spec.model or settings.model
+    try:
+        config = SandboxConfig.model_validate(spec.sandbox)
+        check_sandbox_policy(config, settings)
+        allowed = services.registry.subset(spec.tools)
+        model = services.model_client(model_name, base_url)
+    except (InvalidSpecError, ValidationError) as e:
+        message = str(e) if isinstance(e, InvalidSpecError) else _validation_text(e)
+        audit.emit("error", {"kind": "refused", "message": message})
+        return JobResult(
+            job_id=job_id,
+            status=JobStatus.REFUSED,
+            model=model_name,
+            error=ErrorInfo(kind="refused", message=message),
+            timings={"total_s": time.perf_counter() - began},
+        )
+
+    system = system_message(
+        allowed.describe(),
+        max_tool_calls=spec.code_action.max_tool_calls,
+        data_science=config.image == DATA_SCIENCE_IMAGE,
+    )
+    messages = first_messages(spec.question, spec.history, system)
+    attempts: list[AttemptRecord] = []
+    usage = TokenUsage()
+    phase = {"model_s": 0.0, "acquire_s": 0.0, "run_s": 0.0, "tool_s": 0.0, "sandbox_s": 0.0}
+    memo: dict[str, Any] = {}
+    last_failure = ""
+    timed_out = False
+    for number in range(1, spec.code_action.max_repairs + 2):
+        try:
+            reply = model.complete(messages)
+        except ModelError as e:
+            return _finish(
+                job_id,
+                JobStatus.FAILED,
+                ErrorInfo(kind="model", message=str(e)),
+                attempts,
+                usage,
+                phase,
+                began,
+                model_name,
+                audit,
+            )
+        usage = usage + TokenUsage(
+            prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
+        )
+        phase["model_s"] += reply.latency_s
+        audit.emit(
+            "model_call",
+            {
+                "messages": messages[-1:] if number > 1 else messages,
+                "reply": reply.text,
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "latency_s": reply.latency_s,
+                "model": reply.model,
+                "tries": reply.attempts,
+            },
+            number,
+        )
+        messages.append({"role": "assistant", "content": reply.text})
+        program = extract_program(reply.text)
+        if program is None:
+            last_failure, timed_out = "the reply contained no Python program", False
+            log.debug("attempt %d: no program in the reply:\n%s", number, reply.text)
+            attempts.append(
+                AttemptRecord(number=number, program=None, reply=reply.text, failure=last_failure)
+            )
+            audit.emit("program", {"program": None, "failure": last_failure}, number)
+            messages.append(
+                repair_message(
+                    last_failure + " (reply with one ```python block)",
+                    exit_code=None,
+                    stderr="",
+                    stdout="",
+                    timed_out=False,
+                    tool_cap_hit=False,
+                )
+            )
+            continue
+        log.debug("attempt %d program:\n%s", number, program)
+        audit.emit("program", {"program": program}, number)
+        run = services.runtime.run(
+            program,
+            config=config,
+            settings=spec.code_action,
+            tools=allowed.names(),
+            job_id=job_id,
+            side_effect_memo=dict(memo),
+            on_call=lambda record, n=number: audit.emit("tool_call", record.model_dump(mode="json"), n),
+        )
+        _account(phase, run)
+        log.debug(
+            "attempt %d exit %s%s\nstdout:\n%s\nstderr:\n%s",
+            number,
+            run.exit_code,
+            " (timed out)" if run.timed_out else "",
+            run.stdout[-TAIL_CHARS:],
+            run.stderr[-TAIL_CHARS:],
+        )
+        audit.emit("sandbox_run", _run_event(run), number)
+        if run.limits_hit:
+            audit.emit("limit", {"limits": run.limits_hit}, number)
+        failure = run.failure()
+        attempts.append(_attempt(number, program, reply.text, run, failure))
+        if failure is None:
+            result = JobResult(
+                job_id=job_id,
+                status=JobStatus.SUCCEEDED,
+                result=run.result,
+                final_program=program,
+                attempts=attempts,
+                repairs=number - 1,
+                tool_calls=sum(len(a.tool_calls) for a in attempts),
+                usage=usage,
+                timings={**phase, "total_s": time.perf_counter() - began},
+                model=model_name,
+            )
+            return result
+        _remember_side_effects(memo, run.tool_calls, services)
+        last_failure, timed_out = failure, run.timed_out
+        messages.append(
+            repair_message(
+                failure,
+                exit_code=run.exit_code,
+                stderr=run.stderr,
+                stdout=run.stdout,
+                timed_out=run.timed_out,
+                tool_cap_hit="tool_calls" in run.limits_hit,
+            )
+        )
+    tries = len(attempts)
+    message = f"no answer after {tries} attempt{'s' if tries > 1 else ''}: {last_failure}"
+    status = JobStatus.TIMED_OUT if timed_out else JobStatus.FAILED
+    kind = (
+        "timeout" if timed_out else ("no_program" if attempts and attempts[-1].program is None else "program")
+    )
+    return _finish(
+        job_id,
+        status,
+        ErrorInfo(kind=kind, message=message),
+        attempts,
+        usage,
+        phase,
+        began,
+        model_name,
+        audit,
+    )
+
+
+def _finish(
+    job_id: str,
+    status: JobStatus,
+    error: ErrorInfo,
+    attempts: list[AttemptRecord],
+    usage: TokenUsage,
+    phase: dict[str, float],
+    began: float,
+    model: str,
+    audit: AuditSink,
+) -> JobResult:
+    audit.emit("error", error.model_dump())
+    return JobResult(
+        job_id=job_id,
+        status=status,
+        error=error,
+        attempts=attempts,
+        repairs=max(0, len(attempts) - 1),
+        final_program=next((a.program for a in reversed(attempts) if a.program), None),
+        tool_calls=sum(len(a.tool_calls) for a in attempts),
+        usage=usage,
+        timings={**phase, "total_s": time.perf_counter() - began},
+        model=model,
+    )
+
+
+def _account(phase: dict[str, float], run: RunResult) -> None:
+    phase["acquire_s"] += run.timings.get("acquire_s", 0.0)
+    phase["run_s"] += run.timings.get("run_s", 0.0)
+    phase["tool_s"] += run.timings.get("tool_s", 0.0)
+    phase["sandbox_s"] += run.timings.get("total_s", 0.0)
+
+
+def _attempt(number: int, program: str, reply: str, run: RunResult, failure: str | None) -> AttemptRecord:
+    return AttemptRecord(
+        number=number,
+        program=program,
+        reply=reply,
+        exit_code=run.exit_code,
+        timed_out=run.timed_out,
+        result_found=run.result_found,
+        result=run.result,
+        stdout_tail=run.stdout[-TAIL_CHARS:],
+        stderr_tail=run.stderr[-TAIL_CHARS:],
+        tool_calls=run.tool_calls,
+        limits_hit=run.limits_hit,
+        failure=failure,
+        container_id=run.container_id,
+        runtime=run.runtime,
+        timings=run.timings,
+    )
+
+
+def _run_event(run: RunResult) -> dict[str, Any]:
+    return {
+        "container_id": run.container_id,
+        "runtime": run.runtime,
+        "warm": run.warm,
+        "exit_code": run.exit_code,
+        "timed_out": run.timed_out,
+        "result_found": run.result_found,
+        "stdout_tail": run.stdout[-TAIL_CHARS:],
+        "stderr_tail": run.stderr[-TAIL_CHARS:],
+        "stdout_truncated": run.stdout_truncated,
+        "stderr_truncated": run.stderr_truncated,
+        "limits_hit": run.limits_hit,
+        "oom_killed": run.oom_killed,
+        "error": run.error,
+        "timings": run.timings,
+        "tool_calls": len(run.tool_calls),
+    }
+
+
+def _remember_side_effects(
+    memo: dict[str, Any], calls: list[ToolCallRecord], services: EngineServices
+) -> None:
+    for call in calls:
+        if call.ok and call.tool in services.registry and services.registry.get(call.tool).side_effects:
+            memo.setdefault(call_key(call.tool, call.args, call.kwargs), call.result)
+
+
+def _validation_text(e: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in item['loc']) or 'sandbox'}: {item['msg'].removeprefix('Value error, ')}"
+        for item in e.errors(include_url=False)
+    )
+
+
+__all__ = ["AuditSink", "ListAudit", "NullAudit", "SandboxError", "run_job"]

@@ -1,0 +1,51 @@
+"""The messages sent to the model: the system prompt, the conversation, and repair requests.
+
+The texts live as package data (``prompts/*.txt``) so they can be read and changed without code.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from producer.contracts import Turn
+
+STDERR_TAIL_CHARS = 2000
+STDOUT_TAIL_CHARS = 1000
+
+
+@cache
+def template(name: str) -> str:
+    return resources.files("worker.engine").joinpath("prompts", f"{name}.txt").read_text()
+
+
+def system_message(tools_description: str, *, max_tool_calls: int, data_science: bool) -> str:
+    libraries = "the standard library, numpy and pandas" if data_science else "the standard library only"
+    tools = tools_description.strip() or template("no_tools").strip()
+    return template("system").format(libraries=libraries, max_tool_calls=max_tool_calls, tools=tools)
+
+
+def first_messages(question: str, history: list[Turn], system: str) -> list[dict[str, str]]:
+    """System prompt, the earlier turns of the conversation, then the question."""
+    messages = [{"role": "system", "content": system}]
+    messages += [{"role": turn.role, "content": turn.content} for turn in history]
+    messages.append({"role": "user", "content": question})
+    return messages
+
+
+def repair_message(
+    failure: str, *, exit_code: int | None, stderr: str, stdout: str, timed_out: bool, tool_cap_hit: bool
+) -> dict[str, str]:
+    """The user turn that asks for a corrected program, with what went wrong."""
+    details = []
+    if exit_code is not None and not timed_out:
+        details.append(f"Exit code: {exit_code}.")
+    if timed_out:
+        details.append("It was killed at its time limit: make it faster or avoid endless loops.")
+    if tool_cap_hit:
+        details.append("It hit the tool-call budget: call tools fewer times (fetch data once, then compute).")
+    if stderr.strip():
+        details.append(f"The end of its stderr:\n```\n{stderr[-STDERR_TAIL_CHARS:]}\n```")
+    if stdout.strip():
+        details.append(f"The end of its stdout:\n```\n{stdout[-STDOUT_TAIL_CHARS:]}\n```")
+    return {"role": "user", "content": template("repair").format(failure=failure, details="\n".join(details))}
