@@ -20,11 +20,13 @@ Markers (docker, gvisor, redis, slow) are declared in pyproject.toml.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import socket
 import subprocess
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -175,12 +177,18 @@ def docker_engine():  # -> worker.sandbox.engine.EngineInfo
     """What the engine offers (version, runtimes, images). Skips locally when none answers."""
     from producer.errors import SandfleetError
 
-    try:
-        from worker.sandbox.engine import engine_info
+    # A failed first connection can leave the SDK's socket unclosed; it is freed with the exception.
+    # Its ResourceWarning is not the test's business (warnings are errors), so it is muted here.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        try:
+            from worker.sandbox.engine import engine_info
 
-        return engine_info()
-    except (SandfleetError, ImportError) as e:
-        skip_or_fail(f"no Docker engine reachable: {e}")
+            return engine_info()
+        except (SandfleetError, ImportError) as e:
+            reason = f"no Docker engine reachable: {e}"
+        gc.collect()
+    skip_or_fail(reason)
 
 
 @pytest.fixture
@@ -192,17 +200,21 @@ def gvisor(docker_engine):  # -> EngineInfo
 
 
 def _sandfleet_containers() -> list[str] | None:
-    """``name (image, status, role)`` of every container labelled sandfleet.role; None without an engine."""
-    try:
-        from worker.sandbox.engine import docker_client
+    """``name (image, status, role)`` of every container labelled sandfleet.role; None without an engine.
 
-        client = docker_client()
-        found = client.containers.list(all=True, filters={"label": LABEL_ROLE})
-    except Exception:
+    Asks the docker CLI, so the check works whatever state the tests left the SDK's clients in.
+    """
+    fmt = '{{.Names}} ({{.Image}}, {{.Status}}, role={{.Label "' + LABEL_ROLE + '"}})'
+    try:
+        proc = subprocess.run(
+            ["docker", "ps", "-a", "--filter", f"label={LABEL_ROLE}", "--format", fmt],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    return [
-        f"{c.name} ({c.attrs['Config']['Image']}, {c.status}, role={c.labels.get(LABEL_ROLE)})" for c in found
-    ]
+    return proc.stdout.splitlines() if proc.returncode == 0 else None
 
 
 @pytest.fixture(scope="session", autouse=True)
