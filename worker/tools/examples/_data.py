@@ -9,6 +9,8 @@ from pathlib import Path
 
 from producer.settings import Settings
 
+DEFAULT_DATA_DIR = Settings.model_fields["data_dir"].default
+
 
 def data_dir() -> Path:
     """The data folder, user-expanded (it may not exist yet)."""
