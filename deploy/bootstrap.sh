@@ -18,7 +18,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${SANDFLEET_VENV:-$REPO/.venv}
 DOCKERD_LOG=${SANDFLEET_DOCKERD_LOG:-/var/log/sandfleet-dockerd.log}
 REDIS_LOG=${SANDFLEET_REDIS_LOG:-/var/log/sandfleet-redis.log}
-DOCKERD_PIDFILE=/var/run/docker.pid
+DOCKERD_PIDFILE=${SANDFLEET_DOCKERD_PIDFILE:-/var/run/docker.pid}
 REDIS_PORT=6379
 DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
 ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv"
@@ -213,4 +213,7 @@ main() {
   say "ready ($(docker version --format 'Docker {{.Server.Version}}' 2>/dev/null); run $VENV/bin/sandfleet doctor for details)"
 }
 
-main "$@"
+# Run when executed; only define the functions when sourced (tests exercise them one by one).
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  main "$@"
+fi
