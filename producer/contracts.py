@@ -165,6 +165,7 @@ class AttemptRecord(_Strict):
     timed_out: bool = False
     result_found: bool = False
     result: Any = None
+    result_text: str | None = Field(None, description="the RESULT payload exactly as printed")
     stdout_tail: str = ""
     stderr_tail: str = ""
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)

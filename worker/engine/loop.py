@@ -265,6 +265,7 @@ def _attempt(number: int, program: str, reply: str, run: RunResult, failure: str
         timed_out=run.timed_out,
         result_found=run.result_found,
         result=run.result,
+        result_text=run.result_text,
         stdout_tail=run.stdout[-TAIL_CHARS:],
         stderr_tail=run.stderr[-TAIL_CHARS:],
         tool_calls=run.tool_calls,

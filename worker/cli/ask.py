@@ -1,0 +1,103 @@
+"""``sandfleet ask QUESTION``: one job in this process, no Redis and no Celery, sandboxed as always."""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+
+import click
+
+from producer.cli.options import describe_validation_error, parse_options, sandbox_option
+from producer.errors import SandfleetError
+
+
+@click.command()
+@click.argument("question")
+@click.option(
+    "--tools",
+    "tool_modules",
+    multiple=True,
+    metavar="FILE_OR_MODULE",
+    help="Tools module(s) to load; the job may call all of their tools. Default: SANDFLEET_TOOLS.",
+)
+@click.option("--model", default=None, help="provider:model, e.g. openai:gpt-5-mini or replay:script.json.")
+@click.option("--base-url", default=None, help="OpenAI-compatible endpoint for this job.")
+@sandbox_option
+@click.option("--exec-timeout", type=float, default=None, help="Seconds each program may run (default 120).")
+@click.option("--max-repairs", type=int, default=None, help="Repairs after a failed program (default 1).")
+@click.option("--max-tool-calls", type=int, default=None, help="Tool calls per program (default 50).")
+@click.option("--show-program", is_flag=True, help="Print the final program to stderr.")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole job result as JSON.")
+def ask(
+    question,
+    tool_modules,
+    model,
+    base_url,
+    options,
+    exec_timeout,
+    max_repairs,
+    max_tool_calls,  # type: ignore[no-untyped-def]
+    show_program,
+    as_json,
+) -> None:
+    """Answer QUESTION with one model-written program run in a fresh sandbox; print the RESULT payload."""
+    from pydantic import ValidationError
+
+    from producer.contracts import JobSpec, JobStatus
+    from producer.settings import get_settings
+    from worker.cli.common import tool_specs
+    from worker.engine import EngineServices, NullAudit, run_job
+    from worker.tools.registry import ToolRegistry
+
+    settings = get_settings()
+    code_action = {
+        k: v
+        for k, v in {
+            "exec_timeout": exec_timeout,
+            "max_repairs": max_repairs,
+            "max_tool_calls": max_tool_calls,
+        }.items()
+        if v is not None
+    }
+    try:
+        registry = ToolRegistry.from_modules(tool_specs(tool_modules, settings))
+        spec = JobSpec(
+            question=question,
+            tools=registry.names(),
+            model=model,
+            sandbox=parse_options(options),
+            code_action=code_action,
+        )
+    except ValidationError as e:
+        raise click.UsageError(describe_validation_error(e)) from None
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    try:
+        with EngineServices.start(settings, registry=registry, pool_size=0, max_sandboxes=1) as services:
+            services.model_client(
+                spec.model or settings.model, base_url
+            )  # refuse a missing key before any work
+            result = run_job(
+                spec,
+                f"local-{uuid.uuid4().hex[:12]}",
+                services=services,
+                audit=NullAudit(),
+                base_url=base_url,
+            )
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    if show_program and result.final_program:
+        click.echo(f"--- program ---\n{result.final_program}--- end ---", err=True)
+    if as_json:
+        click.echo(result.model_dump_json())
+    elif result.status == JobStatus.SUCCEEDED:
+        text = result.attempts[-1].result_text
+        click.echo(text if text is not None else json.dumps(result.result))
+    if result.status != JobStatus.SUCCEEDED:
+        if not as_json:
+            click.echo(
+                f"sandfleet ask: {result.status.value}: {result.error.message if result.error else ''}",
+                err=True,
+            )
+        sys.exit(1)

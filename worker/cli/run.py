@@ -1,0 +1,55 @@
+"""``sandfleet run PROGRAM.py``: an existing program under the code-action runtime, no model."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from producer.cli.options import sandbox_config_from, sandbox_option
+from producer.config import CodeActionSettings
+from producer.errors import SandfleetError
+from worker.cli.common import echo_payload, tool_specs, tools_option
+
+
+@click.command()
+@click.argument("program", type=click.File("r"))
+@tools_option
+@sandbox_option
+@click.option("--exec-timeout", type=float, default=None, help="Seconds the program may run (default 120).")
+@click.option("--max-tool-calls", type=int, default=None, help="Tool calls allowed (default 50).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole run result as JSON.")
+def run(program, tool_modules, options, exec_timeout, max_tool_calls, as_json) -> None:  # type: ignore[no-untyped-def]
+    """Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload."""
+    from worker.runtime import ProgramRuntime
+    from worker.sandbox.pool import SandboxPool
+    from worker.tools.registry import ToolRegistry
+
+    config = sandbox_config_from(options)
+    overrides = {
+        k: v
+        for k, v in {"exec_timeout": exec_timeout, "max_tool_calls": max_tool_calls}.items()
+        if v is not None
+    }
+    try:
+        settings = CodeActionSettings(**overrides)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    source = program.read()
+    try:
+        registry = ToolRegistry.from_modules(tool_specs(tool_modules))
+        with SandboxPool(pool_size=0, max_live=1) as pool:
+            result = ProgramRuntime(pool, registry).run(source, config=config, settings=settings)
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), default=str))
+    elif result.result_found:
+        echo_payload(result.result, result.result_text)
+    failure = result.failure()
+    if failure:
+        if not as_json:
+            sys.stderr.write(result.stderr[-4000:])
+            click.echo(f"sandfleet run: {failure}", err=True)
+        sys.exit(1)
