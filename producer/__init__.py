@@ -3,7 +3,17 @@
 Importing this package pulls in neither ``docker`` nor ``openai``.
 """
 
+from producer.client import BatchHandle, Client, JobHandle
 from producer.config import CodeActionSettings, SandboxConfig
 from producer.contracts import JobResult, JobSpec, JobStatus
 
-__all__ = ["CodeActionSettings", "JobResult", "JobSpec", "JobStatus", "SandboxConfig"]
+__all__ = [
+    "BatchHandle",
+    "Client",
+    "CodeActionSettings",
+    "JobHandle",
+    "JobResult",
+    "JobSpec",
+    "JobStatus",
+    "SandboxConfig",
+]

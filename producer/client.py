@@ -1,0 +1,417 @@
+"""The producer: validate job specs, record them as queued, enqueue them by task name, read them back.
+
+    client = Client()                                   # SANDFLEET_REDIS_URL, else localhost
+    job = client.submit("Revenue per region in Q3 2026?", tools=["read_orders"])
+    print(job.result(timeout=600).result)
+
+Submitting writes the queued record (one MULTI/EXEC: record, indexes, batch counts, the first audit
+event), then publishes the Celery message with ``send_task``. If publishing fails the record is
+withdrawn again, so a failed submit leaves neither a record without a message nor the reverse. (A
+producer killed between the two steps leaves a queued record with no message; the worker, for its
+part, discards a message whose record is missing.) Nothing here imports worker code.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+from pydantic import ValidationError
+
+from producer.contracts import FINAL_STATUSES, AuditEvent, JobResult, JobSpec, JobStatus
+from producer.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from producer.keys import FleetKeys, check_id
+from producer.queue import TASK_NAME, check_time_limits, make_app, queue_name
+from producer.records import GENESIS_HASH, JobRecord, RecordReader, chain_hash, encode_event, queued_fields
+from producer.settings import Settings, get_settings
+
+REDIS_CONNECT_TIMEOUT_S = 5.0
+# Waiting for results: BLPOP in slices this long, re-reading the record between slices.
+WAIT_SLICE_S = 2.0
+# Batch progress polling: from the first interval, doubling up to the last.
+POLL_FIRST_S = 0.05
+POLL_MAX_S = 1.0
+MAX_ERRORS_SHOWN = 20
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """``field: reason`` for each problem, joined by ``; ``."""
+    parts = []
+    for item in err.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "spec"
+        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def build_spec(spec_or_question: JobSpec | dict[str, Any] | str, **fields: Any) -> JobSpec:
+    """A validated JobSpec from a spec, a dict or a question plus fields; InvalidSpecError if not."""
+    if isinstance(spec_or_question, JobSpec):
+        if not fields:
+            return spec_or_question
+        data = {**spec_or_question.model_dump(exclude_unset=True), **fields}
+    elif isinstance(spec_or_question, dict):
+        data = {**spec_or_question, **fields}
+    else:
+        data = {"question": spec_or_question, **fields}
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as e:
+        raise InvalidSpecError(f"invalid job spec: {describe_validation_error(e)}") from None
+
+
+@dataclass(frozen=True)
+class BatchProgress:
+    """How many of a batch's jobs are in each state."""
+
+    total: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def done(self) -> int:
+        """Jobs that ended, whatever the outcome."""
+        return sum(self.counts.get(s.value, 0) for s in FINAL_STATUSES)
+
+    @property
+    def finished(self) -> bool:
+        return self.done >= self.total
+
+    def __str__(self) -> str:
+        parts = [f"{k} {v}" for k, v in self.counts.items() if v and k != "total"]
+        return f"{self.done}/{self.total} done ({', '.join(parts) or 'nothing yet'})"
+
+
+class JobHandle:
+    """One submitted job. Cheap to make; every method reads Redis."""
+
+    def __init__(self, client: Client, job_id: str) -> None:
+        self.client = client
+        self.job_id = job_id
+
+    def __repr__(self) -> str:
+        return f"JobHandle({self.job_id!r})"
+
+    def status(self) -> JobStatus:
+        with self.client.redis_errors():
+            return self.client.reader.status(self.job_id)
+
+    def record(self) -> JobRecord:
+        """The whole record: state, timestamps by state, counts, spec, result."""
+        with self.client.redis_errors():
+            return self.client.reader.record(self.job_id)
+
+    def result(self, timeout: float | None = None) -> JobResult:
+        """Wait for the final record (at most ``timeout`` seconds; None: no limit) and return it.
+
+        Raises:
+            TimeoutError: the job had not ended in time; the message names the job and its state.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done_key = self.client.keys.done(self.job_id)
+        with self.client.redis_errors():
+            while True:
+                found = self.client.reader.result(self.job_id)
+                if found is not None:
+                    return found
+                left = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
+                if left <= 0:
+                    status = self.client.reader.status(self.job_id)
+                    raise TimeoutError(
+                        f"job {self.job_id} has not ended after {timeout:g} s (it is {status})"
+                    )
+                popped = self.client.redis.blpop([done_key], timeout=max(0.01, min(left, WAIT_SLICE_S)))
+                if popped:  # put the signal back for any other waiter
+                    self.client.redis.lpush(done_key, popped[1])
+
+    def audit(self) -> list[AuditEvent]:
+        """The job's audit events, oldest first."""
+        with self.client.redis_errors():
+            return self.client.reader.audit(self.job_id)
+
+    def verify_audit(self) -> tuple[bool, int | None]:
+        """Whether the audit hash chain holds: ``(True, None)`` or ``(False, first_bad_index)``."""
+        with self.client.redis_errors():
+            return self.client.reader.verify_chain(self.job_id)
+
+
+class BatchHandle:
+    """Jobs submitted together; progress is one read of the batch's counts."""
+
+    def __init__(self, client: Client, batch_id: str, job_ids: list[str]) -> None:
+        self.client = client
+        self.batch_id = batch_id
+        self.job_ids = job_ids
+
+    def __repr__(self) -> str:
+        return f"BatchHandle({self.batch_id!r}, {len(self.job_ids)} jobs)"
+
+    def __len__(self) -> int:
+        return len(self.job_ids)
+
+    def jobs(self) -> list[JobHandle]:
+        return [JobHandle(self.client, j) for j in self.job_ids]
+
+    def progress(self) -> BatchProgress:
+        with self.client.redis_errors():
+            counts = self.client.reader.batch_counts(self.batch_id)
+        return BatchProgress(total=counts.pop("total") or len(self.job_ids), counts=counts)
+
+    def results(self) -> list[JobResult | None]:
+        """Results in submission order (``job_ids`` order); None for a job still running."""
+        with self.client.redis_errors():
+            records = {r.job_id: r for r in self.client.reader.records(self.job_ids)}
+        return [records[j].result if j in records else None for j in self.job_ids]
+
+    def wait(
+        self, timeout: float | None = None, on_progress: Callable[[BatchProgress], None] | None = None
+    ) -> list[JobResult]:
+        """Wait until every job ended; calls ``on_progress`` whenever the counts change.
+
+        Raises:
+            TimeoutError: not all jobs ended in ``timeout`` seconds (the message has the counts).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        interval, last = POLL_FIRST_S, None
+        while True:
+            progress = self.progress()
+            if progress != last:
+                interval, last = POLL_FIRST_S, progress
+                if on_progress is not None:
+                    on_progress(progress)
+            if progress.finished:
+                return [r for r in self.results() if r is not None]
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"batch {self.batch_id} has not ended after {timeout:g} s: {progress}")
+            sleep = interval if deadline is None else min(interval, max(0.0, deadline - time.monotonic()))
+            time.sleep(sleep)
+            interval = min(interval * 2, POLL_MAX_S)
+
+
+class Client:
+    """Submits jobs to the fleet and reads their records. Thread-safe (redis-py's connection pool)."""
+
+    def __init__(self, redis_url: str | None = None, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.redis_url = redis_url or self.settings.redis_url
+        self.keys = FleetKeys(self.settings.key_prefix)
+        self.redis = redis.Redis.from_url(
+            self.redis_url, decode_responses=True, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S
+        )
+        self.reader = RecordReader(self.redis, self.keys, self.settings.audit_secret)
+        self._app: Any = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._app is not None:
+            self._app.close()
+        self.redis.close()
+
+    @property
+    def app(self) -> Any:
+        """The Celery app used to publish (made on first use; it registers no tasks)."""
+        if self._app is None:
+            app_settings = self.settings.model_copy(update={"redis_url": self.redis_url})
+            self._app = make_app(app_settings)
+        return self._app
+
+    # -- submitting ---------------------------------------------------------------------------
+    def submit(self, spec_or_question: JobSpec | dict[str, Any] | str, **fields: Any) -> JobHandle:
+        """Validate one job, record it as queued and enqueue it.
+
+        Raises:
+            InvalidSpecError: the spec is invalid (field and reason named); nothing was enqueued.
+            QueueUnavailableError: Redis is unreachable or full; nothing was enqueued.
+        """
+        spec = build_spec(spec_or_question, **fields)
+        check_time_limits(self.settings, spec)
+        job_id = new_job_id()
+        self._record_queued([(job_id, spec)])
+        self._publish([(job_id, spec)])
+        return JobHandle(self, job_id)
+
+    def submit_batch(
+        self, specs: Iterable[JobSpec | dict[str, Any] | str], batch_id: str | None = None
+    ) -> BatchHandle:
+        """Validate every spec, then record and enqueue them all as one batch.
+
+        Raises:
+            InvalidSpecError: a spec is invalid (its index, field and reason named); nothing enqueued.
+            QueueUnavailableError: Redis is unreachable or full (the message says what was enqueued).
+        """
+        batch_id = check_id(batch_id, "batch id") if batch_id else new_batch_id()
+        validated, errors = [], []
+        for index, item in enumerate(specs):
+            try:
+                spec = build_spec(item)
+                if spec.batch_id not in (None, batch_id):
+                    raise InvalidSpecError(
+                        f"batch_id: {spec.batch_id!r} differs from the batch's {batch_id!r}"
+                    )
+                spec = spec.model_copy(update={"batch_id": batch_id})
+                check_time_limits(self.settings, spec)
+                validated.append((new_job_id(), spec))
+            except InvalidSpecError as e:
+                errors.append(f"spec {index}: {str(e).removeprefix('invalid job spec: ')}")
+        if errors:
+            shown = errors[:MAX_ERRORS_SHOWN] + [f"... and {len(errors) - MAX_ERRORS_SHOWN} more"] * (
+                len(errors) > MAX_ERRORS_SHOWN
+            )
+            raise InvalidSpecError("invalid batch, nothing enqueued:\n" + "\n".join(shown))
+        if not validated:
+            raise InvalidSpecError("a batch needs at least one job spec")
+        self._record_queued(validated)
+        self._publish(validated)
+        return BatchHandle(self, batch_id, [job_id for job_id, _ in validated])
+
+    # -- reading ------------------------------------------------------------------------------
+    def get(self, job_id: str) -> JobHandle:
+        """A handle on an existing job; JobNotFoundError if there is no record of it."""
+        try:
+            check_id(job_id)
+        except ValueError as e:
+            raise JobNotFoundError(str(e)) from None
+        with self.redis_errors():
+            if not self.redis.exists(self.keys.job(job_id)):
+                raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        return JobHandle(self, job_id)
+
+    def batch(self, batch_id: str) -> BatchHandle:
+        """A handle on an existing batch."""
+        with self.redis_errors():
+            job_ids = self.reader.batch_job_ids(batch_id)
+        if not job_ids:
+            raise JobNotFoundError(f"no batch {batch_id!r} (never submitted, or past retention)")
+        return BatchHandle(self, batch_id, job_ids)
+
+    def jobs(
+        self, batch: str | None = None, status: JobStatus | str | None = None, limit: int = 1000
+    ) -> list[JobRecord]:
+        """Job records, newest first (a batch's in submission order), filtered by batch and status."""
+        with self.redis_errors():
+            return self.reader.records(self.reader.job_ids(batch, status, limit))
+
+    # -- internals ----------------------------------------------------------------------------
+    @contextmanager
+    def redis_errors(self) -> Iterator[None]:
+        """Redis failures become QueueUnavailableError with a message that says what to check."""
+        try:
+            yield
+        except redis.RedisError as e:
+            raise QueueUnavailableError(describe_redis_error(self.redis_url, e)) from e
+
+    def _record_queued(self, jobs: list[tuple[str, JobSpec]]) -> None:
+        """Write the queued records of ``jobs`` in one transaction: all or nothing."""
+        now, ttl = time.time(), self.settings.retention_s
+        pipe = self.redis.pipeline(transaction=True)
+        for job_id, spec in jobs:
+            record = self.keys.job(job_id)
+            event = AuditEvent(ts=now, job_id=job_id, kind="state", data={"status": JobStatus.QUEUED.value})
+            event_json = encode_event(event)
+            head = chain_hash(self.settings.audit_secret, GENESIS_HASH, event_json)
+            pipe.hset(
+                record, mapping={**queued_fields(job_id, spec, now), "audit_head": head, "audit_count": 1}
+            )
+            pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head})
+            pipe.zadd(self.keys.all_jobs, {job_id: now})
+            pipe.zadd(self.keys.status_index(JobStatus.QUEUED), {job_id: now})
+            for key in (record, self.keys.audit(job_id)):
+                pipe.expire(key, ttl)
+            if spec.batch_id:
+                pipe.rpush(self.keys.batch_jobs(spec.batch_id), job_id)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), JobStatus.QUEUED.value, 1)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), "total", 1)
+        for batch_id in {spec.batch_id for _, spec in jobs if spec.batch_id}:
+            pipe.expire(self.keys.batch_jobs(batch_id), ttl)
+            pipe.expire(self.keys.batch_counts(batch_id), ttl)
+        pipe.zremrangebyscore(self.keys.all_jobs, "-inf", now - ttl)
+        with self.redis_errors():
+            pipe.execute()
+
+    def _publish(self, jobs: list[tuple[str, JobSpec]]) -> None:
+        """Publish one message per job; on failure withdraw the records of those not published."""
+        sent = 0
+        try:
+            with self.app.producer_or_acquire() as producer:
+                for job_id, spec in jobs:
+                    soft, hard = check_time_limits(self.settings, spec)
+                    self.app.send_task(
+                        TASK_NAME,
+                        args=[job_id, spec.model_dump(mode="json")],
+                        task_id=job_id,
+                        queue=queue_name(self.settings),
+                        soft_time_limit=soft,
+                        time_limit=hard,
+                        argsrepr=repr([job_id, spec.question[:80]]),
+                        kwargsrepr="{}",
+                        producer=producer,
+                    )
+                    sent += 1
+        except Exception as e:
+            self._withdraw(jobs[sent:])
+            what = (
+                "nothing was enqueued"
+                if sent == 0
+                else (
+                    f"{sent} of {len(jobs)} jobs were enqueued and will run; the other {len(jobs) - sent} were withdrawn"
+                )
+            )
+            raise QueueUnavailableError(f"{describe_redis_error(self.redis_url, e)}; {what}") from e
+
+    def _withdraw(self, jobs: list[tuple[str, JobSpec]]) -> None:
+        """Undo :meth:`_record_queued` for jobs whose message was never published (best effort)."""
+        pipe = self.redis.pipeline(transaction=True)
+        for job_id, spec in jobs:
+            pipe.delete(*self.keys.job_keys(job_id))
+            pipe.zrem(self.keys.all_jobs, job_id)
+            pipe.zrem(self.keys.status_index(JobStatus.QUEUED), job_id)
+            if spec.batch_id:
+                pipe.lrem(self.keys.batch_jobs(spec.batch_id), 1, job_id)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), JobStatus.QUEUED.value, -1)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), "total", -1)
+        try:
+            pipe.execute()
+        except redis.RedisError:
+            pass  # Redis is gone: the records expire with the retention; the worker ignores them
+
+
+def new_job_id() -> str:
+    return str(uuid.uuid4())
+
+
+def new_batch_id() -> str:
+    return f"batch-{uuid.uuid4().hex[:12]}"
+
+
+def describe_redis_error(url: str, error: BaseException) -> str:
+    """What went wrong with Redis, in words that say what to check."""
+    text = str(error)
+    where = redact_url(url)
+    if "OOM" in text:
+        return (
+            f"Redis at {where} is full (maxmemory reached, eviction off) and refuses new jobs: {text}. "
+            f"Free memory or raise maxmemory"
+        )
+    if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
+        return f"Redis at {where} refused the credentials: {text}. Check the password in SANDFLEET_REDIS_URL"
+    return (
+        f"cannot reach Redis at {where}: {text}. Is redis-server running, and is SANDFLEET_REDIS_URL right?"
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        creds, _, host = rest.rpartition("@")
+        user = creds.split(":", 1)[0]
+        return f"{scheme}{sep}{user + ':' if user else ''}***@{host}"
+    return url

@@ -1,0 +1,124 @@
+"""Every Redis key the fleet uses, in one place (arq's ``constants.py`` habit).
+
+All keys live under ``Settings.key_prefix`` (``sandfleet`` by default), so one Redis can hold several
+fleets and ``SCAN MATCH sandfleet:*`` finds everything a fleet wrote. Producers and workers build
+keys only through :class:`FleetKeys`; nothing else spells a key.
+
+Per job (each one expires ``Settings.retention_s`` after the job's last write):
+
+``{p}:job:{id}``                  hash, the job record: ``job_id``, ``status``, ``spec`` (JobSpec JSON),
+                                  ``batch_id``, ``{status}_at`` per transition (epoch seconds),
+                                  ``updated_at``, ``attempts`` (runs started), ``deliveries`` (messages
+                                  received), ``worker``, ``result`` (JobResult JSON, once final),
+                                  ``audit_head`` and ``audit_count`` (the audit chain's tip).
+``{p}:job:{id}:audit``            stream, the audit log: one entry per event, fields ``event``
+                                  (AuditEvent JSON) and ``hash`` (HMAC chained to the previous entry).
+``{p}:job:{id}:deliveries``       hash, deliveries per Celery retry number (``"0"``, ``"1"`` ...): a
+                                  message redelivered after its worker died counts up, a retry starts
+                                  a new count, so only crash loops reach ``Settings.max_deliveries``.
+``{p}:job:{id}:final``            string, the final-record guard: set once, by the delivery that wrote
+                                  the final record; its presence refuses every later transition.
+``{p}:job:{id}:done``             list, one element pushed when the job ends, so waiters ``BLPOP``
+                                  instead of polling.
+
+Per batch (expire like the jobs):
+
+``{p}:batch:{id}:jobs``           list, the batch's job ids in submission order.
+``{p}:batch:{id}:counts``         hash, status -> number of the batch's jobs in it (``total`` too):
+                                  progress is one ``HGETALL``.
+
+Fleet-wide:
+
+``{p}:jobs``                      sorted set, every job id scored by submission time (for listings);
+                                  entries older than the retention are trimmed on write.
+``{p}:jobs:{status}``             sorted set per status, job ids scored by when they entered it.
+``{p}:rejected``                  stream (capped), messages the workers discarded: not JSON, unknown
+                                  task, no job record.
+``{p}:worker:{name}:heartbeat``   string with a TTL, refreshed by a live worker (reliability work).
+``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
+
+The broker queue itself is a kombu list named after the prefix (``sandfleet``, see
+:mod:`producer.queue`); kombu's own bookkeeping (``unacked``, ``_kombu.*``) is not under the prefix. Keys are for one Redis (or a primary with replicas), not Redis Cluster: the Lua
+scripts touch a job's keys and the fleet-wide indexes together.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from producer.contracts import JobStatus
+
+# Job and batch ids become part of key names: keep them to a safe alphabet.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+REJECTED_STREAM_MAXLEN = 10_000
+HEARTBEAT_TTL_S = 30
+
+
+@dataclass(frozen=True)
+class FleetKeys:
+    """Key names under one prefix. ``FleetKeys("sandfleet").job("abc") == "sandfleet:job:abc"``."""
+
+    prefix: str = "sandfleet"
+
+    # -- per job ------------------------------------------------------------------------------
+    def job(self, job_id: str) -> str:
+        return f"{self.prefix}:job:{job_id}"
+
+    def audit(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:audit"
+
+    def deliveries(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:deliveries"
+
+    def final_guard(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:final"
+
+    def done(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:done"
+
+    def job_keys(self, job_id: str) -> tuple[str, ...]:
+        """Every key of one job (what retention expires and what cleanup deletes)."""
+        return (
+            self.job(job_id),
+            self.audit(job_id),
+            self.deliveries(job_id),
+            self.final_guard(job_id),
+            self.done(job_id),
+        )
+
+    # -- per batch ----------------------------------------------------------------------------
+    def batch_jobs(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}:jobs"
+
+    def batch_counts(self, batch_id: str) -> str:
+        return f"{self.prefix}:batch:{batch_id}:counts"
+
+    # -- fleet-wide ---------------------------------------------------------------------------
+    @property
+    def all_jobs(self) -> str:
+        return f"{self.prefix}:jobs"
+
+    def status_index(self, status: JobStatus | str) -> str:
+        return f"{self.prefix}:jobs:{JobStatus(status).value}"
+
+    def status_indexes(self) -> tuple[str, ...]:
+        """The per-status indexes, in ``JobStatus`` order (the Lua scripts rely on this order)."""
+        return tuple(self.status_index(s) for s in JobStatus)
+
+    @property
+    def rejected(self) -> str:
+        return f"{self.prefix}:rejected"
+
+    def heartbeat(self, worker: str) -> str:
+        return f"{self.prefix}:worker:{worker}:heartbeat"
+
+    def tool_catalog(self, worker: str) -> str:
+        return f"{self.prefix}:worker:{worker}:tools"
+
+
+def check_id(value: str, what: str = "job id") -> str:
+    """``value`` if it is a safe id, else ValueError naming the accepted alphabet."""
+    if not isinstance(value, str) or not ID_PATTERN.match(value):
+        raise ValueError(f"{what} must be 1-128 of letters, digits and _.:-, got {value!r}")
+    return value

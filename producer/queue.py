@@ -1,0 +1,117 @@
+"""The Celery configuration both sides share, and the time limits that must nest inside it.
+
+Producers build an app from :func:`make_app` and enqueue by task name (``send_task``), so they never
+import worker code; workers add their own settings on top (``worker/celery_app.py``). Celery keeps
+no results: every outcome lives in the fleet's own records (:mod:`producer.keys`).
+
+Time limits nest, outermost last::
+
+    sandbox timeout  <  soft limit  <  hard limit  <  broker visibility timeout
+
+A job still running when the visibility timeout passes would be handed to a second worker, so a
+configuration (or a job) that breaks this order is refused before anything is enqueued or run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from producer.config import CodeActionSettings, SandboxConfig
+from producer.contracts import JobSpec
+from producer.errors import InvalidSpecError
+from producer.settings import Settings
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+TASK_NAME = "sandfleet.run_job"
+APP_NAME = "sandfleet"
+
+BROKER_CONNECT_TIMEOUT_S = 5.0
+# Per attempt: waiting for a sandbox slot and starting the container.
+SANDBOX_START_ALLOWANCE_S = 30.0
+# Between the job's own worst case and the soft limit.
+SOFT_LIMIT_MARGIN_S = 60.0
+# Between the soft and the hard limit: time to write the failed record after the soft limit.
+HARD_LIMIT_GRACE_S = 60.0
+
+_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.0, "interval_step": 0.2, "interval_max": 0.5}
+
+
+def queue_name(settings: Settings) -> str:
+    """The broker queue of the fleet: its key prefix (``sandfleet``), so fleets sharing a Redis stay apart."""
+    return settings.key_prefix
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    """Settings every fleet process shares: JSON only, late acks, no result backend."""
+    return {
+        "broker_url": settings.redis_url,
+        "broker_connection_timeout": BROKER_CONNECT_TIMEOUT_S,
+        "broker_connection_retry_on_startup": True,
+        "broker_transport_options": {
+            "visibility_timeout": settings.visibility_timeout_s,
+            "socket_connect_timeout": BROKER_CONNECT_TIMEOUT_S,
+        },
+        "task_serializer": "json",
+        "accept_content": ["json"],
+        "event_serializer": "json",
+        "result_serializer": "json",
+        "result_accept_content": ["json"],
+        "result_backend": None,
+        "task_ignore_result": True,
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_default_queue": queue_name(settings),
+        "task_routes": {TASK_NAME: {"queue": queue_name(settings)}},
+        "task_send_sent_event": True,
+        "worker_send_task_events": True,
+        "task_publish_retry_policy": _PUBLISH_RETRY_POLICY,
+        "enable_utc": True,
+    }
+
+
+def make_app(settings: Settings, *, main: str = APP_NAME) -> Celery:
+    """A Celery app with the shared configuration. Registers no tasks."""
+    from celery import Celery
+
+    app = Celery(main, set_as_current=False)
+    app.conf.update(celery_config(settings))
+    return app
+
+
+def sandbox_timeout_s(spec: JobSpec | None = None) -> float:
+    """The wall timeout of one of the job's containers, in seconds."""
+    if spec is not None and "timeout" in spec.sandbox:
+        return float(spec.sandbox["timeout"])
+    return SandboxConfig().timeout
+
+
+def job_time_limits(settings: Settings, spec: JobSpec | None = None) -> tuple[float, float]:
+    """``(soft, hard)`` time limits in seconds for a job (the defaults when ``spec`` is None).
+
+    The worst case of one attempt is a model call with every retry, a sandbox start and a program
+    run to its timeout; a job makes ``max_repairs + 1`` attempts.
+    """
+    code: CodeActionSettings = spec.code_action if spec is not None else CodeActionSettings()
+    sandbox_s = sandbox_timeout_s(spec)
+    model_call_s = settings.model_request_timeout_s * (settings.model_max_retries + 1)
+    attempt_s = min(code.exec_timeout, sandbox_s) + model_call_s + SANDBOX_START_ALLOWANCE_S
+    soft = max((code.max_repairs + 1) * attempt_s, sandbox_s) + SOFT_LIMIT_MARGIN_S
+    return soft, soft + HARD_LIMIT_GRACE_S
+
+
+def check_time_limits(settings: Settings, spec: JobSpec | None = None) -> tuple[float, float]:
+    """The job's ``(soft, hard)`` limits, or InvalidSpecError when they do not nest (numbers named)."""
+    soft, hard = job_time_limits(settings, spec)
+    sandbox_s = sandbox_timeout_s(spec)
+    visibility_s = float(settings.visibility_timeout_s)
+    if not sandbox_s < soft < hard < visibility_s:
+        raise InvalidSpecError(
+            f"time limits must nest: sandbox timeout {sandbox_s:g} s < soft limit {soft:g} s < "
+            f"hard limit {hard:g} s < visibility timeout {visibility_s:g} s does not hold; "
+            f"raise SANDFLEET_VISIBILITY_TIMEOUT_S above {hard:g} or lower exec_timeout / max_repairs / "
+            f"the sandbox timeout"
+        )
+    return soft, hard

@@ -1,0 +1,204 @@
+"""Job records as stored in Redis: their encoding, the audit hash chain, and every read.
+
+Workers write records (``worker/store``); producers write only the queued record and read the rest,
+through :class:`RecordReader`. Both share key names (:mod:`producer.keys`) and the chain hash here.
+
+The audit stream is tamper-evident: each entry carries
+``hash = HMAC-SHA256(audit_secret, previous hash + canonical JSON of the event)``, starting from the
+empty string, and the record keeps the tip (``audit_head``, ``audit_count``), so an edited,
+reordered, inserted or removed entry breaks the chain at its index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from producer.contracts import AuditEvent, JobResult, JobSpec, JobStatus
+from producer.errors import JobNotFoundError
+from producer.keys import FleetKeys, check_id
+
+GENESIS_HASH = ""
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per value: sorted keys, no spaces, UTF-8 kept."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def encode_event(event: AuditEvent) -> str:
+    """The canonical JSON of an audit event: what the stream stores and the chain hashes.
+
+    Values JSON cannot hold (a set, a path, an exception) are written as their ``str``.
+    """
+    return canonical_json(event.model_dump(mode="json", fallback=str))
+
+
+def chain_hash(secret: str, prev_hash: str, event_json: str) -> str:
+    """Hex HMAC-SHA256, keyed with ``secret``, of the previous hash followed by the event's JSON."""
+    return hmac.new(secret.encode(), (prev_hash + event_json).encode(), hashlib.sha256).hexdigest()
+
+
+def verify_entries(secret: str, entries: list[tuple[str, str]], head: str | None) -> tuple[bool, int | None]:
+    """``(True, None)`` if every ``(event_json, hash)`` chains and the last hash is ``head``.
+
+    Otherwise ``(False, index)``: the first entry whose hash does not hold, or ``len(entries)`` when
+    the stream is shorter than the record says (entries removed from the end).
+    """
+    prev = GENESIS_HASH
+    for index, (event_json, stored) in enumerate(entries):
+        if not hmac.compare_digest(chain_hash(secret, prev, event_json), stored):
+            return False, index
+        prev = stored
+    if head is not None and not hmac.compare_digest(prev, head):
+        return False, len(entries)
+    return True, None
+
+
+class JobRecord(BaseModel):
+    """A job's record as read back: state, timestamps by state, counts, spec and final result."""
+
+    model_config = ConfigDict(frozen=True)
+
+    job_id: str
+    status: JobStatus
+    batch_id: str | None = None
+    timestamps: dict[str, float] = Field(default_factory=dict, description="state -> epoch seconds")
+    updated_at: float | None = None
+    attempts: int = 0
+    deliveries: int = 0
+    worker: str | None = None
+    spec: JobSpec | None = None
+    result: JobResult | None = None
+    audit_count: int = 0
+
+    @classmethod
+    def from_hash(cls, fields: dict[str, str]) -> JobRecord:
+        stamps = {k.removesuffix("_at"): float(v) for k, v in fields.items() if k.endswith("_at")}
+        updated = stamps.pop("updated", None)
+        return cls(
+            job_id=fields["job_id"],
+            status=JobStatus(fields["status"]),
+            batch_id=fields.get("batch_id") or None,
+            timestamps=stamps,
+            updated_at=updated,
+            attempts=int(fields.get("attempts", 0)),
+            deliveries=int(fields.get("deliveries", 0)),
+            worker=fields.get("worker") or None,
+            spec=JobSpec.model_validate_json(fields["spec"]) if fields.get("spec") else None,
+            result=JobResult.model_validate_json(fields["result"]) if fields.get("result") else None,
+            audit_count=int(fields.get("audit_count", 0)),
+        )
+
+
+def queued_fields(job_id: str, spec: JobSpec, now: float) -> dict[str, str]:
+    """The record's fields when the producer enqueues the job."""
+    fields = {
+        "job_id": job_id,
+        "status": JobStatus.QUEUED.value,
+        "spec": spec.model_dump_json(),
+        "queued_at": repr(now),
+        "updated_at": repr(now),
+        "attempts": "0",
+        "deliveries": "0",
+    }
+    if spec.batch_id:
+        fields["batch_id"] = spec.batch_id
+    return fields
+
+
+class RecordReader:
+    """Reads of job records, audit streams and batch counts. Raises redis errors as they come."""
+
+    def __init__(self, client: redis.Redis, keys: FleetKeys, audit_secret: str) -> None:
+        self._redis = client
+        self._keys = keys
+        self._secret = audit_secret
+
+    def record(self, job_id: str) -> JobRecord:
+        """The job's record, or JobNotFoundError (never submitted, or past retention)."""
+        check_id(job_id)
+        fields = self._redis.hgetall(self._keys.job(job_id))
+        if not fields or "status" not in fields:
+            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        return JobRecord.from_hash(fields)
+
+    def status(self, job_id: str) -> JobStatus:
+        check_id(job_id)
+        value = self._redis.hget(self._keys.job(job_id), "status")
+        if value is None:
+            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        return JobStatus(value)
+
+    def result(self, job_id: str) -> JobResult | None:
+        """The final result, or None while the job has not ended."""
+        check_id(job_id)
+        status, raw = self._redis.hmget(self._keys.job(job_id), ["status", "result"])
+        if status is None:
+            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        return JobResult.model_validate_json(raw) if raw else None
+
+    def audit_entries(self, job_id: str) -> list[tuple[str, str]]:
+        """Every audit entry as stored, ``(event JSON, chain hash)``, oldest first."""
+        check_id(job_id)
+        stream = self._redis.xrange(self._keys.audit(job_id))
+        return [(fields.get("event", ""), fields.get("hash", "")) for _entry_id, fields in stream]
+
+    def audit(self, job_id: str) -> list[AuditEvent]:
+        """The job's audit events, oldest first."""
+        entries = self.audit_entries(job_id)
+        if not entries and not self._redis.exists(self._keys.job(job_id)):
+            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        return [AuditEvent.model_validate_json(event_json) for event_json, _hash in entries]
+
+    def verify_chain(self, job_id: str) -> tuple[bool, int | None]:
+        """Whether the job's audit chain holds: ``(True, None)`` or ``(False, first_bad_index)``."""
+        entries = self.audit_entries(job_id)
+        if not entries and not self._redis.exists(self._keys.job(job_id)):
+            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        head = self._redis.hget(self._keys.job(job_id), "audit_head")
+        return verify_entries(self._secret, entries, head)
+
+    def batch_counts(self, batch_id: str) -> dict[str, int]:
+        """``{"total": n, "queued": ..., "running": ..., ...}``: one HGETALL."""
+        check_id(batch_id, "batch id")
+        raw = self._redis.hgetall(self._keys.batch_counts(batch_id))
+        counts = {s.value: 0 for s in JobStatus}
+        counts.update({k: int(v) for k, v in raw.items()})
+        counts.setdefault("total", 0)
+        return counts
+
+    def batch_job_ids(self, batch_id: str) -> list[str]:
+        check_id(batch_id, "batch id")
+        return list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
+
+    def job_ids(
+        self, batch_id: str | None = None, status: JobStatus | str | None = None, limit: int = 1000
+    ) -> list[str]:
+        """Job ids, newest first (a batch in submission order), filtered by batch and/or status."""
+        if batch_id is not None:
+            ids = self.batch_job_ids(batch_id)
+            if status is not None:
+                statuses = self._statuses(ids)
+                ids = [i for i, s in zip(ids, statuses, strict=True) if s == JobStatus(status).value]
+            return ids[:limit]
+        key = self._keys.status_index(status) if status is not None else self._keys.all_jobs
+        return list(self._redis.zrevrange(key, 0, limit - 1))
+
+    def records(self, job_ids: list[str]) -> list[JobRecord]:
+        """Records of many jobs in one round trip; ids without a record are left out."""
+        pipe = self._redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(self._keys.job(job_id))
+        return [JobRecord.from_hash(f) for f in pipe.execute() if f and "status" in f]
+
+    def _statuses(self, job_ids: list[str]) -> list[str | None]:
+        pipe = self._redis.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(self._keys.job(job_id), "status")
+        return pipe.execute()

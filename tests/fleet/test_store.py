@@ -1,0 +1,220 @@
+"""The write side of job records against a real Redis: transitions, exactly one final record,
+delivery counts, the audit hash chain, batch counts and retention."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import redis
+
+from producer.client import Client
+from producer.contracts import AuditEvent, JobResult, JobStatus
+from producer.keys import FleetKeys
+from producer.records import chain_hash, encode_event
+from producer.settings import Settings
+from worker.store import JobStore, RedisAuditSink, Transition, verify_chain
+
+
+def succeeded(job_id: str, value: object = 42) -> JobResult:
+    return JobResult(job_id=job_id, status=JobStatus.SUCCEEDED, result=value)
+
+
+def test_transitions_record_timestamps_counts_and_indexes(client: Client, store: JobStore) -> None:
+    job = client.submit("What is 6 x 7?")
+    keys = store.keys
+    assert store.mark_running(job.job_id, "w1") == Transition.APPLIED
+    record = job.record()
+    assert record.status == JobStatus.RUNNING and record.attempts == 1 and record.worker == "w1"
+    assert record.timestamps["running"] >= record.timestamps["queued"]
+    assert store.redis.zscore(keys.status_index("running"), job.job_id) is not None
+    assert store.redis.zscore(keys.status_index("queued"), job.job_id) is None
+
+    assert store.finish(job.job_id, succeeded(job.job_id), worker="w1") == Transition.APPLIED
+    record = job.record()
+    assert record.status == JobStatus.SUCCEEDED
+    assert set(record.timestamps) == {"queued", "running", "succeeded"}
+    assert record.result == succeeded(job.job_id)
+    assert store.redis.zscore(keys.status_index("succeeded"), job.job_id) is not None
+    assert store.redis.zscore(keys.status_index("running"), job.job_id) is None
+
+
+def race_to_finish(settings: Settings, job_id: str, writers: int) -> list[Transition]:
+    """``writers`` threads, each with its own connection (as separate workers), finish at once."""
+    stores = [JobStore.from_settings(settings) for _ in range(writers)]
+    barrier = threading.Barrier(writers)
+    outcomes: list[Transition] = []
+
+    def write(i: int) -> None:
+        result = succeeded(job_id, value=i)
+        barrier.wait()
+        outcomes.append(stores[i].finish(job_id, result, worker=f"w{i}", token=f"w{i}"))
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for s in stores:
+        s.redis.close()
+    return outcomes
+
+
+def test_exactly_one_final_record_under_racing_writers(
+    client: Client, store: JobStore, settings: Settings
+) -> None:
+    writers = 4
+    for _ in range(20):
+        job = client.submit("Race me")
+        store.mark_running(job.job_id, "w")
+        outcomes = race_to_finish(settings, job.job_id, writers)
+        assert outcomes.count(Transition.APPLIED) == 1
+        assert outcomes.count(Transition.ALREADY_FINAL) == writers - 1
+        winner = store.redis.get(store.keys.final_guard(job.job_id))
+        assert job.result(timeout=1).result == int(winner.removeprefix("w"))
+        assert store.redis.llen(store.keys.done(job.job_id)) == 1
+
+
+def test_a_final_record_refuses_every_later_transition(client: Client, store: JobStore) -> None:
+    job = client.submit("Once")
+    store.finish(job.job_id, succeeded(job.job_id))
+    assert store.mark_running(job.job_id, "late") == Transition.ALREADY_FINAL
+    failed = JobResult(job_id=job.job_id, status=JobStatus.FAILED)
+    assert store.finish(job.job_id, failed) == Transition.ALREADY_FINAL
+    assert job.status() == JobStatus.SUCCEEDED and job.record().attempts == 0
+
+
+def test_transitions_of_an_unknown_job_write_nothing(store: JobStore, settings: Settings) -> None:
+    assert store.mark_running("no-such-job", "w") == Transition.MISSING
+    assert store.finish("no-such-job", succeeded("no-such-job")) == Transition.MISSING
+    assert not store.redis.exists(store.keys.job("no-such-job"))
+
+
+def test_delivery_counter_counts_per_retry_message(client: Client, store: JobStore) -> None:
+    job = client.submit("Count my deliveries")
+    assert [store.count_delivery(job.job_id, retry=0) for _ in range(3)] == [1, 2, 3]
+    assert store.count_delivery(job.job_id, retry=1) == 1  # a retry is a new message
+    assert job.record().deliveries == 4
+    assert store.redis.ttl(store.keys.deliveries(job.job_id)) > 0
+
+
+def test_batch_counts_follow_every_transition(client: Client, store: JobStore) -> None:
+    batch = client.submit_batch(["a?", "b?", "c?"])
+    assert batch.progress().counts["queued"] == 3 and batch.progress().total == 3
+    a, b, c = batch.job_ids
+    store.mark_running(a, "w")
+    store.mark_running(b, "w")
+    store.mark_running(b, "w")  # a redelivery: still one job running
+    store.finish(a, succeeded(a))
+    store.finish_with_error(c, JobStatus.REFUSED, "invalid_spec", "no")
+    progress = batch.progress()
+    assert (progress.counts["queued"], progress.counts["running"]) == (0, 1)
+    assert (progress.counts["succeeded"], progress.counts["refused"], progress.done) == (1, 1, 2)
+    assert not progress.finished
+    store.mark_queued(b)
+    assert batch.progress().counts["queued"] == 1
+
+
+def test_every_key_of_a_job_expires_with_the_retention(
+    client: Client, store: JobStore, settings: Settings
+) -> None:
+    batch = client.submit_batch(["retention?"])
+    job_id = batch.job_ids[0]
+    store.count_delivery(job_id)
+    store.mark_running(job_id, "w")
+    RedisAuditSink(store.redis, settings, job_id).emit("program", {"code": "print(1)"})
+    store.finish(job_id, succeeded(job_id))
+    keys = FleetKeys(settings.key_prefix)
+    for key in (*keys.job_keys(job_id), keys.batch_jobs(batch.batch_id), keys.batch_counts(batch.batch_id)):
+        ttl = store.redis.ttl(key)
+        assert 0 < ttl <= settings.retention_s, (key, ttl)
+
+
+def test_audit_chain_verifies_and_detects_tampering(
+    client: Client, store: JobStore, settings: Settings
+) -> None:
+    job = client.submit("Audit me")
+    audit = RedisAuditSink(store.redis, settings, job.job_id)
+    audit.emit("state", {"status": "running"})
+    audit.emit("model_call", {"prompt": "p", "reply": "r", "tokens": 12}, attempt=1)
+    audit.emit("tool_call", {"tool": "load_orders", "args": [], "ok": True}, attempt=1)
+    events = job.audit()
+    assert [e.kind for e in events] == ["state", "state", "model_call", "tool_call"]
+    assert verify_chain(store.redis, settings, job.job_id) == (True, None)
+
+    # Rewrite the stream with event 2 edited (its stored hash kept): the chain breaks at index 2.
+    stream = store.keys.audit(job.job_id)
+    entries = store.redis.xrange(stream)
+    store.redis.delete(stream)
+    for index, (_entry_id, fields) in enumerate(entries):
+        if index == 2:
+            event = json.loads(fields["event"])
+            event["data"]["reply"] = "something else"
+            fields = {**fields, "event": json.dumps(event)}
+        store.redis.xadd(stream, fields)
+    assert job.verify_audit() == (False, 2)
+
+
+def test_audit_chain_detects_a_removed_last_event(
+    client: Client, store: JobStore, settings: Settings
+) -> None:
+    job = client.submit("Truncate me")
+    RedisAuditSink(store.redis, settings, job.job_id).emit("program", {"code": "x"})
+    stream = store.keys.audit(job.job_id)
+    last_id = store.redis.xrevrange(stream, count=1)[0][0]
+    store.redis.xdel(stream, last_id)
+    assert job.verify_audit() == (False, 1)
+
+
+def test_audit_chain_needs_the_secret(client: Client, store: JobStore, settings: Settings) -> None:
+    job = client.submit("Forge me")
+    forged = AuditEvent(ts=0.0, job_id=job.job_id, kind="program", data={"code": "evil"})
+    head = store.redis.hget(store.keys.job(job.job_id), "audit_head")
+    digest = chain_hash("wrong-secret", head, encode_event(forged))
+    store.redis.xadd(store.keys.audit(job.job_id), {"event": encode_event(forged), "hash": digest})
+    store.redis.hset(store.keys.job(job.job_id), "audit_head", digest)
+    assert job.verify_audit() == (False, 1)
+
+
+def test_concurrent_audit_writers_keep_one_chain(
+    client: Client, settings: Settings, redis_server: str
+) -> None:
+    job = client.submit("Two deliveries write at once")
+    writers, per_writer = 4, 25
+    barrier = threading.Barrier(writers)
+
+    def write(i: int) -> None:
+        conn = redis.Redis.from_url(redis_server, decode_responses=True)
+        sink = RedisAuditSink(conn, settings, job.job_id)
+        barrier.wait()
+        for n in range(per_writer):
+            sink.emit("tool_call", {"writer": i, "n": n})
+        conn.close()
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(job.audit()) == 1 + writers * per_writer
+    assert job.verify_audit() == (True, None)
+
+
+def test_audit_events_hold_values_json_cannot(client: Client, store: JobStore, settings: Settings) -> None:
+    job = client.submit("Odd values")
+    RedisAuditSink(store.redis, settings, job.job_id).emit("limit", {"hit": {"pids"}, "ratio": 0.5})
+    assert job.audit()[-1].data["ratio"] == 0.5
+    assert job.verify_audit() == (True, None)
+
+
+def test_rejected_messages_are_recorded(store: JobStore) -> None:
+    store.record_rejected("no job record", job_id="x", retries=0)
+    ((_entry_id, fields),) = store.redis.xrange(store.keys.rejected)
+    assert fields["reason"] == "no job record" and json.loads(fields["details"])["job_id"] == "x"
+
+
+def test_finish_requires_a_final_status(client: Client, store: JobStore) -> None:
+    job = client.submit("Not final")
+    with pytest.raises(ValueError, match="final status"):
+        store.finish(job.job_id, JobResult(job_id=job.job_id, status=JobStatus.RUNNING))

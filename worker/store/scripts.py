@@ -1,0 +1,68 @@
+"""The Lua scripts of the write side. Each runs atomically in Redis, which is what makes a job end
+exactly once however many deliveries or workers race on it."""
+
+from __future__ import annotations
+
+# A state change of one job, with its indexes, batch counts and retention, in one step.
+# KEYS: 1 record, 2 final guard, 3 done list, 4 batch counts, 5 batch jobs, 6 audit stream,
+#       7 deliveries, 8.. one index per status (in the order of the status names in ARGV[9..])
+# ARGV: 1 job id, 2 new status, 3 now (epoch s), 4 ttl (s), 5 "1" if final, 6 guard value,
+#       7 result JSON (final only), 8 worker name ("" to keep), 9.. status names
+# Returns {outcome, previous status}; outcome is "ok", "final" (already ended: nothing written)
+# or "missing" (no record: never submitted, withdrawn or expired).
+TRANSITION = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return {'missing', ''} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'final', cur} end
+local job, new, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+if ARGV[5] == '1' then
+  redis.call('SET', KEYS[2], ARGV[6], 'EX', ttl)
+  redis.call('HSET', KEYS[1], 'result', ARGV[7])
+  redis.call('RPUSH', KEYS[3], new)
+elseif new == 'running' then
+  redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+end
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'worker', ARGV[8]) end
+redis.call('HSET', KEYS[1], 'status', new, new .. '_at', ARGV[3], 'updated_at', ARGV[3])
+for i = 9, #ARGV do
+  local index = KEYS[i - 1]
+  if ARGV[i] == cur and cur ~= new then redis.call('ZREM', index, job) end
+  if ARGV[i] == new then
+    redis.call('ZADD', index, now, job)
+    redis.call('ZREMRANGEBYSCORE', index, '-inf', now - ttl)
+  end
+end
+local batch = redis.call('HGET', KEYS[1], 'batch_id')
+if batch and cur ~= new then
+  redis.call('HINCRBY', KEYS[4], cur, -1)
+  redis.call('HINCRBY', KEYS[4], new, 1)
+end
+for i = 1, 7 do
+  if i ~= 4 and i ~= 5 or batch then redis.call('EXPIRE', KEYS[i], ttl) end
+end
+return {'ok', cur}
+"""
+
+# One delivery of a job's message. KEYS: 1 deliveries hash, 2 record. ARGV: 1 retry number, 2 ttl.
+# Returns the deliveries of this retry's message (1 on the first delivery).
+COUNT_DELIVERY = """
+local n = redis.call('HINCRBY', KEYS[1], ARGV[1], 1)
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HINCRBY', KEYS[2], 'deliveries', 1) end
+return n
+"""
+
+# Append one audit event if the chain tip is still the one the hash was computed from.
+# KEYS: 1 record, 2 stream. ARGV: 1 expected tip, 2 event JSON, 3 its hash, 4 ttl.
+# Returns {1, new tip} when appended, {0, actual tip} when another writer got there first,
+# {-1, ""} when the record is gone.
+AUDIT_APPEND = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, ''} end
+local head = redis.call('HGET', KEYS[1], 'audit_head') or ''
+if head ~= ARGV[1] then return {0, head} end
+redis.call('XADD', KEYS[2], '*', 'event', ARGV[2], 'hash', ARGV[3])
+redis.call('HSET', KEYS[1], 'audit_head', ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'audit_count', 1)
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+return {1, ARGV[3]}
+"""
