@@ -17,7 +17,7 @@ the response entry, else its rule, else the server-wide ``latency_s``. Every con
 thread, so many slow requests are in flight at once (hundreds, bounded by threads and sockets).
 
 Simulated failures (``{"status": 429}`` entries and ``fail_first``) answer with that HTTP status and
-an OpenAI-style error body, after the same latency.
+an OpenAI-style error body, after the same latency. A request no rule matches is refused at once.
 """
 
 from __future__ import annotations
@@ -192,6 +192,7 @@ class _ReplayHandler(BaseHTTPRequestHandler):
             self.close_connection = True
         except Exception as e:  # a bug here must still answer, or the client waits for its timeout
             logger.exception("replay server failed on a request")
+            self.close_connection = True  # a stream may be half sent; this connection is done either way
             self._send_error(500, f"replay server error: {type(e).__name__}: {e}")
         finally:
             state.leave()
