@@ -26,8 +26,8 @@ COMMANDS = {
     "ask": "worker.cli.ask:ask",
     "model-server": "worker.cli.model_server:model_server",
     "worker": "worker.cli.fleet:worker",
-    "flower": "worker.cli.fleet:flower",
-    "replay": "worker.cli.fleet:replay",
+    "flower": "worker.cli.flower:flower",
+    "replay": "worker.cli.replay:replay",
     "demo": "worker.cli.demo:demo",
     "loadtest": "worker.cli.loadtest:loadtest",
 }
@@ -68,7 +68,9 @@ def _importable(target: str) -> bool:
 def main(verbose: int) -> None:
     """Sandfleet: run LLM-written code-action jobs in locked-down, single-use sandboxes."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover
