@@ -56,18 +56,24 @@ def docker_client(base_url: str | None = None) -> Any:
     with _client_lock:
         client = _clients.get(key)
         if client is None:
-            try:
-                if base_url:
-                    client = docker.DockerClient(base_url=base_url, max_pool_size=API_POOL_CONNECTIONS)
-                else:
-                    client = docker.from_env(max_pool_size=API_POOL_CONNECTIONS)
-                client.ping()
-            except docker.errors.DockerException as e:
-                raise unavailable(_cause(e)) from e
-            except Exception as e:  # requests/urllib3 connection errors surface raw on some paths
-                raise unavailable(e) from e
+            client = _connect(base_url)
             _clients[key] = client
         return client
+
+
+def _connect(base_url: str | None) -> Any:
+    client = None
+    try:
+        if base_url:
+            client = docker.DockerClient(base_url=base_url, max_pool_size=API_POOL_CONNECTIONS)
+        else:
+            client = docker.from_env(max_pool_size=API_POOL_CONNECTIONS)
+        client.ping()
+        return client
+    except Exception as e:  # DockerException, or requests/urllib3 errors that surface raw
+        if client is not None:
+            client.close()
+        raise unavailable(_cause(e)) from e
 
 
 def forget_client(base_url: str | None = None) -> None:
@@ -76,11 +82,22 @@ def forget_client(base_url: str | None = None) -> None:
         _clients.pop(base_url or "", None)
 
 
-def _cause(e: Exception) -> str:
-    text = str(e)
-    for marker in ("Error while fetching server API version: ", "Connection aborted."):
-        text = text.replace(marker, "")
-    return text.strip(" ()'") or type(e).__name__
+def _cause(e: BaseException) -> str:
+    """The useful part of a Docker SDK connection error: the OS error underneath, if there is one."""
+    seen: set[int] = set()
+    stack: list[object] = [e]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, OSError) and item.strerror:
+            return f"cannot connect to the engine ({item.strerror})"
+        if isinstance(item, BaseException):
+            stack.extend(x for x in (item.__cause__, item.__context__, *item.args) if x is not None)
+        elif isinstance(item, tuple):
+            stack.extend(item)
+    return str(e).replace("Error while fetching server API version: ", "").strip() or type(e).__name__
 
 
 @dataclass(frozen=True)
