@@ -333,8 +333,12 @@ class Client:
             pipe.expire(self.keys.batch_jobs(batch_id), ttl)
             pipe.expire(self.keys.batch_counts(batch_id), ttl)
         pipe.zremrangebyscore(self.keys.all_jobs, "-inf", now - ttl)
-        with self.redis_errors():
+        try:
             pipe.execute()
+        except redis.RedisError as e:  # MULTI/EXEC: nothing of the transaction was applied
+            raise QueueUnavailableError(
+                f"{describe_redis_error(self.redis_url, e)}; nothing was enqueued"
+            ) from e
 
     def _publish(self, jobs: list[tuple[str, JobSpec]]) -> None:
         """Publish one message per job; on failure withdraw the records of those not published."""
@@ -393,12 +397,12 @@ def new_batch_id() -> str:
 
 def describe_redis_error(url: str, error: BaseException) -> str:
     """What went wrong with Redis, in words that say what to check."""
-    text = str(error)
+    text = str(error).rstrip(".")
     where = redact_url(url)
-    if "OOM" in text:
+    if isinstance(error, redis.exceptions.OutOfMemoryError) or "OOM" in text or "maxmemory" in text:
         return (
-            f"Redis at {where} is full (maxmemory reached, eviction off) and refuses new jobs: {text}. "
-            f"Free memory or raise maxmemory"
+            f"Redis at {where} is full (OOM command not allowed: maxmemory reached with noeviction) and "
+            f"refuses new jobs: {text}. Free memory or raise maxmemory"
         )
     if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
         return f"Redis at {where} refused the credentials: {text}. Check the password in SANDFLEET_REDIS_URL"

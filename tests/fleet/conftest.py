@@ -6,7 +6,6 @@ Redis never see each other's records or messages. Everything under the prefix is
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -16,19 +15,7 @@ from producer.client import Client
 from producer.settings import Settings, get_settings
 from worker.store import JobStore
 
-AUDIT_SECRET = "fleet-test-secret"
-
-
-def fleet_settings_for(url: str, **overrides: object) -> Settings:
-    prefix = f"t{uuid.uuid4().hex[:10]}"
-    return Settings(
-        redis_url=url, key_prefix=prefix, audit_secret=AUDIT_SECRET, retention_s=3600, **overrides
-    )
-
-
-def keys_under(client: redis.Redis, prefix: str) -> list[str]:
-    """Every key the fleet wrote under ``prefix``, the broker queue included."""
-    return sorted(client.scan_iter(match=f"{prefix}*", count=1000))
+from .helpers import fleet_settings_for, keys_under
 
 
 @pytest.fixture

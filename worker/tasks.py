@@ -1,0 +1,180 @@
+"""The Celery task ``sandfleet.run_job`` and what one delivery of it does.
+
+The task is thin: it hands the message to :func:`run_delivery` (plain Python, callable without
+Celery) and turns a transient failure into ``self.retry`` with exponential backoff. Every job is
+assumed to run more than once: the job id is the idempotency key, and the store writes exactly one
+final record however many deliveries race.
+
+One delivery:
+1. count it; a message delivered more than ``Settings.max_deliveries`` times killed its worker
+   each time: record the job failed and stop;
+2. skip it if the job already ended (a duplicate) or has no record (withdrawn, expired, forged);
+3. validate the spec (an invalid one is recorded refused), mark the job running;
+4. run the engine; write its JobResult as the final record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from celery.exceptions import SoftTimeLimitExceeded
+from celery.signals import worker_process_shutdown, worker_shutdown
+from pydantic import ValidationError
+
+from producer.client import describe_validation_error
+from producer.contracts import JobResult, JobSpec, JobStatus
+from producer.errors import ModelUnavailableError, TransientError
+from producer.keys import check_id
+from producer.queue import TASK_NAME
+from producer.settings import Settings, get_settings
+from worker.celery_app import CONF_MAX_SANDBOXES, app
+from worker.store import JobStore, RedisAuditSink, Transition
+
+log = logging.getLogger(__name__)
+
+MAX_TRANSIENT_RETRIES = 5
+RETRY_BACKOFF_BASE_S = 5.0
+RETRY_BACKOFF_MAX_S = 300.0
+
+# run(spec, job_id, audit) -> JobResult: the engine, bound to this process's services.
+JobRunner = Callable[[JobSpec, str, RedisAuditSink], JobResult]
+
+
+def compute_backoff(
+    retries: int, base_s: float = RETRY_BACKOFF_BASE_S, max_s: float = RETRY_BACKOFF_MAX_S
+) -> float:
+    """Seconds to wait before retry number ``retries + 1``: base, 2 x base, 4 x base ... capped."""
+    return min(max_s, base_s * 2 ** max(0, retries))
+
+
+def run_delivery(
+    store: JobStore,
+    job_id: str,
+    spec_data: Any,
+    *,
+    run: JobRunner,
+    retries: int = 0,
+    last_try: bool = True,
+    worker: str = "",
+) -> JobStatus | None:
+    """Handle one delivery of a job's message; returns the status it recorded (None: nothing to do).
+
+    Raises:
+        TransientError: infrastructure failed and ``last_try`` is false; the record is back to
+            queued and the caller should retry later. On the last try the job is recorded failed.
+    """
+    settings = store.settings
+    try:
+        check_id(job_id)
+    except ValueError as e:
+        store.record_rejected("bad job id", job_id=job_id, error=str(e))
+        return None
+    deliveries = store.count_delivery(job_id, retries)
+    record = store.record(job_id)
+    if record is None:
+        store.record_rejected("no job record", job_id=job_id, retries=retries)
+        log.warning("job %s: no record (withdrawn, expired or never submitted): message discarded", job_id)
+        return None
+    if record.status.is_final:
+        log.info("job %s: duplicate delivery, it already ended %s", job_id, record.status)
+        return None
+    audit = RedisAuditSink(store.redis, settings, job_id)
+
+    def finish(status: JobStatus, kind: str, message: str) -> JobStatus:
+        audit.emit("state", {"status": status.value, "error": {"kind": kind, "message": message}})
+        store.finish_with_error(job_id, status, kind, message, worker=worker)
+        return status
+
+    if deliveries > settings.max_deliveries:
+        message = f"stopped after {settings.max_deliveries} deliveries: the job killed its worker each time"
+        return finish(JobStatus.FAILED, "crash_loop", message)
+    try:
+        spec = JobSpec.model_validate(spec_data)
+    except ValidationError as e:
+        return finish(JobStatus.REFUSED, "invalid_spec", f"invalid job spec: {describe_validation_error(e)}")
+    if store.mark_running(job_id, worker) != Transition.APPLIED:
+        return None
+    audit.emit("state", {"status": "running", "worker": worker, "delivery": deliveries, "retries": retries})
+    try:
+        result = run(spec, job_id, audit)
+    except TransientError as e:
+        what = "model unavailable" if isinstance(e, ModelUnavailableError) else "sandbox unavailable"
+        if last_try:
+            return finish(JobStatus.FAILED, type(e).__name__, f"{what}: {e} (after {retries} retries)")
+        audit.emit("state", {"status": "queued", "retry": retries + 1, "error": f"{what}: {e}"})
+        store.mark_queued(job_id)
+        raise
+    except SoftTimeLimitExceeded:
+        return finish(JobStatus.TIMED_OUT, "time_limit", "the job passed its soft time limit")
+    except Exception as e:
+        log.exception("job %s: the engine raised", job_id)
+        return finish(JobStatus.FAILED, "internal_error", f"{type(e).__name__}: {e}")
+    audit.emit("state", {"status": result.status.value})
+    store.finish(job_id, result, worker=worker)
+    return result.status
+
+
+# -- per-process resources: one store and one EngineServices (sandbox pool, tools, model clients) --
+_lock = threading.Lock()
+_store: JobStore | None = None
+_services: Any = None
+
+
+def process_store(settings: Settings | None = None) -> JobStore:
+    global _store
+    with _lock:
+        if _store is None:
+            _store = JobStore.from_settings(settings or get_settings())
+        return _store
+
+
+def engine_runner() -> JobRunner:
+    """``run_job`` bound to this process's EngineServices, started on first use."""
+    global _services
+    from worker.engine import EngineServices, run_job  # imported here: worker modules import without it
+
+    with _lock:
+        if _services is None:
+            _services = EngineServices.start(get_settings(), max_sandboxes=app.conf.get(CONF_MAX_SANDBOXES))
+        services = _services
+
+    def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
+        return run_job(spec, job_id, services=services, audit=audit)
+
+    return run
+
+
+@worker_shutdown.connect
+@worker_process_shutdown.connect
+def close_services(**_: Any) -> None:
+    """Drain the sandbox pool when the worker (or a prefork child) stops."""
+    global _services
+    with _lock:
+        services, _services = _services, None
+    if services is not None:
+        try:
+            services.close()
+        except Exception:
+            log.exception("closing the engine services failed")
+
+
+@app.task(name=TASK_NAME, bind=True, max_retries=MAX_TRANSIENT_RETRIES)
+def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
+    """Run one job; returns ``{"job_id", "status"}`` (shown by Flower; the record has the rest)."""
+    retries = self.request.retries
+    try:
+        status = run_delivery(
+            process_store(),
+            job_id,
+            spec,
+            run=lambda s, j, a: engine_runner()(s, j, a),
+            retries=retries,
+            last_try=retries >= self.max_retries,
+            worker=self.request.hostname or "",
+        )
+    except TransientError as e:
+        raise self.retry(exc=e, countdown=compute_backoff(retries)) from e
+    return {"job_id": job_id, "status": status.value if status else None}
