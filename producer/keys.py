@@ -34,7 +34,13 @@ Fleet-wide:
 ``{p}:jobs:{status}``             sorted set per status, job ids scored by when they entered it.
 ``{p}:rejected``                  stream (capped), messages the workers discarded: not JSON, unknown
                                   task, no job record.
-``{p}:worker:{name}:heartbeat``   string with a TTL, refreshed by a live worker (reliability work).
+``{p}:worker:{name}:heartbeat``   string with a TTL, refreshed by a live worker (worker/recovery.py).
+``{p}:workers``                   set, names of workers that have announced themselves.
+``{p}:worker:{name}:info``        hash, a worker's host, pid and sandbox owner label.
+``{p}:worker:{name}:held``        hash, broker delivery tag -> job id of every message the worker
+                                  has received and not yet acknowledged.
+``{p}:recovery:lock``             string with a short TTL: one recovery sweep at a time.
+``{p}:recovered``                 stream (capped), jobs handed back after their worker died.
 ``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
 
 The broker queue itself is a kombu list named after the prefix (``sandfleet``, see
@@ -116,9 +122,29 @@ class FleetKeys:
     def tool_catalog(self, worker: str) -> str:
         return f"{self.prefix}:worker:{worker}:tools"
 
+    # -- worker presence (see _fleet_worker_keys) ------------------------------------------------
+    @property
+    def workers(self) -> str:
+        return f"{self.prefix}:workers"
+
+    def worker_info(self, worker: str) -> str:
+        return f"{self.prefix}:worker:{worker}:info"
+
+    def worker_held(self, worker: str) -> str:
+        return f"{self.prefix}:worker:{worker}:held"
+
+    @property
+    def recovery_lock(self) -> str:
+        return f"{self.prefix}:recovery:lock"
+
+    @property
+    def recovered(self) -> str:
+        return f"{self.prefix}:recovered"
+
 
 def check_id(value: str, what: str = "job id") -> str:
     """``value`` if it is a safe id, else ValueError naming the accepted alphabet."""
     if not isinstance(value, str) or not ID_PATTERN.match(value):
         raise ValueError(f"{what} must be 1-128 of letters, digits and _.:-, got {value!r}")
     return value
+
