@@ -13,14 +13,46 @@ timeout; a prefork worker enforces them too.
 
 from __future__ import annotations
 
+import logging
+from queue import Empty
+from typing import Any
+
 from celery import Celery
+from kombu.transport import redis as kombu_redis
 
 from producer.queue import check_time_limits, job_time_limits, make_app
 from producer.settings import Settings, get_settings
 
+log = logging.getLogger(__name__)
+
 DEFAULT_CONCURRENCY = 32  # jobs in flight per worker; most wait on the model and hold no container
 DEFAULT_POOL = "threads"
 CONF_MAX_SANDBOXES = "sandfleet_max_sandboxes"  # app.conf key the CLI sets for EngineServices.start
+
+
+class PoisonSafeChannel(kombu_redis.Channel):
+    """kombu's Redis channel, except that a queue item which is not a kombu JSON envelope is
+    discarded and recorded instead of stopping the worker (kombu's own decode error is fatal).
+
+    The item was already popped by BRPOP when it fails to decode, so nothing is left to redeliver.
+    """
+
+    def _brpop_read(self, **options: Any) -> Any:
+        try:
+            return super()._brpop_read(**options)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            log.error("discarded a queue item that is not a kombu JSON message: %r", e)
+            from worker.tasks import process_store
+
+            process_store().record_rejected("not a kombu JSON message", error=repr(e))
+            raise Empty() from e
+
+
+class PoisonSafeRedisTransport(kombu_redis.Transport):
+    Channel = PoisonSafeChannel
+
+
+POISON_SAFE_TRANSPORT = f"{__name__}:PoisonSafeRedisTransport"
 
 
 def time_limits(settings: Settings) -> tuple[float, float]:
@@ -35,7 +67,10 @@ def worker_config(settings: Settings) -> dict[str, object]:
         InvalidSpecError: the time limits do not nest inside the visibility timeout (numbers named).
     """
     soft, hard = check_time_limits(settings)
+    scheme = settings.redis_url.partition("://")[0]
+    transport = {"broker_transport": POISON_SAFE_TRANSPORT} if scheme in ("redis", "rediss") else {}
     return {
+        **transport,
         "include": ["worker.tasks"],
         "worker_pool": DEFAULT_POOL,
         "worker_concurrency": DEFAULT_CONCURRENCY,

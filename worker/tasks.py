@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import worker_process_shutdown, worker_shutdown
+from celery.signals import task_rejected, task_unknown, worker_process_shutdown, worker_shutdown
 from pydantic import ValidationError
 
 from producer.client import describe_validation_error
@@ -159,6 +159,21 @@ def close_services(**_: Any) -> None:
             services.close()
         except Exception:
             log.exception("closing the engine services failed")
+
+
+@task_rejected.connect
+def record_rejected_message(message: Any = None, exc: BaseException | None = None, **_: Any) -> None:
+    """Celery discarded a message it cannot run (pickle or other refused content, bad format)."""
+    headers = getattr(message, "headers", None) or {}
+    process_store().record_rejected(
+        "invalid message", task=headers.get("task"), id=headers.get("id"), error=repr(exc)[:500]
+    )
+
+
+@task_unknown.connect
+def record_unknown_task(name: str = "", id: str = "", exc: BaseException | None = None, **_: Any) -> None:
+    """Celery discarded a message for a task this worker does not have."""
+    process_store().record_rejected("unknown task", task=name, id=id)
 
 
 @app.task(name=TASK_NAME, bind=True, max_retries=MAX_TRANSIENT_RETRIES)

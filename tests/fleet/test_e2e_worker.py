@@ -1,0 +1,287 @@
+"""The fleet end to end: a real ``sandfleet worker`` process on a real Redis, driven through the Client.
+
+The first tests need no sandbox (the worker refuses, stops or discards before the engine runs); the
+``engine`` tests run real jobs in Docker with the replay model answering over HTTP.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import redis
+
+from producer.client import Client
+from producer.contracts import JobSpec, JobStatus
+from producer.queue import TASK_NAME, queue_name
+from producer.settings import Settings
+
+from .helpers import fleet_settings_for, keys_under
+
+WORKER_START_TIMEOUT_S = 60.0
+JOB_TIMEOUT_S = 120.0
+SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
+
+
+@dataclass
+class FleetWorker:
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    settings: Settings
+    client: Client
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+def start_worker(settings: Settings, folder: Path, *, tools: str = "", sandboxes: int = 2) -> FleetWorker:
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {
+        **os.environ,
+        "SANDFLEET_REDIS_URL": settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
+        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
+        "SANDFLEET_RETENTION_S": str(settings.retention_s),
+        "SANDFLEET_TOOLS": tools,
+        "SANDFLEET_POOL_SIZE": "0",
+        "SANDFLEET_DATA_DIR": str(folder / "data"),
+    }
+    log_path = folder / "worker.log"
+    log = log_path.open("wb")
+    cmd = [SANDFLEET, "worker", "--concurrency", "8", "--sandboxes", str(sandboxes), "--loglevel", "info"]
+    cmd += ["--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"]
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    log.close()
+    worker = FleetWorker(process, log_path, settings, Client(settings=settings))
+    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
+    while "ready." not in worker.log():
+        if not worker.alive() or time.monotonic() > deadline:
+            stop_worker(worker)
+            pytest.fail(f"sandfleet worker did not start:\n{worker.log()[-3000:]}")
+        time.sleep(0.1)
+    return worker
+
+
+def stop_worker(worker: FleetWorker) -> None:
+    """SIGTERM (warm shutdown: the pool is drained), SIGKILL after 30 s."""
+    if worker.alive():
+        worker.process.send_signal(signal.SIGTERM)
+        try:
+            worker.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.process.pid, signal.SIGKILL)
+            worker.process.wait()
+    worker.client.close()
+
+
+@pytest.fixture(scope="module")
+def fleet(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetWorker]:
+    """A worker with no tools, for the cases decided before the engine runs."""
+    settings = fleet_settings_for(redis_server)
+    worker = start_worker(settings, tmp_path_factory.mktemp("fleet"))
+    yield worker
+    stop_worker(worker)
+    r = redis.Redis.from_url(redis_server, decode_responses=True)
+    if leftovers := keys_under(r, settings.key_prefix):
+        r.delete(*leftovers)
+    r.close()
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def send_raw(fleet: FleetWorker, job_id: str, spec: object) -> None:
+    """Publish a message as the producer would, but without its validation and without a record."""
+    app = fleet.client.app
+    app.send_task(TASK_NAME, args=[job_id, spec], task_id=job_id, queue=queue_name(fleet.settings))
+
+
+# ---- decided before the engine runs -------------------------------------------------------------
+def test_an_invalid_spec_that_skipped_the_producer_is_recorded_refused(fleet: FleetWorker) -> None:
+    job = fleet.client.submit("A fine question")
+    send_raw(fleet, job.job_id, {"question": "", "colour": "red"})  # a second, forged message
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    # One of the two messages ended the job; the other found it ended. Exactly one final record.
+    record = job.record()
+    assert record.deliveries == 2 and record.status == result.status
+    finals = [e for e in job.audit() if e.kind == "state" and e.data["status"] not in ("queued", "running")]
+    assert len(finals) == 1 and job.verify_audit() == (True, None)
+
+
+def test_a_job_that_keeps_killing_its_worker_is_stopped(fleet: FleetWorker) -> None:
+    settings = fleet.settings
+    r = fleet.client.redis
+    spec = JobSpec(question="I crash workers")
+    job_id = str(uuid.uuid4())
+    # The record as the producer writes it, then three earlier deliveries that each died with their worker.
+    fleet.client._record_queued([(job_id, spec)])
+    r.hset(fleet.client.keys.deliveries(job_id), "0", settings.max_deliveries)
+    fleet.client._publish([(job_id, spec)])
+    result = fleet.client.get(job_id).result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.FAILED and result.error.kind == "crash_loop"
+    assert result.error.message == "stopped after 3 deliveries: the job killed its worker each time"
+
+
+def test_a_message_without_a_record_is_discarded_and_recorded(fleet: FleetWorker) -> None:
+    job_id = str(uuid.uuid4())
+    send_raw(fleet, job_id, {"question": "who wrote me?"})
+    r = fleet.client.redis
+    rejected = fleet.client.keys.rejected
+
+    def noted() -> bool:
+        return any(json.loads(f["details"]).get("job_id") == job_id for _i, f in r.xrange(rejected))
+
+    wait_for(noted, what="the rejected entry")
+    assert not r.exists(fleet.client.keys.job(job_id))
+
+
+def test_poison_messages_do_not_kill_the_worker(fleet: FleetWorker) -> None:
+    r = fleet.client.redis
+    queue = queue_name(fleet.settings)
+    # Not JSON at all, straight onto the queue.
+    r.lpush(queue, b"\x80\x04not json at all")
+    # A well-formed envelope whose body is a pickle: refused by accept_content=["json"].
+    body = pickle.dumps(((str(uuid.uuid4()), {"question": "q"}), {}, {}))
+    poison_id = str(uuid.uuid4())
+    envelope = {
+        "body": base64.b64encode(body).decode(),
+        "content-encoding": "binary",
+        "content-type": "application/x-python-serialize",
+        "headers": {
+            "lang": "py",
+            "task": TASK_NAME,
+            "id": poison_id,
+            "retries": 0,
+            "argsrepr": "",
+            "kwargsrepr": "",
+        },
+        "properties": {
+            "correlation_id": poison_id,
+            "delivery_info": {"exchange": "", "routing_key": queue},
+            "body_encoding": "base64",
+            "delivery_tag": str(uuid.uuid4()),
+            "priority": 0,
+        },
+    }
+    r.lpush(queue, json.dumps(envelope))
+    # An unknown task name.
+    fleet.client.app.send_task("sandfleet.no_such_task", args=[1], queue=queue)
+    rejected = fleet.client.keys.rejected
+
+    def reasons() -> list[str]:
+        return [f["reason"] for _i, f in r.xrange(rejected)]
+
+    wait_for(
+        lambda: {"not a kombu JSON message", "invalid message", "unknown task"} <= set(reasons()),
+        what="records",
+    )
+    assert r.llen(queue) == 0
+    # The worker is alive and still takes jobs.
+    job_id = str(uuid.uuid4())
+    fleet.client._record_queued([(job_id, JobSpec(question="after the poison"))])
+    send_raw(fleet, job_id, {"question": ""})
+    assert fleet.client.get(job_id).result(timeout=JOB_TIMEOUT_S).status == JobStatus.REFUSED
+    assert fleet.alive(), fleet.log()[-3000:]
+
+
+# ---- real jobs: Docker sandboxes, the example tools, the replay model over HTTP ----------------
+def replay_script(folder: Path) -> Path:
+    """A script that answers the reference question with the reference program and fails anything else."""
+    from worker.scenario import REFERENCE_PROGRAM
+
+    reply = f"The totals come from the orders tool.\n\n```python\n{REFERENCE_PROGRAM}```\n"
+    script = {
+        "rules": [{"match": "(?i)revenue per region", "responses": [reply]}],
+        "default": ["```python\nprint('RESULT: ' + 'no rule matched')\n```"],
+    }
+    path = folder / "script.json"
+    path.write_text(json.dumps(script))
+    return path
+
+
+@pytest.fixture(scope="module")
+def engine_fleet(
+    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FleetWorker]:
+    """A worker with the example order tools and the reference data, running jobs in Docker."""
+    pytest.importorskip("worker.engine", reason="the engine (worker/engine) is not there yet")
+    from worker.scenario import write_reference_data
+
+    folder = tmp_path_factory.mktemp("engine-fleet")
+    (folder / "data").mkdir()
+    write_reference_data(folder / "data")
+    settings = fleet_settings_for(redis_server)
+    worker = start_worker(settings, folder, tools="worker.tools.examples.orders", sandboxes=2)
+    worker.model = f"replay:{replay_script(folder)}"  # type: ignore[attr-defined]
+    yield worker
+    stop_worker(worker)
+    r = redis.Redis.from_url(redis_server, decode_responses=True)
+    if leftovers := keys_under(r, settings.key_prefix):
+        r.delete(*leftovers)
+    r.close()
+
+
+def test_the_reference_question_through_the_fleet(engine_fleet: FleetWorker) -> None:
+    from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+
+    job = engine_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=engine_fleet.model)  # type: ignore[attr-defined]
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, engine_fleet.log()[-3000:])
+    assert result.result == REFERENCE_ANSWER and list(result.result) == list(REFERENCE_ANSWER)
+    record = job.record()
+    assert (record.attempts, record.deliveries) == (1, 1)
+    assert {"queued", "running", "succeeded"} <= set(record.timestamps)
+    kinds = [e.kind for e in job.audit()]
+    assert kinds[:2] == ["state", "state"] and kinds[-1] == "state"
+    assert {"model_call", "program", "sandbox_run", "tool_call"} <= set(kinds)
+    assert job.verify_audit() == (True, None)
+
+
+def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetWorker) -> None:
+    from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+
+    settings = engine_fleet.settings
+    env = {
+        **os.environ,
+        "SANDFLEET_REDIS_URL": settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
+        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
+    }
+    model = engine_fleet.model  # type: ignore[attr-defined]
+    cmd = [SANDFLEET, "submit", REFERENCE_QUESTION, "--tools", "load_orders", "--model", model, "--wait"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == REFERENCE_ANSWER
+
+
+def test_a_batch_through_the_fleet(engine_fleet: FleetWorker) -> None:
+    from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+
+    model = engine_fleet.model  # type: ignore[attr-defined]
+    specs = [{"question": REFERENCE_QUESTION, "tools": ["load_orders"], "model": model} for _ in range(4)]
+    specs.append({"question": "Something else", "model": model})
+    batch = engine_fleet.client.submit_batch(specs)
+    seen: list[int] = []
+    results = batch.wait(timeout=JOB_TIMEOUT_S * 2, on_progress=lambda p: seen.append(p.done))
+    assert seen[-1] == 5 and batch.progress().finished
+    assert [r.result for r in results[:4]] == [REFERENCE_ANSWER] * 4
+    assert results[4].status == JobStatus.SUCCEEDED and results[4].result == "no rule matched"
