@@ -26,7 +26,7 @@ from pydantic import ValidationError
 from producer.contracts import FINAL_STATUSES, AuditEvent, JobResult, JobSpec, JobStatus
 from producer.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
 from producer.keys import FleetKeys, check_id
-from producer.queue import TASK_NAME, check_time_limits, make_app, queue_name
+from producer.queue import TASK_NAME, check_time_limits, describe_redis_error, make_app, queue_name
 from producer.records import GENESIS_HASH, JobRecord, RecordReader, chain_hash, encode_event, queued_fields
 from producer.settings import Settings, get_settings
 
@@ -393,29 +393,3 @@ def new_job_id() -> str:
 
 def new_batch_id() -> str:
     return f"batch-{uuid.uuid4().hex[:12]}"
-
-
-def describe_redis_error(url: str, error: BaseException) -> str:
-    """What went wrong with Redis, in words that say what to check."""
-    text = str(error).rstrip(".")
-    where = redact_url(url)
-    if isinstance(error, redis.exceptions.OutOfMemoryError) or "OOM" in text or "maxmemory" in text:
-        return (
-            f"Redis at {where} is full (OOM command not allowed: maxmemory reached with noeviction) and "
-            f"refuses new jobs: {text}. Free memory or raise maxmemory"
-        )
-    if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
-        return f"Redis at {where} refused the credentials: {text}. Check the password in SANDFLEET_REDIS_URL"
-    return (
-        f"cannot reach Redis at {where}: {text}. Is redis-server running, and is SANDFLEET_REDIS_URL right?"
-    )
-
-
-def redact_url(url: str) -> str:
-    """The URL without its password."""
-    scheme, sep, rest = url.partition("://")
-    if "@" in rest:
-        creds, _, host = rest.rpartition("@")
-        user = creds.split(":", 1)[0]
-        return f"{scheme}{sep}{user + ':' if user else ''}***@{host}"
-    return url

@@ -10,6 +10,9 @@ Time limits nest, outermost last::
 
 A job still running when the visibility timeout passes would be handed to a second worker, so a
 configuration (or a job) that breaks this order is refused before anything is enqueued or run.
+
+Redis failures on either side read the same way (:func:`describe_redis_error`): unreachable, full
+(``OOM command not allowed`` under ``maxmemory-policy noeviction``), or refusing the credentials.
 """
 
 from __future__ import annotations
@@ -115,3 +118,29 @@ def check_time_limits(settings: Settings, spec: JobSpec | None = None) -> tuple[
             f"the sandbox timeout"
         )
     return soft, hard
+
+
+def describe_redis_error(url: str, error: BaseException) -> str:
+    """What went wrong with Redis, in words that say what to check."""
+    text = str(error).rstrip(".")
+    where = redact_url(url)
+    if type(error).__name__ == "OutOfMemoryError" or "OOM" in text or "maxmemory" in text:
+        return (
+            f"Redis at {where} is full (OOM command not allowed: maxmemory reached with noeviction) and "
+            f"refuses new jobs: {text}. Free memory or raise maxmemory"
+        )
+    if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
+        return f"Redis at {where} refused the credentials: {text}. Check the password in SANDFLEET_REDIS_URL"
+    return (
+        f"cannot reach Redis at {where}: {text}. Is redis-server running, and is SANDFLEET_REDIS_URL right?"
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL without its password."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        creds, _, host = rest.rpartition("@")
+        user = creds.split(":", 1)[0]
+        return f"{scheme}{sep}{user + ':' if user else ''}***@{host}"
+    return url
