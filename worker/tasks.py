@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import redis
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import task_rejected, task_unknown, worker_process_shutdown, worker_shutdown
 from pydantic import ValidationError
@@ -65,6 +66,7 @@ def run_delivery(
     Raises:
         TransientError: infrastructure failed and ``last_try`` is false; the record is back to
             queued and the caller should retry later. On the last try the job is recorded failed.
+        redis.RedisError: the records cannot be written; the caller should retry the delivery.
     """
     settings = store.settings
     try:
@@ -109,6 +111,8 @@ def run_delivery(
         raise
     except SoftTimeLimitExceeded:
         return finish(JobStatus.TIMED_OUT, "time_limit", "the job passed its soft time limit")
+    except redis.RedisError:
+        raise  # the records cannot be written: the task retries the delivery (not a job failure)
     except Exception as e:
         log.exception("job %s: the engine raised", job_id)
         return finish(JobStatus.FAILED, "internal_error", f"{type(e).__name__}: {e}")
@@ -192,4 +196,9 @@ def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
         )
     except TransientError as e:
         raise self.retry(exc=e, countdown=compute_backoff(retries)) from e
+    except redis.RedisError as e:
+        # The records cannot be written (Redis restarting, full): run the job again later rather than
+        # acknowledge a message whose job has no final record. Not counted against the engine's retries.
+        log.warning("job %s: Redis failed (%s); retrying the delivery later", job_id, e)
+        raise self.retry(exc=e, countdown=compute_backoff(retries), max_retries=retries + 1) from e
     return {"job_id": job_id, "status": status.value if status else None}
