@@ -147,4 +147,3 @@ def check_id(value: str, what: str = "job id") -> str:
     if not isinstance(value, str) or not ID_PATTERN.match(value):
         raise ValueError(f"{what} must be 1-128 of letters, digits and _.:-, got {value!r}")
     return value
-
