@@ -71,7 +71,7 @@ def worker_config(settings: Settings) -> dict[str, object]:
     transport = {"broker_transport": POISON_SAFE_TRANSPORT} if scheme in ("redis", "rediss") else {}
     return {
         **transport,
-        "include": ["worker.tasks"],
+        "include": ["worker.tasks", "worker.lifecycle"],
         "worker_pool": DEFAULT_POOL,
         "worker_concurrency": DEFAULT_CONCURRENCY,
         "worker_prefetch_multiplier": 1,

@@ -117,11 +117,28 @@ class WorkerPresence:
             except redis.RedisError as e:
                 log.warning("could not withdraw worker %s: %s", self.name, e)
 
+    def forget_acknowledged(self) -> None:
+        """Drop held entries kombu no longer has as unacknowledged (acknowledged or given back).
+
+        Safe against races: kombu records a delivery in ``unacked`` before the worker sees it.
+        """
+        key = self._keys.worker_held(self.name)
+        tags = [_text(t) for t in self._redis.hkeys(key)]
+        if not tags:
+            return
+        pipe = self._redis.pipeline()
+        for tag in tags:
+            pipe.hexists(KOMBU_UNACKED, tag)
+        gone = [tag for tag, present in zip(tags, pipe.execute(), strict=True) if not present]
+        if gone:
+            self._redis.hdel(key, *gone)
+
     def _loop(self) -> None:
         next_sweep = time.monotonic() + SWEEP_INTERVAL_S
         while not self._stop.wait(HEARTBEAT_INTERVAL_S):
             try:
                 self.beat()
+                self.forget_acknowledged()
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + SWEEP_INTERVAL_S
                     report = sweep(self._redis, self._keys, self._app, self._queue, me=self.name)

@@ -53,6 +53,13 @@ def worker(
         from worker.celery_app import CONF_MAX_SANDBOXES, app
     except InvalidSpecError as e:
         raise click.ClickException(f"refusing to start: {e}") from None
+    from producer.errors import SandfleetError
+    from worker.tools.registry import ToolRegistry
+
+    try:  # a worker that cannot load its tools would fail every job: refuse to start instead
+        ToolRegistry.from_modules(settings.tools)
+    except SandfleetError as e:
+        raise click.ClickException(f"refusing to start: {e}") from None
     app.conf[CONF_MAX_SANDBOXES] = sandboxes or settings.max_sandboxes
     argv = [
         "worker",
