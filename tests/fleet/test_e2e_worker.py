@@ -48,7 +48,9 @@ class FleetWorker:
         return self.process.poll() is None
 
 
-def start_worker(settings: Settings, folder: Path, *, tools: str = "", sandboxes: int = 2) -> FleetWorker:
+def start_worker(
+    settings: Settings, folder: Path, *, tools: str = "", sandboxes: int = 2, concurrency: int = 8
+) -> FleetWorker:
     folder.mkdir(parents=True, exist_ok=True)
     env = {
         **os.environ,
@@ -62,7 +64,16 @@ def start_worker(settings: Settings, folder: Path, *, tools: str = "", sandboxes
     }
     log_path = folder / "worker.log"
     log = log_path.open("wb")
-    cmd = [SANDFLEET, "worker", "--concurrency", "8", "--sandboxes", str(sandboxes), "--loglevel", "info"]
+    cmd = [
+        SANDFLEET,
+        "worker",
+        "--concurrency",
+        str(concurrency),
+        "--sandboxes",
+        str(sandboxes),
+        "--loglevel",
+        "info",
+    ]
     cmd += ["--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     log.close()
