@@ -1,0 +1,160 @@
+"""``sandfleet loadtest``: many concurrent jobs through the fleet; throughput and latency by phase."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from producer.cli.options import parse_options, sandbox_option
+
+
+@click.command()
+@click.option("--jobs", "-n", type=click.IntRange(1, 1_000_000), default=100, show_default=True)
+@click.option(
+    "--rate", type=click.FloatRange(min=0, min_open=True), default=None, help="Jobs submitted per second."
+)
+@click.option("--burst", is_flag=True, help="Submit every job at once, one after the other (the default).")
+@click.option("--batch", is_flag=True, help="Submit all jobs as one batch (one transaction).")
+@click.option(
+    "--model-latency",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    show_default=True,
+    help="Seconds the replay model takes per answer.",
+)
+@click.option(
+    "--program",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The program the replay model answers with (default: the reference scenario's).",
+)
+@click.option(
+    "--tools",
+    "tools_module",
+    default=None,
+    help="Tool module the jobs may use (default: the example orders tools).",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Use this model instead of the replay script (e.g. a fleet-wide replay server).",
+)
+@sandbox_option
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("loadtest-report"),
+    show_default=True,
+)
+@click.option("--local", is_flag=True, help="Start a fleet here: its own redis-server and worker processes.")
+@click.option(
+    "--workers",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="With --local: worker processes.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 10_000),
+    default=16,
+    show_default=True,
+    help="With --local: jobs in flight per worker.",
+)
+@click.option(
+    "--sandboxes",
+    type=click.IntRange(1, 1000),
+    default=4,
+    show_default=True,
+    help="With --local: sandbox slots per worker.",
+)
+@click.option(
+    "--warmup",
+    type=click.IntRange(0, 10_000),
+    default=None,
+    help="Unmeasured jobs first (default: one per local worker, none otherwise).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Seconds to wait for the jobs (default: 120 + 2 per job).",
+)
+@click.option("--redis-url", default=None, help="The fleet's Redis (default: SANDFLEET_REDIS_URL).")
+@click.option("--no-plot", is_flag=True, help="Skip report.png.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print report.json's figures (without per-job rows) on stdout."
+)
+def loadtest(
+    jobs: int,
+    rate: float | None,
+    burst: bool,
+    batch: bool,
+    model_latency: float,
+    program: Path | None,
+    tools_module: str | None,
+    model: str | None,
+    options: tuple[str, ...],
+    out: Path,
+    local: bool,
+    workers: int,
+    concurrency: int,
+    sandboxes: int,
+    warmup: int | None,
+    timeout: float,
+    redis_url: str | None,
+    no_plot: bool,
+    as_json: bool,
+) -> None:
+    """Drive the fleet with many jobs and report throughput and latency by phase.
+
+    Against a running fleet (SANDFLEET_REDIS_URL or --redis-url), or with --local one started here
+    and stopped afterwards. Each job runs the given program through the replay model. Progress goes
+    to stderr; the summary to stdout; report.json and report.png into --out.
+    """
+    from worker.loadtest.report import format_summary
+    from worker.loadtest.session import DEFAULT_TOOLS_MODULE, LoadTestOptions, run_loadtest
+
+    if sum((rate is not None, burst, batch)) > 1:
+        raise click.UsageError("choose one of --rate, --burst and --batch")
+    if not local and (workers != 1 or concurrency != 16 or sandboxes != 4):
+        raise click.UsageError("--workers, --concurrency and --sandboxes need --local")
+    opts = LoadTestOptions(
+        jobs=jobs,
+        rate=rate,
+        batch=batch,
+        model_latency_s=model_latency,
+        tools_module=DEFAULT_TOOLS_MODULE if tools_module is None else tools_module,
+        model=model,
+        sandbox=parse_options(options),
+        out=out,
+        local=local,
+        workers=workers,
+        concurrency=concurrency,
+        sandboxes=sandboxes,
+        redis_url=redis_url,
+        warmup=warmup,
+        timeout_s=timeout,
+        plot=not no_plot,
+    )
+    if program is not None:
+        opts.program = program.read_text()
+    from producer.errors import SandfleetError
+
+    try:
+        report = run_loadtest(opts)
+    except (SandfleetError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    if as_json:
+        click.echo(
+            json.dumps({k: v for k, v in report.items() if k not in ("jobs", "completions_s")}, indent=1)
+        )
+    else:
+        click.echo(format_summary(report))
+        click.echo(f"report: {out / 'report.json'}" + ("" if no_plot else f", plot: {out / 'report.png'}"))
+    if not report["finished"]:
+        print("loadtest: not every job ended in time", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,98 @@
+"""Raw container churn: the physical limit of one fresh container per job on this host.
+
+``concurrency`` threads each loop ``docker run --rm`` (the SDK's ``containers.run(remove=True)``:
+create, start, wait, read the logs, remove) of the sandbox image with the sandbox's own hardening
+(the kwargs :func:`worker.sandbox.spec.container_kwargs` builds), running ``python3 -c`` of a trivial
+program instead of the agent. The benchmarks compare the fleet against this, measured in the same run.
+
+The containers carry ``sandfleet.role=bench`` and this process as owner, so ``sandfleet sandbox
+prune`` finds any that a killed run left; :func:`measure_churn` removes its own in ``finally``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from producer.config import SandboxConfig
+from worker.loadtest.stats import summarize
+from worker.sandbox import engine
+from worker.sandbox.spec import Owner, container_kwargs
+
+TRIVIAL_PROGRAM = 'print("RESULT: 1")'
+LABEL_BENCH = "sandfleet.bench"
+
+
+@dataclass(frozen=True)
+class ChurnResult:
+    runs: int
+    failures: int
+    concurrency: int
+    runtime: str
+    wall_s: float
+    per_run_s: dict[str, Any]
+
+    @property
+    def jobs_per_s(self) -> float:
+        return self.runs / self.wall_s if self.wall_s > 0 else 0.0
+
+
+def churn_kwargs(config: SandboxConfig, run_label: str, host_ncpu: int, program: str) -> dict[str, Any]:
+    """``containers.run`` kwargs: the sandbox's hardening, a one-shot ``python3 -c program``."""
+    kwargs = container_kwargs(config, owner=Owner.current(), host_ncpu=host_ncpu)
+    kwargs["labels"] = {**kwargs["labels"], engine.LABEL_ROLE: "bench", LABEL_BENCH: run_label}
+    kwargs.update(command=["python3", "-c", program], stdin_open=False, detach=False, remove=True)
+    return kwargs
+
+
+def measure_churn(
+    runs: int,
+    concurrency: int,
+    config: SandboxConfig | None = None,
+    program: str = TRIVIAL_PROGRAM,
+) -> ChurnResult:
+    """Run ``runs`` fresh containers, ``concurrency`` at a time; wall time and per-run latency."""
+    config = config or SandboxConfig()
+    client = engine.docker_client()
+    info = engine.engine_info(client)
+    label = uuid.uuid4().hex[:12]
+    kwargs = churn_kwargs(config, label, info.ncpu, program)
+    lock = threading.Lock()
+    remaining = [runs]
+    latencies: list[float] = []
+    failures = [0]
+
+    def loop() -> None:
+        while True:
+            with lock:
+                if remaining[0] <= 0:
+                    return
+                remaining[0] -= 1
+            began = time.perf_counter()
+            try:
+                out = client.containers.run(**kwargs)
+                ok = b"RESULT: 1" in out
+            except Exception:
+                ok = False
+            with lock:
+                latencies.append(time.perf_counter() - began)
+                failures[0] += 0 if ok else 1
+
+    threads = [threading.Thread(target=loop, daemon=True) for _ in range(concurrency)]
+    began = time.perf_counter()
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        wall = time.perf_counter() - began
+        for leftover in client.containers.list(all=True, filters={"label": f"{LABEL_BENCH}={label}"}):
+            try:
+                leftover.remove(force=True)
+            except Exception:
+                pass
+    return ChurnResult(runs, failures[0], concurrency, config.docker_runtime, wall, summarize(latencies))
