@@ -5,7 +5,9 @@ from __future__ import annotations
 import ast
 import re
 
-_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
+# A closing fence is ``` at the end of a line (on its own line, or right after the last code line, as
+# models sometimes write it); ``` inside the code, in a string like "```json", does not end the block.
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```[ \t]*(?=\n|\Z)|\Z)", re.DOTALL)
 _PYTHON_TAGS = {"python", "py", "python3"}
 
 
