@@ -233,4 +233,6 @@ def _message(e: Exception) -> str:
 
 
 def _encode(reply: dict[str, Any]) -> bytes:
-    return json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode()
+    # surrogatepass: a str may hold lone surrogates (a tool echoing what the program sent); the stub's
+    # json.loads(bytes) decodes with surrogatepass too, so they round-trip instead of failing here.
+    return json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")

@@ -24,11 +24,19 @@ class ToolError(Exception):
     """A tool failed on the host with an error type that is not a Python builtin."""
 
 
-def _error_type(name):
+def _error(name, message):
+    """The exception to raise for a failed call: the builtin of that name, else a ToolError subclass."""
     builtin = getattr(builtins, name, None)
     if isinstance(builtin, type) and issubclass(builtin, Exception):
-        return builtin
-    return type(name, (ToolError,), {})
+        # Some builtins (UnicodeDecodeError: 5 arguments) cannot be made from a message alone: raise a
+        # class of the same name under the nearest base that can, so `except ValueError` still works.
+        for base in builtin.__mro__:
+            try:
+                error = base(message)
+            except TypeError:
+                continue
+            return error if base is builtin else type(name, (base,), {})(message)
+    return type(name, (ToolError,), {})(message)
 
 
 def _read(n):
@@ -55,7 +63,7 @@ def _call(name, args, kwargs):
     reply = json.loads(_read(size))
     if reply.get("ok"):
         return reply.get("value")
-    raise _error_type(reply.get("type") or "ToolError")(reply.get("message", "tool call failed"))
+    raise _error(reply.get("type") or "ToolError", reply.get("message", "tool call failed"))
 
 
 def _make(spec):

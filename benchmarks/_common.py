@@ -1,0 +1,54 @@
+"""Helpers shared by the benchmark scripts: summaries, a labelled pool, the runtimes to compare."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+RUNTIMES = {"runc": "docker", "runsc": "gvisor"}  # Docker runtime -> SandboxConfig backend
+BENCH_LABEL = "sandfleet.benchmark"
+
+
+def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
+    """Median, p95, mean and min of samples given in seconds, in milliseconds."""
+    ms = sorted(s * 1000 for s in samples_s)
+    p95 = statistics.quantiles(ms, n=20)[18] if len(ms) >= 2 else ms[0]
+    return {
+        "n": len(ms),
+        "median": statistics.median(ms),
+        "p95": p95,
+        "mean": statistics.fmean(ms),
+        "min": ms[0],
+    }
+
+
+def fmt(stats: dict[str, float]) -> str:
+    return (
+        f"median {stats['median']:8.3f} ms   p95 {stats['p95']:8.3f} ms   "
+        f"mean {stats['mean']:8.3f} ms   min {stats['min']:8.3f} ms   (n={int(stats['n'])})"
+    )
+
+
+@contextmanager
+def labelled_pool(name: str, **options: Any) -> Iterator[Any]:
+    """A SandboxPool whose containers carry ``sandfleet.benchmark=name``; closed (drained) afterwards."""
+    from worker.sandbox.pool import SandboxPool
+
+    with SandboxPool(labels={BENCH_LABEL: name}, **options) as pool:
+        yield pool
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, every_s: float = 0.005) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not (ok := condition()) and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return bool(ok)
+
+
+def engine_runtimes() -> set[str]:
+    from worker.sandbox.engine import engine_info
+
+    return set(engine_info().runtimes)

@@ -1,0 +1,76 @@
+"""Constants and small helpers shared by the runtime tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+BACKENDS = ("docker", "gvisor")
+# Besides Sandfleet's own labels: marks the containers these tests make, to tell them from others'.
+TEST_LABEL = "sandfleet.test"
+TEST_LABELS = {TEST_LABEL: "tests/runtime"}
+BRIDGE_TOOLS = Path(__file__).with_name("bridge_tools.py")
+REPO = Path(__file__).resolve().parents[2]
+SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
+GONE_WITHIN_S = 10.0  # removal runs on a background thread after the run returns
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip locally; fail in CI, where every prerequisite must be present."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def program(source: str) -> str:
+    """A program's source, dedented, so tests can indent it with the test."""
+    return textwrap.dedent(source).lstrip()
+
+
+def sandfleet(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run the ``sandfleet`` CLI in a subprocess, from the repository."""
+    return subprocess.run(
+        [SANDFLEET, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def container_gone(client, container_id: str, within_s: float = GONE_WITHIN_S) -> bool:  # type: ignore[no-untyped-def]
+    """True once Docker no longer knows the container, polled for up to ``within_s``."""
+    import docker.errors
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            client.containers.get(container_id)
+        except docker.errors.NotFound:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def labelled(client, key: str, value: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """Ids of every container (running or not) carrying the label ``key=value``."""
+    # sparse: no inspect per container, which would race with removals going on meanwhile
+    return [c.id for c in client.containers.list(all=True, sparse=True, filters={"label": f"{key}={value}"})]
+
+
+def wait_until(condition, timeout_s: float = 10.0, every_s: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
+    """Poll ``condition()`` until it is true or ``timeout_s`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not (ok := condition()) and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return bool(ok)

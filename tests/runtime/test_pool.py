@@ -1,0 +1,121 @@
+"""The warm pool as runs see it: fresh containers, warm leases, the cap on live containers, a clean close."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from producer.config import CodeActionSettings, SandboxConfig
+
+from .helpers import TEST_LABEL, TEST_LABELS, labelled, wait_until
+
+pytestmark = [pytest.mark.docker]
+
+TRIVIAL = "print('RESULT: 1')\n"
+SETTINGS = CodeActionSettings(exec_timeout=20)
+
+
+@pytest.fixture
+def make_pool(docker_client: Any) -> Iterator[Any]:
+    """``make_pool(pool_size, max_live)`` -> (pool, its unique label value); closed after the test."""
+    from worker.sandbox.pool import SandboxPool
+
+    made: list[Any] = []
+
+    def make(pool_size: int, max_live: int) -> tuple[Any, str]:
+        value = uuid.uuid4().hex
+        pool = SandboxPool(
+            pool_size=pool_size, max_live=max_live, labels={**TEST_LABELS, f"{TEST_LABEL}.pool": value}
+        )
+        made.append(pool)
+        return pool, value
+
+    try:
+        yield make
+    finally:
+        for pool in made:
+            pool.close()
+
+
+def runtime_of(pool: Any) -> Any:
+    from worker.runtime import ProgramRuntime
+
+    return ProgramRuntime(pool)
+
+
+def test_fifty_runs_get_fifty_fresh_containers(pool: Any, docker_client: Any) -> None:
+    runtime = runtime_of(pool)
+    ids = []
+    for _ in range(50):
+        done = runtime.run(TRIVIAL, settings=SETTINGS)
+        assert done.ok, (done.failure(), done.stderr)
+        ids.append(done.container_id)
+
+    assert len(set(ids)) == 50
+    existing = lambda: {c.id for c in docker_client.containers.list(all=True, sparse=True)}  # noqa: E731
+    assert wait_until(lambda: not set(ids) & existing(), timeout_s=15), "used containers are removed"
+
+
+def test_a_run_with_an_empty_pool_starts_a_cold_container(make_pool: Any) -> None:
+    pool, _ = make_pool(pool_size=0, max_live=1)
+
+    done = runtime_of(pool).run(TRIVIAL, settings=SETTINGS)
+
+    assert done.ok and not done.warm
+    assert pool.stats()["idle"] == 0
+
+
+def test_a_refilled_pool_gives_a_warm_lease(make_pool: Any) -> None:
+    pool, _ = make_pool(pool_size=2, max_live=4)
+    config = SandboxConfig()
+    pool.warm(config)
+    runtime = runtime_of(pool)
+    for _ in range(2):
+        assert wait_until(lambda: pool.stats()["idle"] >= 1, timeout_s=20), pool.stats()
+        done = runtime.run(TRIVIAL, config=config, settings=SETTINGS)
+        assert done.ok and done.warm
+        assert done.timings["acquire_s"] < 0.1, "a warm lease does not wait for a container start"
+
+
+def test_max_live_is_never_exceeded(make_pool: Any) -> None:
+    pool, _ = make_pool(pool_size=1, max_live=2)
+    runtime = runtime_of(pool)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            for _ in range(2):
+                results.append(
+                    runtime.run("import time; time.sleep(0.1); print('RESULT: 1')", settings=SETTINGS)
+                )
+        except BaseException as e:  # surfaced below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert not errors
+    assert len(results) == 12 and all(r.ok for r in results)
+    assert len({r.container_id for r in results}) == 12
+    assert pool.stats()["peak_live"] <= 2
+
+
+def test_close_leaves_no_container(make_pool: Any, docker_client: Any) -> None:
+    pool, value = make_pool(pool_size=2, max_live=3)
+    pool.warm(SandboxConfig())
+    runtime_of(pool).run(TRIVIAL, settings=SETTINGS)
+    assert wait_until(lambda: pool.stats()["idle"] >= 1, timeout_s=20)
+    assert labelled(docker_client, f"{TEST_LABEL}.pool", value)
+
+    pool.close()
+
+    assert labelled(docker_client, f"{TEST_LABEL}.pool", value) == []
+    assert pool.stats()["live"] == 0
