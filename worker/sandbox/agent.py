@@ -24,6 +24,10 @@ import time
 HEAD = struct.Struct("!cII")
 PIPE_LEN = struct.Struct("!I")
 CHUNK = 65536
+# A command has exited but something it started still holds its stdout/stderr open (a daemonised
+# child): read what is buffered for this long, then kill the leftovers instead of waiting for them.
+EXIT_POLL_S = 0.05
+EXIT_GRACE_S = 0.25
 
 
 def send(kind, header=None, body=b""):
@@ -293,8 +297,11 @@ class Agent:
             calls = ProgramCalls(call_r, reply_w, req.get("max_request", 1 << 20))
             self.sel.register(call_r, selectors.EVENT_READ, "call")
         killed_by = None
+        exited_at = None
         while streams or (calls and calls.open):
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if streams:  # wake now and then to notice that the command exited with its pipes held
+                timeout = EXIT_POLL_S if timeout is None else min(timeout, EXIT_POLL_S)
             events = self.sel.select(timeout)
             if deadline is not None and time.monotonic() >= deadline and killed_by is None:
                 killed_by = "deadline"
@@ -325,6 +332,10 @@ class Agent:
                 break
             if not streams and calls and calls.open and proc.poll() is not None:
                 break  # the program exited; a child may hold the call pipe open, do not wait for it
+            if streams and proc.poll() is not None:
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at >= EXIT_GRACE_S:
+                    break  # a leftover child holds the pipes; it is killed below
         survivors = 0
         if killed_by:
             survivors = kill_everything()
@@ -333,6 +344,11 @@ class Agent:
         leftover = others(os.getpid())
         if leftover:
             survivors = kill_everything()
+        for fd, capture in streams.items():  # what the killed writers left in the pipes
+            data = read_some(fd)
+            while data:
+                capture.add(data)
+                data = read_some(fd)
         for fd in list(streams):
             self.sel.unregister(fd)
         out.finish()

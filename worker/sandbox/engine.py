@@ -142,5 +142,13 @@ else:  # pragma: no cover
 
 
 def raw_socket(attached: Any) -> Any:
-    """The real socket under what ``attach_socket`` returns (a SocketIO over unix, a socket over TCP)."""
-    return getattr(attached, "_sock", attached)
+    """The real socket under what ``attach_socket`` returns (a SocketIO over unix, a socket over TCP).
+
+    The SocketIO is closed here: while it is open it holds a reference that keeps ``close()`` of the
+    socket from closing the file descriptor, which then leaks until garbage collection.
+    """
+    sock = getattr(attached, "_sock", None)
+    if sock is None:
+        return attached
+    attached.close()  # drops the SocketIO's reference; the socket itself stays open
+    return sock

@@ -41,7 +41,9 @@ def prune(
     """
     client = client or engine.docker_client()
     report = PruneReport()
-    for container in client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}):
+    # ignore_removed: the SDK inspects each listed container; others' may be removed meanwhile.
+    listed = client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}, ignore_removed=True)
+    for container in listed:
         labels = container.labels or {}
         owner_label = labels.get(engine.LABEL_OWNER, "")
         owner = Owner.parse(owner_label)
@@ -83,7 +85,7 @@ def kill_orphan_runtime_processes(client: Any) -> list[int]:
         ids = {m.decode() for m in _CONTAINER_ID.findall(cmdline)}
         if ids and b"moby" in cmdline:
             candidates[int(entry.name)] = ids
-    known = {c.id for c in client.containers.list(all=True)}
+    known = {c["Id"] for c in client.api.containers(all=True)}
     killed = []
     for pid, ids in candidates.items():
         if not ids & known:
