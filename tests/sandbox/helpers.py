@@ -1,0 +1,63 @@
+"""Constants and small helpers shared by the sandbox tests (fixtures live in conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BACKENDS = ("docker", "gvisor")
+RUNTIME_OF = {"docker": "runc", "gvisor": "runsc"}
+# Besides Sandfleet's own labels: marks the containers these tests make, to tell them from others'.
+TEST_LABELS = {"sandfleet.test": "tests/sandbox"}
+REPO = Path(__file__).resolve().parents[2]
+# The console script of the interpreter running the tests (the project's venv).
+SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
+IN_CI = bool(os.environ.get("CI"))
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip locally; fail in CI, where every prerequisite must be present."""
+    if IN_CI:
+        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def sandfleet(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run the ``sandfleet`` CLI in a subprocess, from the repository."""
+    return subprocess.run(
+        [SANDFLEET, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def container_exists(container_id: str) -> bool:
+    from worker.sandbox.engine import NotFoundError, docker_client
+
+    try:
+        docker_client().containers.get(container_id)
+    except NotFoundError:
+        return False
+    return True
+
+
+def owned_by(pid: int) -> list[str]:
+    """Ids of the Sandfleet containers whose owner label names this process."""
+    from worker.sandbox.engine import LABEL_OWNER, LABEL_ROLE, docker_client
+    from worker.sandbox.spec import Owner
+
+    # The raw list: ``containers.list`` inspects each one and fails when another's goes meanwhile.
+    found = docker_client().api.containers(all=True, filters={"label": LABEL_ROLE})
+    owners = {c["Id"]: Owner.parse((c.get("Labels") or {}).get(LABEL_OWNER, "")) for c in found}
+    return [cid for cid, owner in owners.items() if owner and owner.pid == pid]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """Run the CLI; also return the containers its process left behind (there must be none)."""
+    process = subprocess.Popen([SANDFLEET, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=REPO, env={**os.environ, **(env or {})})
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), owned_by(process.pid)

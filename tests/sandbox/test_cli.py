@@ -1,0 +1,44 @@
+"""``sandfleet sandbox run``: output, JSON, and the command's exit code as the CLI's own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .helpers import run_cli
+
+pytestmark = pytest.mark.docker
+
+
+def test_run_json_prints_the_result(backend: str) -> None:
+    done, left = run_cli("sandbox", "run", "-o", f"backend={backend}", "--json", "--", "python3", "-c", "print(1)")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert {k: result[k] for k in ("stdout", "stderr", "exit_code", "timed_out")} == {
+        "stdout": "1\n", "stderr": "", "exit_code": 0, "timed_out": False,
+    }
+    assert left == []  # the sandbox is gone when the command returns
+
+
+def test_exit_code_is_the_commands(docker_engine: object) -> None:
+    done, left = run_cli("sandbox", "run", "--", "sh", "-c", "echo out; echo err >&2; exit 3")
+    assert done.returncode == 3
+    assert done.stdout == "out\n"
+    assert done.stderr == "err\n[exit code 3]\n"
+    assert left == []
+
+
+def test_timeout_is_reported_and_exits_1(docker_engine: object) -> None:
+    done, left = run_cli("sandbox", "run", "--timeout", "1", "--json", "--", "sleep", "30")
+    assert done.returncode == 1
+    result = json.loads(done.stdout)
+    assert result["timed_out"] is True and result["exit_code"] == -1
+    assert result["stderr"] == "Command timed out after 1 seconds; its processes were killed"
+    assert left == []
+
+
+def test_options_after_the_double_dash_belong_to_the_command(docker_engine: object) -> None:
+    done, _ = run_cli("sandbox", "run", "--", "python3", "-c", "import sys; print(sys.argv[1:])", "-o", "--json")
+    assert done.returncode == 0
+    assert done.stdout == "['-o', '--json']\n"
