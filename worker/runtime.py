@@ -113,14 +113,14 @@ class ProgramRuntime:
         tools: list[str] | None = None,
         job_id: str | None = None,
         replay: list[ToolCallRecord] | None = None,
-        side_effect_memo: dict[str, Any] | None = None,
+        side_effect_memo: dict[str, list[Any]] | None = None,
         on_call: Callable[[ToolCallRecord], None] | None = None,
     ) -> RunResult:
         """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
         or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
 
         ``replay`` serves every call from recorded calls instead of the tools; ``side_effect_memo``
-        (call_key -> result) serves repeated calls of side-effecting tools from an earlier attempt.
+        (call_key -> results, consumed one per call) serves repeated calls of side-effecting tools from an earlier attempt.
         """
         config = config or SandboxConfig()
         settings = settings or CodeActionSettings()

@@ -74,7 +74,7 @@ class ToolBridge:
     policy: CallPolicy = allow_all
     job_id: str | None = None
     replay: list[ToolCallRecord] | None = None
-    side_effect_memo: dict[str, Any] | None = None
+    side_effect_memo: dict[str, list[Any]] | None = None
     on_call: Callable[[ToolCallRecord], None] | None = None
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_time_s: float = 0.0
@@ -157,8 +157,9 @@ class ToolBridge:
             return self._replayed(seq, tool, args, kwargs), True
         if self.side_effect_memo and self.registry.get(tool).side_effects:
             key = call_key(tool, args, kwargs)
-            if key in self.side_effect_memo:
-                return self.side_effect_memo[key], True
+            earlier = self.side_effect_memo.get(key)
+            if earlier:  # each earlier call stands in for one repeat, no more
+                return earlier.pop(0), True
         began = time.perf_counter()
         try:
             return self.registry.call(tool, args, kwargs), False

@@ -5,9 +5,9 @@
                   +---- repair request --+   (at most max_repairs times)
 
 Side effects across repairs: a tool marked ``@side_effects`` is not called again with the same
-arguments by a repaired program. The recorded result of the earlier attempt is served instead and
-the call's record says ``replayed``; the audit shows both attempts' calls. New calls (other
-arguments) run normally.
+arguments by a repaired program. The recorded result of the earlier attempt is served instead (each
+earlier call stands in for one repeat) and the call's record says ``replayed``; the audit shows both
+attempts' calls. New calls (other arguments, or more repeats than before) run normally.
 
 A failing program is a result (failed / timed_out), never an exception. Only infrastructure raises:
 SandboxUnavailableError and ModelUnavailableError (transient: the job is retried later).
@@ -37,6 +37,7 @@ from worker.engine.extract import extract_program
 from worker.engine.prompt import first_messages, repair_message, system_message
 from worker.engine.services import EngineServices
 from worker.runtime import RunResult
+from worker.sandbox.container import preflight
 from worker.sandbox.policy import check_sandbox_policy
 
 log = logging.getLogger("sandfleet.engine")
@@ -78,7 +79,8 @@ def run_job(
         check_sandbox_policy(config, settings)
         allowed = services.registry.subset(spec.tools)
         model = services.model_client(model_name, base_url)
-    except (InvalidSpecError, ValidationError) as e:
+        preflight(config)
+    except (InvalidSpecError, SandboxError, ValidationError) as e:
         message = str(e) if isinstance(e, InvalidSpecError) else _validation_text(e)
         audit.emit("error", {"kind": "refused", "message": message})
         return JobResult(
@@ -98,7 +100,7 @@ def run_job(
     attempts: list[AttemptRecord] = []
     usage = TokenUsage()
     phase = {"model_s": 0.0, "acquire_s": 0.0, "run_s": 0.0, "tool_s": 0.0, "sandbox_s": 0.0}
-    memo: dict[str, Any] = {}
+    memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call_key -> results
     last_failure = ""
     timed_out = False
     for number in range(1, spec.code_action.max_repairs + 2):
@@ -155,15 +157,19 @@ def run_job(
             continue
         log.debug("attempt %d program:\n%s", number, program)
         audit.emit("program", {"program": program}, number)
-        run = services.runtime.run(
-            program,
-            config=config,
-            settings=spec.code_action,
-            tools=allowed.names(),
-            job_id=job_id,
-            side_effect_memo=dict(memo),
-            on_call=lambda record, n=number: audit.emit("tool_call", record.model_dump(mode="json"), n),
-        )
+        try:
+            run = services.runtime.run(
+                program,
+                config=config,
+                settings=spec.code_action,
+                tools=allowed.names(),
+                job_id=job_id,
+                side_effect_memo={key: list(results) for key, results in memo.items()},
+                on_call=lambda record, n=number: audit.emit("tool_call", record.model_dump(mode="json"), n),
+            )
+        except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
+            error = ErrorInfo(kind="sandbox", message=str(e))
+            return _finish(job_id, JobStatus.FAILED, error, attempts, usage, phase, began, model_name, audit)
         _account(phase, run)
         log.debug(
             "attempt %d exit %s%s\nstdout:\n%s\nstderr:\n%s",
@@ -298,11 +304,12 @@ def _run_event(run: RunResult) -> dict[str, Any]:
 
 
 def _remember_side_effects(
-    memo: dict[str, Any], calls: list[ToolCallRecord], services: EngineServices
+    memo: dict[str, list[Any]], calls: list[ToolCallRecord], services: EngineServices
 ) -> None:
     for call in calls:
         if call.ok and call.tool in services.registry and services.registry.get(call.tool).side_effects:
-            memo.setdefault(call_key(call.tool, call.args, call.kwargs), call.result)
+            if not call.replayed:  # a call served from the memo already has its entry
+                memo.setdefault(call_key(call.tool, call.args, call.kwargs), []).append(call.result)
 
 
 def _validation_text(e: ValidationError) -> str:

@@ -113,17 +113,7 @@ class SandboxContainer:
         """
         began = time.monotonic()
         client = client or engine.docker_client()
-        info = _engine_facts(client)
-        if config.docker_runtime not in info["runtimes"]:
-            raise SandboxError(
-                f"Docker runtime {config.docker_runtime!r} is not registered with the engine; registered "
-                f"runtimes: {', '.join(sorted(info['runtimes']))}. Run deploy/bootstrap.sh to register gVisor."
-            )
-        if config.network == "restricted" and config.docker_runtime.startswith("runsc"):
-            raise SandboxError(
-                "network 'restricted' is not supported under gVisor: its filter cannot be installed from "
-                "the host; use network 'none' or the runc runtime"
-            )
+        info = preflight(config, client)
         kwargs = container_kwargs(
             config, owner=owner or Owner.current(), host_ncpu=info["ncpu"], labels=labels
         )
@@ -358,6 +348,39 @@ class SandboxContainer:
             raise _translate(e, "inspect the sandbox") from e
 
 
+def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any]:
+    """Check, before anything starts, that the engine can make this sandbox; returns the engine facts.
+
+    Raises:
+        SandboxUnavailableError: no engine.
+        SandboxError: the runtime is not registered, the image is missing, or the network mode
+            cannot be enforced under the runtime.
+    """
+    client = client or engine.docker_client()
+    info = _engine_facts(client)
+    if config.docker_runtime not in info["runtimes"]:
+        raise SandboxError(
+            f"Docker runtime {config.docker_runtime!r} is not registered with the engine; registered "
+            f"runtimes: {', '.join(sorted(info['runtimes']))}. Run deploy/bootstrap.sh to register gVisor."
+        )
+    if config.network == "restricted" and config.docker_runtime.startswith("runsc"):
+        raise SandboxError(
+            "network 'restricted' is not supported under gVisor: its filter cannot be installed from "
+            "the host; use network 'none' or the runc runtime"
+        )
+    if config.image not in info["images"]:
+        try:
+            client.images.get(config.image)
+        except engine.ImageNotFoundError as e:
+            raise SandboxError(
+                f"sandbox image {config.image!r} is not on this engine; build it with `sandfleet images build`"
+            ) from e
+        except engine.DockerError as e:
+            raise _translate(e, "look up the sandbox image") from e
+        info["images"].add(config.image)
+    return info
+
+
 def _timeout_note(stderr: str, timeout: float | None) -> str:
     note = f"Command timed out after {timeout:g} seconds; its processes were killed"
     return f"{stderr.rstrip()}\n{note}" if stderr.strip() else note
@@ -374,7 +397,7 @@ def _engine_facts(client: Any) -> dict[str, Any]:
             info = client.info()
         except engine.DockerError as e:
             raise _translate(e, "reach the engine") from e
-        facts = {"runtimes": set(info.get("Runtimes", {})), "ncpu": int(info.get("NCPU", 1))}
+        facts = {"runtimes": set(info.get("Runtimes", {})), "ncpu": int(info.get("NCPU", 1)), "images": set()}
         _facts[id(client)] = facts
     return facts
 
