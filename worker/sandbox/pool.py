@@ -6,7 +6,8 @@ run takes one, uses it for exactly one program, and gives it back to be destroye
 reused. When no warm container is there, the run starts one itself (a cold start).
 
 ``max_live`` bounds every container this pool owns: warm, busy and being removed. A run that finds
-no free slot waits for one; idle containers of other configs are evicted to make room.
+no free slot waits for one, first come first served; idle containers of other configs are evicted
+to make room.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ log = logging.getLogger("sandfleet.pool")
 MAX_WARM_CONFIGS = 8
 FILL_BACKOFF_MAX_S = 30.0
 REMOVERS = 4
+FILLERS = 2  # containers started in parallel while warming (a start is mostly waiting on dockerd)
 
 
 @dataclass(frozen=True)
@@ -63,14 +65,17 @@ class SandboxPool:
         self._configs: OrderedDict[str, SandboxConfig] = OrderedDict()
         self._starting: dict[str, int] = {}
         self._live = 0
-        self._waiters = 0
+        self._waiting: deque[object] = deque()  # tickets of acquire calls, in arrival order
         self._closed = False
         self._fill_failures = 0
         self._fill_paused_until = 0.0
         self.peak_live = 0
         self.started_total = 0
         self._remover = ThreadPoolExecutor(REMOVERS, thread_name_prefix="sandfleet-remove")
-        self._filler = threading.Thread(target=self._fill_forever, name="sandfleet-pool-fill", daemon=True)
+        self._fillers = [
+            threading.Thread(target=self._fill_forever, name=f"sandfleet-pool-fill-{i}", daemon=True)
+            for i in range(FILLERS)
+        ]
         self._filler_started = False
 
     # -- public ---------------------------------------------------------------------------------
@@ -97,13 +102,18 @@ class SandboxPool:
         began = time.monotonic()
         key = config.fingerprint()
         deadline = None if timeout is None else began + timeout
+        ticket = object()
         with self._cond:
             self._want(config)
-            self._waiters += 1
+            self._waiting.append(ticket)
             try:
                 while True:
                     if self._closed:
                         raise SandboxError("the sandbox pool is closed")
+                    if self._waiting[0] is not ticket:  # first come, first served
+                        if not self._wait_until(deadline, timeout):
+                            raise SandboxError(f"no sandbox slot became free within {timeout:g} s")
+                        continue
                     container = self._pop_idle(key)
                     if container is not None:
                         self._cond.notify_all()  # the filler may top up
@@ -111,13 +121,11 @@ class SandboxPool:
                     if self._live < self.max_live:
                         self._reserve(key)
                         break
-                    if not self._evict_other(key):
-                        left = None if deadline is None else deadline - time.monotonic()
-                        if left is not None and left <= 0:
-                            raise SandboxError(f"no sandbox slot became free within {timeout:g} s")
-                        self._cond.wait(left)
+                    if not self._evict_other(key) and not self._wait_until(deadline, timeout):
+                        raise SandboxError(f"no sandbox slot became free within {timeout:g} s")
             finally:
-                self._waiters -= 1
+                self._waiting.remove(ticket)
+                self._cond.notify_all()  # the next in line may go
         self._ensure_filler()
         try:
             container = self._start(config)
@@ -125,6 +133,14 @@ class SandboxPool:
             with self._cond:
                 self._starting[key] -= 1
         return Lease(container, False, time.monotonic() - began)
+
+    def _wait_until(self, deadline: float | None, timeout: float | None) -> bool:  # holds _cond
+        """Wait for a change; False once the deadline has passed."""
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            return False
+        self._cond.wait(left)
+        return True
 
     def release(self, container: SandboxContainer) -> None:
         """Destroy a used container in the background; its slot frees once it is gone."""
@@ -142,7 +158,8 @@ class SandboxPool:
         for container in idle:
             self._remover.submit(self._destroy, container)
         if self._filler_started:
-            self._filler.join(timeout=30)
+            for filler in self._fillers:
+                filler.join(timeout=30)
         self._remover.shutdown(wait=True)
 
     def stats(self) -> dict[str, int]:
@@ -152,7 +169,7 @@ class SandboxPool:
                 "idle": sum(len(q) for q in self._idle.values()),
                 "peak_live": self.peak_live,
                 "started_total": self.started_total,
-                "waiters": self._waiters,
+                "waiters": len(self._waiting),
             }
 
     def __enter__(self) -> SandboxPool:
@@ -222,10 +239,11 @@ class SandboxPool:
             with self._cond:
                 if not self._filler_started:
                     self._filler_started = True
-                    self._filler.start()
+                    for filler in self._fillers:
+                        filler.start()
 
     def _next_fill(self) -> SandboxConfig | None:  # holds _cond
-        if self._waiters or self._live >= self.max_live or time.monotonic() < self._fill_paused_until:
+        if self._waiting or self._live >= self.max_live or time.monotonic() < self._fill_paused_until:
             return None
         for key in reversed(self._configs):  # most recently used first
             if len(self._idle[key]) + self._starting[key] < self.pool_size:
