@@ -1,0 +1,406 @@
+"""``sandfleet demo``: the reference scenario end to end through the fleet, starting what is missing.
+
+Redis is the fleet's (``SANDFLEET_REDIS_URL``, which deploy/bootstrap.sh starts on 6379) when it answers,
+else a throwaway ``redis-server`` on a free port. The demo always starts its own worker (the example
+order tools, freshly generated reference data) under a key prefix of its own, so its job goes to that
+worker and to no other fleet on the same Redis; Flower on localhost, started before the job so its
+tasks page shows it; and, unless a real model is configured (``OPENAI_API_KEY``, a base URL, or
+``--model``), the replay model answering with the reference program. It submits the reference question
+with the producer ``Client``, waits, prints the RESULT beside the plain-Python totals, and stops
+everything it started (not with ``--keep-running``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import click
+
+from producer.settings import Settings, get_settings
+
+DEMO_TOOLS = "worker.tools.examples.orders"
+DEMO_TOOL_NAMES = ["load_orders"]
+FLOWER_PORT = 5555  # used when free, else any free port
+REDIS_PROBE_TIMEOUT_S = 1.0
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 120.0
+CENT = 0.005
+SANDFLEET = "from producer.cli import main; main(prog_name='sandfleet')"  # the CLI, in this interpreter
+
+
+def demo_replay_script() -> dict[str, Any]:
+    """The replay script: the reference question gets the reference program (deploy/demo/replay.json)."""
+    from worker.scenario import REFERENCE_PROGRAM
+
+    reply = (
+        "I will load the orders with the load_orders tool, keep July to September 2026, and sum "
+        f"quantity times unit price per region.\n\n```python\n{REFERENCE_PROGRAM}```\n"
+    )
+    other = "```python\nprint('RESULT: \"this replay model only knows the reference question\"')\n```\n"
+    return {
+        "rules": [{"match": "(?i)revenue per region in Q3 2026", "responses": [reply]}],
+        "default": [other],
+    }
+
+
+def choose_model(option: str | None, settings: Settings) -> str | None:
+    """The model to use, or None for the replay model: --model, else the configured one when a key or
+    a base URL says a real model is reachable (or it is a replay script already)."""
+    if option:
+        return option
+    if settings.model_api_key or settings.model_base_url or settings.model.startswith("replay:"):
+        return settings.model
+    return None
+
+
+def payload_totals(payload: Any) -> list[tuple[str, float]] | None:
+    """``[(region, total), ...]`` in the payload's order, from ``{region: total}`` or a list of pairs or
+    of ``{"region": .., <number>: ..}`` objects; None when the payload has another shape."""
+    try:
+        if isinstance(payload, dict):
+            return [(str(k), float(v)) for k, v in payload.items()]
+        if isinstance(payload, list):
+            rows = []
+            for item in payload:
+                if isinstance(item, dict):
+                    numbers = [v for k, v in item.items() if k != "region" and isinstance(v, int | float)]
+                    rows.append((str(item["region"]), float(numbers[0])))
+                else:
+                    region, total = item
+                    rows.append((str(region), float(total)))
+            return rows
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+    return None
+
+
+def totals_match(payload: Any, expected: dict[str, float]) -> bool:
+    """Same regions, same totals to the cent, highest first."""
+    got = payload_totals(payload)
+    if got is None or [r for r, _ in got] != list(expected):
+        return False
+    return all(abs(total - expected[region]) < CENT for region, total in got)
+
+
+def format_comparison(payload: Any, expected: dict[str, float]) -> str:
+    """The fleet's totals beside the plain-Python ones, one region a line."""
+    got = dict(payload_totals(payload) or [])
+    lines = [f"  {'region':<16}{'fleet (RESULT)':>16}{'plain Python':>16}"]
+    for region, want in expected.items():
+        have = got.get(region)
+        shown = f"{have:,.2f}" if have is not None else "-"
+        lines.append(f"  {region:<16}{shown:>16}{want:>16,.2f}")
+    return "\n".join(lines)
+
+
+def free_port(preferred: int | None = None) -> int:
+    """``preferred`` if nothing listens there on 127.0.0.1, else a free port."""
+    for port in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free port on 127.0.0.1")
+
+
+def redis_answers(url: str) -> bool:
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_PROBE_TIMEOUT_S, socket_timeout=2.0)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def check_sandbox_ready() -> None:
+    """Fail early (SandfleetError) without an engine or the sandbox image: the job would only wait."""
+    from producer.config import SandboxConfig
+    from producer.errors import SandboxUnavailableError
+    from worker.sandbox.engine import engine_info
+
+    image = SandboxConfig().image
+    if image not in engine_info().images:
+        raise SandboxUnavailableError(f"the sandbox image {image} is missing: run `sandfleet images build`")
+
+
+@dataclass
+class DemoStack:
+    """The processes the demo started, in a scratch folder. ``stop`` ends exactly those."""
+
+    settings: Settings
+    folder: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: dict[str, IO[bytes]] = field(default_factory=dict)
+    owner_label: str = ""
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+        log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.logs[name] = log
+        process = subprocess.Popen(
+            argv,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.processes[name] = process
+        return process
+
+    def child_env(self, **extra: str) -> dict[str, str]:
+        """This process's environment (model keys and other settings pass through) plus the demo's."""
+        import os
+
+        return {
+            **os.environ,
+            "SANDFLEET_REDIS_URL": self.settings.redis_url,
+            "SANDFLEET_KEY_PREFIX": self.settings.key_prefix,
+            **extra,
+        }
+
+    def start_redis(self) -> str:
+        port = free_port()
+        options = f"--bind 127.0.0.1 --port {port} --appendonly no --maxmemory-policy noeviction"
+        argv = ["redis-server", *options.split(), "--save", "", "--dir", str(self.folder)]
+        self.spawn("redis", argv, self.child_env())
+        url = f"redis://127.0.0.1:{port}/0"
+        self.wait("redis", lambda: redis_answers(url))
+        return url
+
+    def start_worker(self, data_dir: Path, model: str) -> None:
+        from worker.sandbox.spec import Owner, process_start_ticks
+
+        env = self.child_env(
+            SANDFLEET_TOOLS=DEMO_TOOLS, SANDFLEET_DATA_DIR=str(data_dir), SANDFLEET_MODEL=model
+        )
+        name = f"demo-{self.folder.name[-8:]}@%h"
+        options = f"--concurrency=4 --sandboxes=2 --loglevel=info --hostname={name}"
+        argv = [sys.executable, "-c", SANDFLEET, "worker", *options.split()]
+        process = self.spawn("worker", argv, env)
+        self.owner_label = Owner(
+            socket.gethostname(), process.pid, process_start_ticks(process.pid) or 0
+        ).label()
+
+    def start_flower(self, port: int) -> str:
+        argv = [sys.executable, "-c", SANDFLEET, "flower", f"--port={port}", "--address=127.0.0.1"]
+        self.spawn("flower", argv, self.child_env())
+        url = f"http://127.0.0.1:{port}/"
+        self.wait("flower", lambda: _http_ok(url + "healthcheck"))
+        return url
+
+    def wait(self, name: str, ready: Any, timeout_s: float = START_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            self.check_alive(name)
+            if time.monotonic() > deadline:
+                raise click.ClickException(
+                    f"{name} did not start within {timeout_s:g} s:\n{self.log_tail(name)}"
+                )
+            time.sleep(0.1)
+
+    def check_alive(self, name: str) -> None:
+        process = self.processes[name]
+        if process.poll() is not None:
+            raise click.ClickException(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
+
+    def log_tail(self, name: str, chars: int = 2000) -> str:
+        self.logs[name].flush()
+        return (self.folder / f"{name}.log").read_text(errors="replace")[-chars:]
+
+    def stop(self) -> None:
+        """Worker and Flower together (the worker's warm shutdown drains its sandbox pool), then Redis."""
+        self._stop(["worker", "flower"])
+        self._stop(["redis"])
+        if self.owner_label:  # a worker killed mid-run leaves containers: remove them by owner label
+            try:
+                from worker.sandbox.reaper import prune
+
+                prune(owners={self.owner_label})
+            except Exception as e:
+                click.echo(f"sandfleet demo: could not check for leftover sandboxes: {e}", err=True)
+        self.processes.clear()
+
+    def _stop(self, names: list[str]) -> None:
+        """SIGTERM to ``names`` at once, then wait for each (SIGKILL after STOP_TIMEOUT_S)."""
+        mine = {name: self.processes[name] for name in names if name in self.processes}
+        for process in mine.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for name, process in mine.items():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            self.logs[name].close()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@click.command()
+@click.option(
+    "--model",
+    default=None,
+    help="provider:model (default: the replay model, or the configured "
+    "model when OPENAI_API_KEY or a base URL is set).",
+)
+@click.option("--no-flower", is_flag=True, help="Do not start Flower.")
+@click.option(
+    "--keep-running", is_flag=True, help="Leave what the demo started running (it prints how to stop it)."
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    default=DEFAULT_TIMEOUT_S,
+    show_default=True,
+    type=float,
+    help="Seconds to wait for the job.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
+def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: float, as_json: bool) -> None:
+    """Run the reference question (Q3 2026 revenue per region) through the fleet; exit 0 when the fleet's
+    RESULT matches the plain-Python totals."""
+    from producer.client import Client
+    from producer.errors import SandfleetError
+    from worker.scenario import REFERENCE_QUESTION, expected_q3_revenue, generate_orders
+
+    say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
+    base = get_settings()
+    chosen = choose_model(model, base)
+    try:
+        check_sandbox_ready()
+        if chosen and not chosen.startswith("replay:"):
+            from worker.llm.client import make_model_client
+
+            make_model_client(chosen, base)  # refuses a missing key now, not after the job ran
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    folder = Path(tempfile.mkdtemp(prefix="sandfleet-demo-"))
+    prefix = f"{base.key_prefix}-demo-{uuid.uuid4().hex[:8]}"
+    stack = DemoStack(base.model_copy(update={"key_prefix": prefix}), folder)
+    report: dict[str, Any] = {"question": REFERENCE_QUESTION, "key_prefix": prefix, "started": []}
+    finished = False
+    try:
+        _start(stack, report, base, chosen, with_flower=not no_flower, say=say)
+        began = time.monotonic()
+        with Client(settings=stack.settings) as client:
+            job = client.submit(REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"])
+            say(f"job {job.job_id}: submitted; waiting (at most {timeout_s:g} s)")
+            result = _wait(job, stack, timeout_s)
+        expected = expected_q3_revenue(generate_orders())
+        report.update(
+            job_id=job.job_id,
+            status=result.status.value,
+            elapsed_s=round(time.monotonic() - began, 2),
+            result=result.result,
+            expected=expected,
+            match=totals_match(result.result, expected),
+            error=result.error.model_dump(mode="json") if result.error else None,
+        )
+        finished = True
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    finally:
+        if keep_running and finished:
+            report["running"] = {name: p.pid for name, p in stack.processes.items()}
+            report["folder"] = str(folder)
+        else:  # a failed demo never leaves anything behind
+            stack.stop()
+            shutil.rmtree(folder, ignore_errors=True)
+    _print_report(report, as_json, keep_running)
+    sys.exit(0 if report["match"] else 1)
+
+
+def _start(
+    stack: DemoStack,
+    report: dict[str, Any],
+    base: Settings,
+    model: str | None,
+    *,
+    with_flower: bool,
+    say: Any,
+) -> None:
+    """Start what is missing: Redis (only when the fleet's does not answer), the worker, Flower."""
+    from producer.queue import redact_url
+    from worker.scenario import write_reference_data
+
+    if redis_answers(base.redis_url):
+        report["redis_url"] = redact_url(base.redis_url)
+        say(f"Redis   {report['redis_url']} (already running)")
+    else:
+        url = stack.start_redis()
+        stack.settings = stack.settings.model_copy(update={"redis_url": url})
+        report["redis_url"] = url
+        report["started"].append("redis")
+        say(f"Redis   {url} (started: {redact_url(base.redis_url)} did not answer)")
+    if model is None:
+        script = stack.folder / "replay.json"
+        script.write_text(json.dumps(demo_replay_script(), indent=2))
+        model = f"replay:{script}"
+    report["model"] = model
+    data_dir = write_reference_data(stack.folder / "data").parent
+    stack.start_worker(data_dir, model)
+    report["started"].append("worker")
+    say(f"worker  started (tools {DEMO_TOOLS}, data {data_dir}, key prefix {stack.settings.key_prefix})")
+    say(f"model   {model}")
+    if with_flower:  # before the job: Flower only shows tasks whose events it saw
+        report["flower_url"] = stack.start_flower(free_port(FLOWER_PORT)) + "tasks"
+        report["started"].append("flower")
+        say(f"Flower  {report['flower_url']}")
+
+
+def _wait(job: Any, stack: DemoStack, timeout_s: float) -> Any:
+    """The job's result; fails at once when the worker dies, quoting its log."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        stack.check_alive("worker")
+        try:
+            return job.result(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise click.ClickException(
+                    f"job {job.job_id} has not ended after {timeout_s:g} s; worker log:\n{stack.log_tail('worker')}"
+                ) from None
+
+
+def _print_report(report: dict[str, Any], as_json: bool, keep_running: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report))
+        return
+    click.echo(f"job {report['job_id']}: {report['status']} in {report['elapsed_s']} s")
+    if report.get("error"):
+        click.echo(f"  error: {report['error']['kind']}: {report['error']['message']}")
+    click.echo(f"RESULT: {json.dumps(report['result'])}")
+    click.echo(format_comparison(report["result"], report["expected"]))
+    click.echo(f"match: {'yes' if report['match'] else 'NO'}")
+    if "flower_url" in report:
+        state = "still running" if keep_running else "stopped now; --keep-running keeps it up"
+        click.echo(f"Flower: {report['flower_url']} ({state})")
+    if keep_running and report.get("running"):
+        pids = " ".join(str(pid) for pid in report["running"].values())
+        click.echo(f"running: {report['running']}; stop with: kill {pids}; scratch folder {report['folder']}")
