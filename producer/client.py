@@ -354,8 +354,8 @@ class Client:
                         queue=queue_name(self.settings),
                         soft_time_limit=soft,
                         time_limit=hard,
-                        argsrepr=repr([job_id, spec.question[:80]]),
-                        kwargsrepr="{}",
+                        argsrepr=repr([spec.question[:60]]),
+                        kwargsrepr=repr({"job_id": job_id}),
                         producer=producer,
                     )
                     sent += 1

@@ -34,7 +34,8 @@ def test_submit_records_the_job_and_enqueues_it_by_task_name(
     (message,) = queued_messages(raw_redis, settings)
     assert message["headers"]["task"] == TASK_NAME and message["headers"]["id"] == job.job_id
     assert message["content-type"] == "application/json"
-    assert job.job_id in message["headers"]["argsrepr"]
+    assert "Revenue per region?" in message["headers"]["argsrepr"]
+    assert job.job_id in message["headers"]["kwargsrepr"]
     record = job.record()
     assert record.status == JobStatus.QUEUED and record.spec.tools == ["load_orders"]
     assert record.spec.sandbox == {"memory_limit": 512 * 1024**2}
