@@ -12,8 +12,20 @@ from worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, L
 from worker.sandbox.spec import BOOT, SANDBOX_UID, Owner, command_env, container_kwargs
 
 OPTIONS = (
-    "backend", "image", "cpu_limit", "memory_limit", "disk_limit", "pids_limit", "network", "persistent",
-    "timeout", "workdir", "env", "allow_sudo", "runtime", "read_only_rootfs",
+    "backend",
+    "image",
+    "cpu_limit",
+    "memory_limit",
+    "disk_limit",
+    "pids_limit",
+    "network",
+    "persistent",
+    "timeout",
+    "workdir",
+    "env",
+    "allow_sudo",
+    "runtime",
+    "read_only_rootfs",
 )
 OWNER = Owner("testhost", 4242, 99)
 GiB = 1024**3
@@ -67,12 +79,13 @@ def test_unknown_option_is_refused_listing_every_valid_option() -> None:
 
 def test_network_mode_gets_a_hint() -> None:
     message = refusal({"network_mode": "none"})
-    assert "'network_mode' (use `network` (\"none\", \"restricted\" or \"full\"))" in message
+    assert '\'network_mode\' (use `network` ("none", "restricted" or "full"))' in message
     assert "valid options are:" in message
 
 
 @pytest.mark.parametrize(
-    ("name", "hint"), [("mem_limit", "memory_limit"), ("cpus", "cpu_limit"), ("read_only", "read_only_rootfs")]
+    ("name", "hint"),
+    [("mem_limit", "memory_limit"), ("cpus", "cpu_limit"), ("read_only", "read_only_rootfs")],
 )
 def test_other_tools_names_get_hints(name: str, hint: str) -> None:
     assert f"use `{hint}`" in refusal({name: 1})
@@ -85,8 +98,16 @@ def test_several_unknown_options_are_all_named() -> None:
 
 @pytest.mark.parametrize(
     ("written", "size"),
-    [("512M", 512 * MiB), ("1G", GiB), ("1g", GiB), ("64m", 64 * MiB), (268435456, 256 * MiB),
-     ("268435456", 256 * MiB), ("1.5G", 1536 * MiB), ("2GiB", 2 * GiB)],
+    [
+        ("512M", 512 * MiB),
+        ("1G", GiB),
+        ("1g", GiB),
+        ("64m", 64 * MiB),
+        (268435456, 256 * MiB),
+        ("268435456", 256 * MiB),
+        ("1.5G", 1536 * MiB),
+        ("2GiB", 2 * GiB),
+    ],
 )
 def test_sizes_accept_suffixes_and_bytes(written: object, size: int) -> None:
     assert SandboxConfig(memory_limit=written, disk_limit=written).memory_limit == size  # type: ignore[arg-type]
@@ -144,8 +165,12 @@ def test_env_names_are_checked() -> None:
 
 @pytest.mark.parametrize(
     ("options", "runtime"),
-    [({}, "runc"), ({"backend": "gvisor"}, "runsc"), ({"backend": "gvisor", "network": "full"}, "runsc-net"),
-     ({"runtime": "kata"}, "kata")],
+    [
+        ({}, "runc"),
+        ({"backend": "gvisor"}, "runsc"),
+        ({"backend": "gvisor", "network": "full"}, "runsc-net"),
+        ({"runtime": "kata"}, "kata"),
+    ],
 )
 def test_backend_picks_the_docker_runtime(options: dict, runtime: str) -> None:
     config = SandboxConfig.model_validate(options)
@@ -182,6 +207,14 @@ def test_spec_limits_memory_without_swap_cpu_and_pids() -> None:
     assert kwargs["memswap_limit"] == kwargs["mem_limit"]  # memory + swap == memory: swap off
     assert kwargs["pids_limit"] == 64
     assert kwargs["nano_cpus"] == 1_500_000_000
+
+
+def test_spec_under_gvisor_limits_tasks_inside_and_keeps_a_host_backstop() -> None:
+    runc = kwargs_of(SandboxConfig(pids_limit=64))
+    gvisor = kwargs_of(SandboxConfig(pids_limit=64, backend="gvisor"))
+    assert "nproc" not in {u["name"] for u in runc["ulimits"]}  # per user across the host under runc
+    assert {"name": "nproc", "soft": 64, "hard": 64} in gvisor["ulimits"]
+    assert gvisor["pids_limit"] >= 16 * 64  # the Sentry's own host threads count in the cgroup
 
 
 def test_spec_clamps_cpu_to_the_engine() -> None:
@@ -242,7 +275,9 @@ def test_spec_main_process_is_the_boot_loader_in_isolated_mode() -> None:
     compile(BOOT, "boot", "exec")
 
 
-@pytest.mark.parametrize(("network", "mode"), [("none", "none"), ("restricted", "bridge"), ("full", "bridge")])
+@pytest.mark.parametrize(
+    ("network", "mode"), [("none", "none"), ("restricted", "bridge"), ("full", "bridge")]
+)
 def test_spec_network_mode(network: str, mode: str) -> None:
     assert kwargs_of(SandboxConfig(network=network))["network_mode"] == mode  # type: ignore[arg-type]
 

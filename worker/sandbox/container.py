@@ -199,7 +199,15 @@ class SandboxContainer:
         )
         max_body = 2 * max_output + max_result + max_request + 1024
         kill_sent = False
+        hard_deadline = None if deadline is None else deadline + 3 * KILL_GRACE_S
         while True:
+            if hard_deadline is not None and time.monotonic() >= hard_deadline:
+                # Frames keep coming (a program flooding the bridge) but never "done": the host's
+                # deadline holds even when the channel never goes quiet long enough to time out.
+                self.destroy()
+                return self._lost(
+                    began, timeout, "the sandbox did not stop at its deadline and was destroyed"
+                )
             wait_until = None if deadline is None else deadline + (2 if kill_sent else 1) * KILL_GRACE_S
             try:
                 kind, header, body = self.channel.recv(wait_until, max_body)
@@ -213,7 +221,18 @@ class SandboxContainer:
                     began, timeout, "the sandbox did not stop at its deadline and was destroyed"
                 )
             except ChannelError as e:
+                oom = self._died_of_oom()
                 self.destroy()
+                if oom:
+                    return ExecResult(
+                        stdout="",
+                        stderr="the sandbox ran out of memory and was killed",
+                        exit_code=137,
+                        oom_killed=True,
+                        limits_hit=["memory"],
+                        duration_s=time.monotonic() - began,
+                        protocol_error=str(e),
+                    )
                 return self._lost(
                     began, timeout if deadline and time.monotonic() >= deadline else None, str(e)
                 )
@@ -227,6 +246,18 @@ class SandboxContainer:
             else:
                 self.destroy()
                 return self._lost(began, None, f"the sandbox broke the protocol (frame {kind!r})")
+
+    def _died_of_oom(self) -> bool:
+        """Whether the container itself was OOM-killed (under gVisor the whole sandbox goes at once)."""
+        for _ in range(20):  # the engine records the exit a moment after the stream closes
+            try:
+                state = self._client.api.inspect_container(self.id)["State"]
+            except engine.DockerError:
+                return False
+            if not state.get("Running"):
+                return bool(state.get("OOMKilled")) or state.get("ExitCode") == 137
+            time.sleep(0.05)
+        return False
 
     def _send_quietly(self, kind: bytes, header: dict[str, Any] | None = None, body: bytes = b"") -> None:
         try:

@@ -22,6 +22,11 @@ SANDBOX_UID = 10001
 SANDBOX_GID = 10001
 TMP_SIZE = "64m"
 NOFILE_LIMIT = 1024
+# Under gVisor the pids cgroup also counts the sandbox kernel's own host threads (several per task:
+# 256 sleeping tasks need more than 2048), so the pids limit is enforced inside gVisor as
+# RLIMIT_NPROC (its kernel applies it per sandbox) and the host cgroup gets a larger backstop.
+GVISOR_HOST_THREADS_PER_TASK = 16
+GVISOR_HOST_PIDS_MIN = 4096
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 
 # The container's main process: read a length-prefixed Python source from stdin and run it. The
@@ -122,7 +127,7 @@ def container_kwargs(
         "tmpfs": tmpfs,
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
-        "pids_limit": config.pids_limit,
+        "pids_limit": host_pids_limit(config),
         "mem_limit": config.memory_limit,
         "memswap_limit": config.memory_limit,  # memory + swap = memory: swap off
         "nano_cpus": int(min(config.cpu_limit, host_ncpu) * 1e9),
@@ -130,12 +135,25 @@ def container_kwargs(
         "ulimits": [
             {"name": "nofile", "soft": NOFILE_LIMIT, "hard": NOFILE_LIMIT},
             {"name": "core", "soft": 0, "hard": 0},
+            # RLIMIT_NPROC is per user across the host kernel under runc, so only gVisor gets it.
+            *(
+                [{"name": "nproc", "soft": config.pids_limit, "hard": config.pids_limit}]
+                if config.is_gvisor
+                else []
+            ),
         ],
         "network_mode": "none" if config.network == "none" else "bridge",
         "runtime": config.docker_runtime,
         "ipc_mode": "private",
     }
     return kwargs
+
+
+def host_pids_limit(config: SandboxConfig) -> int:
+    """The container's pids cgroup limit: the configured one, or gVisor's backstop (see above)."""
+    if config.is_gvisor:
+        return max(GVISOR_HOST_PIDS_MIN, GVISOR_HOST_THREADS_PER_TASK * config.pids_limit)
+    return config.pids_limit
 
 
 def command_env(config: SandboxConfig) -> dict[str, str]:
