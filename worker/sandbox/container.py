@@ -231,7 +231,6 @@ class SandboxContainer:
                         oom_killed=True,
                         limits_hit=["memory"],
                         duration_s=time.monotonic() - began,
-                        protocol_error=str(e),
                     )
                 return self._lost(
                     began, timeout if deadline and time.monotonic() >= deadline else None, str(e)
