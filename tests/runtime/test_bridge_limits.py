@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -229,6 +230,27 @@ def test_garbage_on_the_channel_ends_the_run_cleanly(run: Any, kind: str) -> Non
         assert done.result[2] == {"sum": 2}
 
     after = run("from sandfleet_tools import add\nprint('RESULT:', add(40, 2)['sum'])")  # the next run works
+    assert after.ok and after.result == 42
+
+
+def test_flooding_requests_without_reading_replies_ends_at_the_deadline(run: Any) -> None:
+    # The replies fill the program's reply pipe, the agent blocks writing them and stops reading the
+    # host: the host's own deadline must still end the run (it once waited per buffered frame).
+    source = RAW + program("""
+        SEND, RECV = bridge_fds()
+        body = json.dumps({"id": 1, "tool": "add", "args": [1], "kwargs": {}}).encode()
+        frame = struct.pack("!I", len(body)) + body
+        while True:
+            os.write(SEND, frame * 100)
+    """)
+
+    began = time.monotonic()
+    done = run(source, exec_timeout=3)
+
+    assert done.timed_out and not done.ok and "timed out" in done.failure()
+    assert time.monotonic() - began < 3 + 10
+    assert "tool_calls" in done.limits_hit
+    after = run("from sandfleet_tools import add\nprint('RESULT:', add(40, 2)['sum'])")
     assert after.ok and after.result == 42
 
 

@@ -50,20 +50,22 @@ class AgentChannel:
         self._pending_left = 0
         self.stderr_tail = bytearray()
         self.closed = False
+        self._broken: str | None = None  # why a write failed, if one did
 
     def send(self, kind: bytes, header: dict[str, Any] | None = None, body: bytes = b"") -> None:
-        try:
-            self._sock.sendall(encode(kind, header, body))
-        except OSError as e:
-            self.closed = True
-            raise ChannelClosedError(f"cannot write to the sandbox: {e}") from e
+        self.send_raw(encode(kind, header, body))
 
     def send_raw(self, data: bytes) -> None:
+        # Once a write failed (or timed out: the agent stopped reading its stdin), every later one fails
+        # at once; trying again would block for the socket's timeout each time.
+        if self.closed:
+            raise ChannelClosedError(self._closed_message())
         try:
             self._sock.sendall(data)
         except OSError as e:
             self.closed = True
-            raise ChannelClosedError(f"cannot write to the sandbox: {e}") from e
+            self._broken = f"cannot write to the sandbox: {e}"
+            raise ChannelClosedError(self._broken) from e
 
     def recv(self, deadline: float | None, max_body: int) -> tuple[bytes, dict[str, Any], bytes]:
         """The next frame (kind, header, body); waits until ``deadline`` (time.monotonic())."""
@@ -151,6 +153,8 @@ class AgentChannel:
             return False
 
     def _closed_message(self) -> str:
+        if self._broken:
+            return self._broken
         tail = self.stderr_tail.decode(errors="replace").strip()
         return "the sandbox closed its output" + (f"; it said: {tail[-2000:]}" if tail else "")
 
