@@ -1,0 +1,122 @@
+"""Shared pieces of the security tests: runtimes, the results file, leftover checks.
+
+Every case records ``(case, runtime, blocked, detail)``; the session writes them to
+``artifacts/security-results.json`` (merged with what other modules or runs wrote there), which is
+where the figures in SECURITY.md come from.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS_PATH = REPO / "artifacts" / "security-results.json"
+RUNTIMES = ("runc", "runsc")
+BACKEND_OF = {"runc": "docker", "runsc": "gvisor"}
+TEST_LABEL = "sandfleet.test"
+TEST_LABELS = {TEST_LABEL: "tests/security"}
+GONE_WITHIN_S = 10.0
+
+_results: list[dict[str, Any]] = []
+_lock = threading.Lock()
+
+
+def record(case: str, runtime: str, blocked: bool, detail: Any, **extra: Any) -> None:
+    """Note one case's outcome for the results file (the test asserts it separately)."""
+    with _lock:
+        _results.append({"case": case, "runtime": runtime, "blocked": bool(blocked), "detail": detail, **extra})
+
+
+def write_results() -> None:
+    """Merge this session's results into the results file (same case and runtime: replaced)."""
+    with _lock:
+        if not _results:
+            return
+        RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            old = json.loads(RESULTS_PATH.read_text())
+        except (OSError, ValueError):
+            old = []
+        fresh = {(r["case"], r["runtime"]) for r in _results}
+        merged = [r for r in old if (r.get("case"), r.get("runtime")) not in fresh] + _results
+        merged.sort(key=lambda r: (r["case"], r["runtime"]))
+        RESULTS_PATH.write_text(json.dumps(merged, indent=2, default=str) + "\n")
+
+
+def program(source: str) -> str:
+    return textwrap.dedent(source).lstrip()
+
+
+def skip_or_fail(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure)", pytrace=False)
+    pytest.skip(reason)
+
+
+def container_gone(client: Any, container_id: str, within_s: float = GONE_WITHIN_S) -> bool:
+    """True once Docker no longer knows the container (containers.get raises NotFound)."""
+    import docker.errors
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            client.containers.get(container_id)
+        except docker.errors.NotFound:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Pids of host processes whose command line holds ``text`` (a container id: runsc, shim, gofer)."""
+    found = []
+    needle = text.encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def no_process_left(container_id: str, within_s: float = GONE_WITHIN_S) -> list[int]:
+    """Host processes still serving the container after ``within_s`` (empty when all are gone)."""
+    deadline = time.monotonic() + within_s
+    while (left := processes_mentioning(container_id)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return left
+
+
+def vm_hwm_kib() -> int:
+    """This process's peak resident set size (VmHWM) in KiB."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
+    return ordered[k]
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
