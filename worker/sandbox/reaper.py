@@ -22,6 +22,8 @@ from worker.sandbox.spec import Owner
 log = logging.getLogger("sandfleet.reaper")
 _CONTAINER_ID = re.compile(rb"\b[0-9a-f]{64}\b")
 _RUNTIME_PROCESS = re.compile(rb"runsc|containerd-shim")
+DEFAULT_EXEC_ROOT = b"/var/run/docker/"
+DEFAULT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
 
 
 @dataclass
@@ -68,8 +70,14 @@ def prune(
 
 
 def kill_orphan_runtime_processes(client: Any) -> list[int]:
-    """Kill runsc/shim processes serving container ids the engine does not know. Root only."""
-    if os.geteuid() != 0:
+    """Kill runsc/shim processes serving container ids the engine does not know. Root only.
+
+    Only for the local default engine, and only processes under its default exec root
+    (``/var/run/docker``): another engine on the same host (a second dockerd with its own exec root)
+    runs containers this engine does not know, and those must not be touched. Against any other
+    engine the scan is skipped.
+    """
+    if os.geteuid() != 0 or not _is_default_local_engine(client):
         return []
     # Scan processes before asking the engine: a container created in between is then known.
     candidates: dict[int, set[str]] = {}
@@ -83,7 +91,7 @@ def kill_orphan_runtime_processes(client: Any) -> list[int]:
         if not _RUNTIME_PROCESS.search(cmdline.split(b" ", 1)[0]):
             continue
         ids = {m.decode() for m in _CONTAINER_ID.findall(cmdline)}
-        if ids and b"moby" in cmdline:
+        if ids and b"moby" in cmdline and DEFAULT_EXEC_ROOT in cmdline:
             candidates[int(entry.name)] = ids
     known = {c["Id"] for c in client.api.containers(all=True)}
     killed = []
@@ -95,3 +103,9 @@ def kill_orphan_runtime_processes(client: Any) -> list[int]:
             except OSError:
                 pass
     return killed
+
+
+def _is_default_local_engine(client: Any) -> bool:
+    """True when ``client`` talks to the engine on the default local socket."""
+    adapter = getattr(getattr(client, "api", None), "_custom_adapter", None)
+    return getattr(adapter, "socket_path", None) in DEFAULT_SOCKETS
