@@ -30,7 +30,9 @@ class Settings(BaseSettings):
     redis_url: str = DEFAULT_REDIS_URL
     key_prefix: str = "sandfleet"
     tools: str = Field("", description="comma-separated tool modules (import paths or files)")
-    data_dir: str = Field("~/.sandfleet/data", description="folder the example tools read (orders.csv, files)")
+    data_dir: str = Field(
+        "~/.sandfleet/data", description="folder the example tools read (orders.csv, files)"
+    )
     model: str = DEFAULT_MODEL
     model_base_url: str | None = Field(
         None, validation_alias=AliasChoices("SANDFLEET_MODEL_BASE_URL", "OPENAI_BASE_URL")
@@ -47,6 +49,11 @@ class Settings(BaseSettings):
     retention_s: int = DEFAULT_RETENTION_S
     visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
     max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    transient_retries: int = Field(
+        5, ge=0, description="retries of a job whose sandbox or model was unavailable"
+    )
+    transient_backoff_s: float = Field(5.0, gt=0, description="first retry delay; doubles each retry")
+    transient_backoff_max_s: float = Field(300.0, gt=0, description="longest retry delay")
     audit_secret: str = Field("sandfleet-dev-audit-key", description="HMAC key of the audit hash chain")
 
     # Operator policy: what a job may ask of its sandbox.

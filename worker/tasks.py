@@ -36,6 +36,7 @@ from worker.store import JobStore, RedisAuditSink, Transition
 
 log = logging.getLogger(__name__)
 
+# Defaults of Settings.transient_retries / transient_backoff_s / transient_backoff_max_s.
 MAX_TRANSIENT_RETRIES = 5
 RETRY_BACKOFF_BASE_S = 5.0
 RETRY_BACKOFF_MAX_S = 300.0
@@ -86,7 +87,8 @@ def run_delivery(
     audit = RedisAuditSink(store.redis, settings, job_id)
 
     def finish(status: JobStatus, kind: str, message: str) -> JobStatus:
-        audit.emit("state", {"status": status.value, "error": {"kind": kind, "message": message}})
+        if not _ended(store, job_id):  # a late duplicate adds no second final event
+            audit.emit("state", {"status": status.value, "error": {"kind": kind, "message": message}})
         store.finish_with_error(job_id, status, kind, message, worker=worker)
         return status
 
@@ -116,9 +118,15 @@ def run_delivery(
     except Exception as e:
         log.exception("job %s: the engine raised", job_id)
         return finish(JobStatus.FAILED, "internal_error", f"{type(e).__name__}: {e}")
-    audit.emit("state", {"status": result.status.value})
+    if not _ended(store, job_id):  # a late duplicate adds no second final event
+        audit.emit("state", {"status": result.status.value})
     store.finish(job_id, result, worker=worker)
     return result.status
+
+
+def _ended(store: JobStore, job_id: str) -> bool:
+    record = store.record(job_id)
+    return record is not None and record.status.is_final
 
 
 # -- per-process resources: one store and one EngineServices (sandbox pool, tools, model clients) --
@@ -184,6 +192,8 @@ def record_unknown_task(name: str = "", id: str = "", exc: BaseException | None 
 def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
     """Run one job; returns ``{"job_id", "status"}`` (shown by Flower; the record has the rest)."""
     retries = self.request.retries
+    settings = get_settings()
+    backoff = compute_backoff(retries, settings.transient_backoff_s, settings.transient_backoff_max_s)
     try:
         status = run_delivery(
             process_store(),
@@ -191,14 +201,14 @@ def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
             spec,
             run=lambda s, j, a: engine_runner()(s, j, a),
             retries=retries,
-            last_try=retries >= self.max_retries,
+            last_try=retries >= settings.transient_retries,
             worker=self.request.hostname or "",
         )
     except TransientError as e:
-        raise self.retry(exc=e, countdown=compute_backoff(retries)) from e
+        raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e
     except redis.RedisError as e:
         # The records cannot be written (Redis restarting, full): run the job again later rather than
         # acknowledge a message whose job has no final record. Not counted against the engine's retries.
         log.warning("job %s: Redis failed (%s); retrying the delivery later", job_id, e)
-        raise self.retry(exc=e, countdown=compute_backoff(retries), max_retries=retries + 1) from e
+        raise self.retry(exc=e, countdown=backoff, max_retries=retries + 1) from e
     return {"job_id": job_id, "status": status.value if status else None}
