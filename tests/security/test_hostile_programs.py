@@ -30,7 +30,7 @@ SECRET = "sk-sandfleet-fake-worker-secret-4242"
 ERRNO_BLOCKED = {"EPERM", "EACCES", "ENOSYS", "EROFS"}
 
 PRELUDE = program(
-    r'''
+    r"""
     import ctypes, errno, json, os, socket, subprocess, sys, time
     report = {}
     libc = ctypes.CDLL(None, use_errno=True)
@@ -57,7 +57,7 @@ PRELUDE = program(
 
     def done():
         print("RESULT: " + json.dumps(report))
-    '''
+    """
 )
 
 
@@ -108,17 +108,8 @@ FORK_BOMB = PRELUDE + program(
 )
 
 
-SANDBOX_DIED = "the sandbox closed its output"
-
-
-def sandbox_died(run: Any, runtime: str) -> bool:
-    """Under gVisor some limits take the whole sandbox down: the run ends with a sandbox failure."""
-    return runtime == "runsc" and run.error == SANDBOX_DIED and not run.timed_out
-
-
 def check_fork_bomb(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    if sandbox_died(run, runtime):
-        return True, f"the whole gVisor sandbox died ({run.failure()}); contained, run ended"
+    # runc: the pids cgroup refuses; gVisor: its kernel's RLIMIT_NPROC does (worker/sandbox/spec.py).
     outcome = payload(run)["fork_bomb"]
     assert outcome["errno"] == "EAGAIN", outcome
     assert outcome["forked"] < 256, outcome  # pids_limit 256 (the agent, init and the program count too)
@@ -135,14 +126,11 @@ MEMORY_BOMB = program(
 
 
 def check_memory_bomb(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    if sandbox_died(run, runtime):  # contained, but not named as out-of-memory: see the xfail below
-        return True, {"exit_code": run.exit_code, "oom_killed": run.oom_killed, "failure": run.failure()}
+    # runc: the program is OOM-killed; gVisor: the whole sandbox is, and the host reads Docker's OOMKilled.
     assert run.exit_code == 137, (run.exit_code, run.stderr[-500:])
     failure = run.failure() or ""
-    if runtime == "runc":
-        assert run.oom_killed and "memory" in run.limits_hit, run.limits_hit
-        assert failure == "the program ran out of memory (exit code 137)"
-    # gVisor: the cgroup's oom_kill count is not visible inside the sandbox; what is true is recorded.
+    assert run.oom_killed and "memory" in run.limits_hit, run.limits_hit
+    assert failure == "the program ran out of memory (exit code 137)"
     return True, {"exit_code": run.exit_code, "oom_killed": run.oom_killed, "failure": failure}
 
 
@@ -248,8 +236,6 @@ ZOMBIES = PRELUDE + program(
 
 
 def check_zombies(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    if sandbox_died(run, runtime):  # contained (run ended, nothing left), but see the xfail below
-        return True, f"orphans' exit took the gVisor sandbox down: {run.failure()}"
     report = payload(run)
     assert run.exit_code == 0 and not run.timed_out
     assert report["own_zombies"] == 50, report
@@ -401,19 +387,8 @@ PRIVILEGED = PRELUDE + program(
 
 def check_privileged(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     report = payload(run)
-    # Tracing processes of the same sandbox (same uid) crosses no boundary between jobs or to the host;
-    # each is recorded as its own row, and test_ptrace_inside_the_sandbox_is_refused (xfail) holds the
-    # stricter goal.
-    for name in ("ptrace sibling", "ptrace init (pid 1)", "ptrace the agent (parent)"):
-        outcome = report.pop(name)
-        record(f"{name} inside the sandbox", runtime, not outcome["ok"], outcome)
-    io_uring = report.pop("io_uring_setup")
-    record("io_uring_setup", runtime, not io_uring["ok"], io_uring)  # see the xfail below
-    if runtime == "runsc":  # gVisor's own kernel implements user namespaces for unprivileged users
-        for name in ("unshare(CLONE_NEWUSER)", "unshare -Ur", "unshare(CLONE_NEWNS)", "mount(2) tmpfs",
-                     "mount tmpfs (binary)"):
-            outcome = report.pop(name)
-            record(f"{name} (inside gVisor's kernel)", runtime, not outcome["ok"], outcome)
+    # ptrace, io_uring, namespaces and mounts are refused under both runtimes: Docker's profile and the
+    # agent's own seccomp filter stacked on it (worker/sandbox/agent.py).
     return True, all_refused(report)
 
 
@@ -507,10 +482,16 @@ def cases(ctx: dict[str, Any]) -> list[Case]:
         Case("write to the root filesystem", WRITE_ROOT, check_refused),
         Case("zombie factory", ZOMBIES, check_zombies),
         Case("open files until EMFILE", EMFILE, check_emfile),
-        Case("network: DNS, external IP, host redis, gateways, metadata", network_source(targets), check_network),
+        Case(
+            "network: DNS, external IP, host redis, gateways, metadata",
+            network_source(targets),
+            check_network,
+        ),
         Case("/proc/self/status: capabilities, no_new_privs, seccomp", PROC_STATUS, check_proc_status),
         Case("su/sudo, unshare, mount, ptrace, keyctl, bpf, io_uring, modules", PRIVILEGED, check_privileged),
-        Case("writes to sysrq, core_pattern, cgroup files, release_agent", KERNEL_WRITES, check_kernel_writes),
+        Case(
+            "writes to sysrq, core_pattern, cgroup files, release_agent", KERNEL_WRITES, check_kernel_writes
+        ),
         Case("docker socket, host paths, worker secret", secrets_source(ctx["host_paths"]), check_secrets),
     ]
 
@@ -534,7 +515,9 @@ def bridge_gateways() -> list[str]:
         text=True,
     ).stdout.split()
     found = {g for g in out if g}
-    for line in subprocess.run(["ip", "-4", "-o", "addr"], capture_output=True, text=True).stdout.splitlines():
+    for line in subprocess.run(
+        ["ip", "-4", "-o", "addr"], capture_output=True, text=True
+    ).stdout.splitlines():
         parts = line.split()
         if parts[1].startswith(("docker", "br-")):
             found.add(parts[parts.index("inet") + 1].split("/")[0])
@@ -547,8 +530,21 @@ def listener(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     port = free_port()
     folder = tmp_path_factory.mktemp("listener")
     proc = subprocess.Popen(
-        ["redis-server", "--bind", "0.0.0.0", "--port", str(port), "--requirepass", "sec-test",
-         "--save", "", "--appendonly", "no", "--dir", str(folder)],
+        [
+            "redis-server",
+            "--bind",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--requirepass",
+            "sec-test",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -574,13 +570,22 @@ def context(listener: int) -> dict[str, Any]:
         "host_ip": host_ip(),
         "redis_port": listener,
         "gateways": bridge_gateways(),
-        "host_paths": [str(REPO), "/var/lib/docker", "/etc/docker", tempfile.gettempdir() + "/pytest-of-root"],
+        "host_paths": [
+            str(REPO),
+            "/var/lib/docker",
+            "/etc/docker",
+            tempfile.gettempdir() + "/pytest-of-root",
+        ],
     }
 
 
 @pytest.mark.parametrize("case_name", CASE_NAMES)
 def test_hostile_program_is_contained(
-    case_name: str, runtime: str, run: Callable[..., Any], context: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    case_name: str,
+    runtime: str,
+    run: Callable[..., Any],
+    context: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # the worker's secret, in the process that starts sandboxes
     case = next(c for c in cases(context) if c.name == case_name)
@@ -645,7 +650,9 @@ RUNS_PER_RUNTIME = 10
 EXEC_TIMEOUT_S = 1.5
 
 
-def test_programs_past_their_deadline_are_killed_within_a_second(runtime: str, run: Callable[..., Any]) -> None:
+def test_programs_past_their_deadline_are_killed_within_a_second(
+    runtime: str, run: Callable[..., Any]
+) -> None:
     overshoots: list[float] = []
     kinds = list(TIMEOUT_PROGRAMS)
     for i in range(RUNS_PER_RUNTIME):
@@ -709,8 +716,7 @@ def test_job_b_sees_nothing_of_job_a(runtime: str, run: Callable[..., Any]) -> N
     record("job B sees job A's files or processes", runtime, True, second.result)
 
 
-
-# ---- gaps, held as strict xfails ----------------------------------------------------------------
+# ---- fixed gaps (were strict xfails): each now holds under both runtimes ----------------------------
 ORPHANS = program(
     """
     import os, time
@@ -728,43 +734,27 @@ ORPHANS = program(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="under runsc, a program whose orphaned grandchildren exit ends with 'the sandbox closed its "
-    "output': the agent/sandbox dies (plain `docker run --init` under runsc survives the same program)",
-)
 def test_orphans_that_exit_do_not_take_a_gvisor_sandbox_down(run: Callable[..., Any]) -> None:
+    """Was: 50 tasks needed more host threads than the pids cgroup allowed under runsc; the limit is now
+    RLIMIT_NPROC inside gVisor with a larger host backstop (worker/sandbox/spec.py)."""
     result = run(ORPHANS, "runsc")
     assert result.ok and result.result == "ok", result.failure()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="under runsc the memory limit kills the whole sandbox; the run says 'the sandbox closed its "
-    "output' instead of naming out-of-memory (the host could ask Docker's State.OOMKilled before removing)",
-)
 def test_a_memory_bomb_under_gvisor_is_reported_as_out_of_memory(run: Callable[..., Any]) -> None:
     result = run(MEMORY_BOMB, "runsc", sandbox={"memory_limit": "256M"})
     assert result.oom_killed and "out of memory" in (result.failure() or "")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Docker's default seccomp profile allows ptrace between processes of the same uid: a program "
-    "may trace its sibling and init (docker-init runs as the sandbox user); needs a seccomp profile "
-    "without ptrace or init as another uid",
-)
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
 @pytest.mark.parametrize("target", ["ptrace sibling", "ptrace init (pid 1)"])
-def test_ptrace_inside_the_sandbox_is_refused(run: Callable[..., Any], target: str) -> None:
-    result = run(PRIVILEGED, "runc")
+def test_ptrace_inside_the_sandbox_is_refused(run: Callable[..., Any], runtime: str, target: str) -> None:
+    """The agent's own seccomp filter (stacked on Docker's) refuses ptrace."""
+    result = run(PRIVILEGED, runtime)
     assert not payload(result)[target]["ok"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Docker 20.10's default seccomp profile allows io_uring_setup under runc (a large kernel attack "
-    "surface); needs a Sandfleet seccomp profile (Docker's default minus io_uring_*) in worker/sandbox/spec.py",
-)
-def test_io_uring_is_refused_under_runc(run: Callable[..., Any]) -> None:
-    result = run(PRIVILEGED, "runc")
+@pytest.mark.parametrize("runtime", ["runc", "runsc"])
+def test_io_uring_is_refused(run: Callable[..., Any], runtime: str) -> None:
+    result = run(PRIVILEGED, runtime)
     assert not payload(result)["io_uring_setup"]["ok"]

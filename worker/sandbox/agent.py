@@ -49,6 +49,123 @@ def not_dumpable():
         return False
 
 
+# -- a second syscall filter, stacked on the engine's own seccomp profile ---------------------------
+# Docker 20.10's default profile still allows io_uring and ptrace, among others. The agent adds a
+# seccomp filter of its own before any command runs; filters stack in the kernel (and in gVisor's),
+# so a syscall must pass both. Denied calls fail with EPERM; clone3 says ENOSYS so libc falls back
+# to clone, whose namespace flags are refused.
+_DENIED = {  # arch -> syscall numbers
+    0xC000003E: (  # x86_64
+        425,
+        426,
+        427,  # io_uring_setup, io_uring_enter, io_uring_register
+        101,
+        310,
+        311,  # ptrace, process_vm_readv, process_vm_writev
+        248,
+        249,
+        250,  # add_key, request_key, keyctl
+        321,
+        298,
+        323,  # bpf, perf_event_open, userfaultfd
+        272,
+        308,  # unshare, setns
+        165,
+        166,
+        155,
+        161,  # mount, umount2, pivot_root, chroot
+        175,
+        313,
+        176,
+        246,
+        320,  # init_module, finit_module, delete_module, kexec_load, kexec_file_load
+        303,
+        304,
+        169,
+        167,
+        168,
+        163,  # name/open_by_handle_at, reboot, swapon, swapoff, acct
+    ),
+    0xC00000B7: (  # aarch64
+        425,
+        426,
+        427,
+        117,
+        270,
+        271,
+        217,
+        218,
+        219,
+        280,
+        241,
+        282,
+        97,
+        268,
+        40,
+        39,
+        41,
+        51,
+        105,
+        273,
+        106,
+        104,
+        294,
+        264,
+        265,
+        142,
+        224,
+        225,
+        89,
+    ),
+}
+_CLONE = {0xC000003E: 56, 0xC00000B7: 220}
+_CLONE3 = 435
+_NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+_X32_BIT = 0x40000000
+
+
+def install_syscall_filter():
+    """Install the extra seccomp filter for this process and all it starts. True when in place."""
+    import ctypes
+    import platform
+
+    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(platform.machine())
+    if arch is None:
+        return False
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    # Every jump goes forward (BPF allows no other): checks, then the clone-flags block, then returns.
+    body = [(ld, 0, 0, 0)]  # the syscall number
+    if arch == 0xC000003E:
+        body.append((jge, "EPERM", 0, _X32_BIT))
+    body += [(jeq, "EPERM", 0, nr) for nr in _DENIED[arch]]
+    body += [(jeq, "CLONE", 0, _CLONE[arch]), (jeq, "ENOSYS", 0, _CLONE3), (ret, 0, 0, allow)]
+    labels = {"CLONE": len(body)}
+    body += [(ld, 0, 0, 16), (jset, "EPERM", 0, _NAMESPACE_FLAGS), (ret, 0, 0, allow)]  # clone: flags
+    labels.update(EPERM=len(body), ENOSYS=len(body) + 1)
+    body += [(ret, 0, 0, eperm), (ret, 0, 0, enosys)]
+    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm)]  # another arch: deny everything
+    for i, (code, jt, jf, k) in enumerate(body):
+        prog.append((code, labels[jt] - i - 1 if isinstance(jt, str) else jt, jf, k))
+
+    class SockFilter(ctypes.Structure):
+        _fields_ = [
+            ("code", ctypes.c_ushort),
+            ("jt", ctypes.c_ubyte),
+            ("jf", ctypes.c_ubyte),
+            ("k", ctypes.c_uint),
+        ]
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
+
+    array = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
+    fprog = SockFprog(len(prog), array)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (Docker set it already; needed without root)
+    return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+
+
 class HostReader:
     """Frames from the host on fd 0."""
 
@@ -178,6 +295,7 @@ class Agent:
                 "gid": os.getgid(),
                 "python": sys.version.split()[0],
                 "not_dumpable": not_dumpable(),
+                "syscall_filter": install_syscall_filter(),
             },
         )
         while not self.reader.eof:

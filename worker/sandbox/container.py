@@ -140,6 +140,8 @@ class SandboxContainer:
             kind, hello, _ = channel.recv(time.monotonic() + HELLO_TIMEOUT_S, max_body=0)
             if kind != b"H":
                 raise SandboxError(f"the sandbox agent did not say hello (got {kind!r})")
+            if not hello.get("syscall_filter"):
+                raise SandboxError("the sandbox's syscall filter could not be installed; refusing to use it")
         except BaseException as e:
             if channel:
                 channel.close()
