@@ -28,6 +28,10 @@ CHUNK = 65536
 # child): read what is buffered for this long, then kill the leftovers instead of waiting for them.
 EXIT_POLL_S = 0.05
 EXIT_GRACE_S = 0.25
+# Replies the program has not read, in bytes, past which the agent stops reading its requests.
+MAX_PENDING_REPLIES = 1 << 20
+# Requests forwarded and not yet answered, past which the agent stops reading more (the stub has one).
+MAX_OUTSTANDING_CALLS = 16
 
 
 def send(kind, header=None, body=b""):
@@ -413,7 +417,7 @@ class Agent:
             os.close(call_w)
             os.close(reply_r)
             calls = ProgramCalls(call_r, reply_w, req.get("max_request", 1 << 20))
-            self.sel.register(call_r, selectors.EVENT_READ, "call")
+            calls.sync(self.sel)
         killed_by = None
         exited_at = None
         while streams or (calls and calls.open):
@@ -437,8 +441,9 @@ class Agent:
                         self.sel.unregister(key.fd)
                         del streams[key.fd]
                 elif key.data == "call":
-                    if not calls.pump():
-                        self.sel.unregister(key.fd)
+                    calls.pump()
+                elif key.data == "reply":
+                    calls.flush()
             for kind, _header, body in self.reader.frames():
                 if kind == b"K":
                     killed_by = "host"
@@ -446,6 +451,8 @@ class Agent:
                     calls.reply(body)
                 else:
                     send(b"A", {"ok": False, "error": "busy: a command is running"})
+            if calls:
+                calls.sync(self.sel)
             if killed_by:
                 break
             if not streams and calls and calls.open and proc.poll() is not None:
@@ -471,8 +478,9 @@ class Agent:
             self.sel.unregister(fd)
         out.finish()
         if calls:
-            if calls.open:
-                self.sel.unregister(calls.fd)
+            calls.open = False
+            calls.pending.clear()
+            calls.sync(self.sel)
             calls.close()
         proc.stdout.close()
         proc.stderr.close()
@@ -533,26 +541,36 @@ class ProgramCalls:
         self.buf = bytearray()
         self.skip = 0  # bytes of an oversized request still to discard
         self.open = True
+        self.pending = bytearray()  # replies the program has not read yet
+        self.outstanding = 0  # requests forwarded to the host and not answered yet
+        os.set_blocking(reply_fd, False)
+        self.reading = False  # registered with the selector for requests / for writing replies
+        self.writing = False
 
     def pump(self):
+        """Read requests from the program and forward the complete ones (as many as allowed)."""
         try:
-            data = os.read(self.fd, 1 << 20)
+            data = os.read(self.fd, 1 << 16)
         except BlockingIOError:
-            return True
+            return
         if not data:
             if self.buf or self.skip:
                 send(b"C", {"malformed": "truncated request: the program closed the channel mid-frame"})
             self.open = False
-            return False
+            return
         if self.skip:
             used = min(self.skip, len(data))
             self.skip -= used
             data = data[used:]
         self.buf += data
-        while len(self.buf) >= PIPE_LEN.size and not self.skip:
+        self.forward()
+
+    def forward(self):
+        while len(self.buf) >= PIPE_LEN.size and not self.skip and self.outstanding < MAX_OUTSTANDING_CALLS:
             (n,) = PIPE_LEN.unpack_from(self.buf)
             if n > self.max_request:
                 send(b"C", {"oversize": n})
+                self.outstanding += 1
                 del self.buf[: PIPE_LEN.size]
                 used = min(n, len(self.buf))
                 del self.buf[:used]
@@ -561,18 +579,43 @@ class ProgramCalls:
             if len(self.buf) < PIPE_LEN.size + n:
                 break
             send(b"C", {}, bytes(self.buf[PIPE_LEN.size : PIPE_LEN.size + n]))
+            self.outstanding += 1
             del self.buf[: PIPE_LEN.size + n]
-        return True
 
     def reply(self, body):
-        try:
-            data = PIPE_LEN.pack(len(body)) + body
-            view = memoryview(data)
-            os.set_blocking(self.reply_fd, True)
-            while view:
-                view = view[os.write(self.reply_fd, view) :]
-        except OSError:
-            pass  # the program is gone or closed its end
+        """Queue a reply for the program and write what the pipe takes now (never blocks)."""
+        self.outstanding = max(0, self.outstanding - 1)
+        self.pending += PIPE_LEN.pack(len(body)) + body
+        self.flush()
+        self.forward()  # requests held back while too many were outstanding
+
+    def flush(self):
+        while self.pending:
+            try:
+                written = os.write(self.reply_fd, self.pending)
+            except BlockingIOError:
+                return
+            except OSError:  # the program is gone or closed its end: nobody will read the rest
+                self.pending.clear()
+                return
+            del self.pending[:written]
+
+    def sync(self, sel):
+        """Watch the reply pipe while replies wait; stop reading requests while too many do."""
+        want_write = bool(self.pending)
+        if want_write and not self.writing:
+            sel.register(self.reply_fd, selectors.EVENT_WRITE, "reply")
+        elif self.writing and not want_write:
+            sel.unregister(self.reply_fd)
+        self.writing = want_write
+        want_read = (
+            self.open and len(self.pending) < MAX_PENDING_REPLIES and self.outstanding < MAX_OUTSTANDING_CALLS
+        )
+        if want_read and not self.reading:
+            sel.register(self.fd, selectors.EVENT_READ, "call")
+        elif self.reading and not want_read:
+            sel.unregister(self.fd)
+        self.reading = want_read
 
     def close(self):
         for fd in (self.fd, self.reply_fd):
