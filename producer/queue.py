@@ -129,8 +129,18 @@ def describe_redis_error(url: str, error: BaseException) -> str:
             f"Redis at {where} is full (OOM command not allowed: maxmemory reached with noeviction) and "
             f"refuses new jobs: {text}. Free memory or raise maxmemory"
         )
-    if "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
-        return f"Redis at {where} refused the credentials: {text}. Check the password in SANDFLEET_REDIS_URL"
+    # redis-py raises AuthenticationError with the server's words minus the NOAUTH/WRONGPASS code (and,
+    # speaking RESP3, "HELLO must be called ... authenticated" when no password was given): match the type.
+    auth_error = any(c.__name__ == "AuthenticationError" for c in type(error).__mro__)
+    if auth_error or "NOAUTH" in text or "WRONGPASS" in text or "invalid password" in text:
+        given = "@" in url.partition("://")[2]
+        advice = (
+            "Check the password in SANDFLEET_REDIS_URL"
+            if given
+            else "Put the password in SANDFLEET_REDIS_URL: redis://:PASSWORD@host:port/0"
+        )
+        reason = "wrong password" if given else "it requires a password and none was given"
+        return f"Redis at {where} refused the credentials (authentication failed: {reason}): {text}. {advice}"
     return (
         f"cannot reach Redis at {where}: {text}. Is redis-server running, and is SANDFLEET_REDIS_URL right?"
     )
