@@ -147,6 +147,8 @@ class SandboxContainer:
                 channel.close()
             _remove(container)
             if isinstance(e, ChannelError):
+                if not _engine_answers(client):  # the engine stopped and took the sandbox with it
+                    raise engine.unavailable(f"the engine went away while the sandbox started ({e})") from e
                 raise SandboxError(f"the sandbox did not start: {e}") from e
             if isinstance(e, engine.DockerError):
                 raise _translate(e, "start the sandbox") from e
@@ -223,8 +225,10 @@ class SandboxContainer:
                     began, timeout, "the sandbox did not stop at its deadline and was destroyed"
                 )
             except ChannelError as e:
-                oom = self._died_of_oom()
-                self.destroy()
+                try:
+                    oom = self._died_of_oom()  # raises SandboxUnavailableError when the engine went away
+                finally:
+                    self.destroy()
                 if oom:
                     return ExecResult(
                         stdout="",
@@ -249,10 +253,17 @@ class SandboxContainer:
                 return self._lost(began, None, f"the sandbox broke the protocol (frame {kind!r})")
 
     def _died_of_oom(self) -> bool:
-        """Whether the container itself was OOM-killed (under gVisor the whole sandbox goes at once)."""
+        """Whether the container itself was OOM-killed (under gVisor the whole sandbox goes at once).
+
+        Raises:
+            SandboxUnavailableError: the engine does not answer: it stopped, and took the container
+                with it. That is infrastructure, not the program's failure: the job is retried.
+        """
         for _ in range(20):  # the engine records the exit a moment after the stream closes
             try:
                 state = self._client.api.inspect_container(self.id)["State"]
+            except engine.TransportError as e:
+                raise engine.unavailable(e) from e
             except engine.DockerError:
                 return False
             if not state.get("Running"):
@@ -389,6 +400,10 @@ def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any
             cannot be enforced under the runtime.
     """
     client = client or engine.docker_client()
+    try:
+        client.ping()  # the engine facts below are cached; this asks whether the engine is there now
+    except engine.DockerError as e:
+        raise engine.unavailable(e) from e
     info = _engine_facts(client)
     if config.docker_runtime not in info["runtimes"]:
         raise SandboxError(
@@ -436,10 +451,20 @@ def _engine_facts(client: Any) -> dict[str, Any]:
 
 def _translate(e: Exception, doing: str) -> Exception:
     text = str(e)
+    if isinstance(e, engine.TransportError):
+        return engine.unavailable(e)
     if "Connection" in text or ("connect" in text.lower() and "refused" in text.lower()):
         return engine.unavailable(text)
     explanation = getattr(e, "explanation", None) or text
     return SandboxError(f"cannot {doing}: {explanation}")
+
+
+def _engine_answers(client: Any) -> bool:
+    try:
+        client.ping()
+    except engine.DockerError:
+        return False
+    return True
 
 
 def _remove(container: Any) -> None:

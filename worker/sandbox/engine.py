@@ -34,6 +34,9 @@ _clients: dict[str, Any] = {}
 
 
 def unavailable(cause: object) -> SandboxUnavailableError:
+    """The error for "no engine answers"; ``cause`` is a text or the exception that said so."""
+    if isinstance(cause, BaseException):
+        cause = _cause(cause)
     return SandboxUnavailableError(
         f"Sandbox backend 'docker' is not available: {cause}. Make sure Docker is installed and running."
     )
@@ -120,7 +123,7 @@ def engine_info(client: Any | None = None) -> EngineInfo:
         info = client.info()
         version = client.version()
         tags = frozenset(tag for image in client.images.list() for tag in image.tags)
-    except docker.errors.DockerException as e:
+    except DockerError as e:
         raise unavailable(_cause(e)) from e
     return EngineInfo(
         server_version=version.get("Version", "?"),
@@ -134,11 +137,20 @@ def engine_info(client: Any | None = None) -> EngineInfo:
 
 
 if docker is not None:
-    DockerError: type[Exception] = docker.errors.DockerException
+    import requests.exceptions
+
+    # The SDK lets its transport's errors through untranslated: an engine that stops (or hangs) mid-call
+    # raises requests' ConnectionError or Timeout, not a DockerException. Both mean "no engine".
+    TransportError: tuple[type[Exception], ...] = (
+        requests.exceptions.ConnectionError,
+        requests.exceptions.Timeout,
+    )
+    DockerError: tuple[type[Exception], ...] = (docker.errors.DockerException, *TransportError)
     NotFoundError: type[Exception] = docker.errors.NotFound
     ImageNotFoundError: type[Exception] = docker.errors.ImageNotFound
 else:  # pragma: no cover
-    DockerError = NotFoundError = ImageNotFoundError = OSError
+    TransportError = DockerError = (OSError,)
+    NotFoundError = ImageNotFoundError = OSError
 
 
 def raw_socket(attached: Any) -> Any:
