@@ -340,24 +340,27 @@ class Client:
                 f"{describe_redis_error(self.redis_url, e)}; nothing was enqueued"
             ) from e
 
+    def republish(self, job_id: str) -> bool:
+        """Publish a recorded, unfinished job's message again (its message was lost); False if it ended.
+
+        The job id stays the idempotency key: if the old message turns up after all, the job still ends
+        with exactly one final record.
+        """
+        with self.redis_errors():
+            record = self.reader.record(job_id)
+        if record.status.is_final or record.spec is None:
+            return False
+        with self.app.producer_or_acquire() as producer:
+            self._send(producer, job_id, record.spec)
+        return True
+
     def _publish(self, jobs: list[tuple[str, JobSpec]]) -> None:
         """Publish one message per job; on failure withdraw the records of those not published."""
         sent = 0
         try:
             with self.app.producer_or_acquire() as producer:
                 for job_id, spec in jobs:
-                    soft, hard = check_time_limits(self.settings, spec)
-                    self.app.send_task(
-                        TASK_NAME,
-                        args=[job_id, spec.model_dump(mode="json")],
-                        task_id=job_id,
-                        queue=queue_name(self.settings),
-                        soft_time_limit=soft,
-                        time_limit=hard,
-                        argsrepr=repr([spec.question[:60]]),
-                        kwargsrepr=repr({"job_id": job_id}),
-                        producer=producer,
-                    )
+                    self._send(producer, job_id, spec)
                     sent += 1
         except Exception as e:
             self._withdraw(jobs[sent:])
@@ -369,6 +372,21 @@ class Client:
                 )
             )
             raise QueueUnavailableError(f"{describe_redis_error(self.redis_url, e)}; {what}") from e
+
+    def _send(self, producer: Any, job_id: str, spec: JobSpec) -> None:
+        """One task message, by name: the job id as task id, the spec as JSON; Flower shows the question."""
+        soft, hard = check_time_limits(self.settings, spec)
+        self.app.send_task(
+            TASK_NAME,
+            args=[job_id, spec.model_dump(mode="json")],
+            task_id=job_id,
+            queue=queue_name(self.settings),
+            soft_time_limit=soft,
+            time_limit=hard,
+            argsrepr=repr([spec.question[:60]]),
+            kwargsrepr=repr({"job_id": job_id}),
+            producer=producer,
+        )
 
     def _withdraw(self, jobs: list[tuple[str, JobSpec]]) -> None:
         """Undo :meth:`_record_queued` for jobs whose message was never published (best effort)."""

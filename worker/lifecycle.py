@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from celery.signals import task_received, worker_ready, worker_shutdown
@@ -22,6 +24,32 @@ REAP_INTERVAL_S = 15.0
 _presence: WorkerPresence | None = None
 _last_reap = 0.0
 _lock = threading.Lock()
+_running: dict[str, int] = {}  # job id -> deliveries of it running in this process now
+
+
+@contextmanager
+def running_here(job_id: str) -> Iterator[None]:
+    """Mark a job as running in this process while a delivery of it runs."""
+    with _lock:
+        _running[job_id] = _running.get(job_id, 0) + 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _running[job_id] -= 1
+            if not _running[job_id]:
+                del _running[job_id]
+
+
+def job_running_elsewhere(job_id: str, worker: str) -> bool:
+    """Whether ``job_id`` runs right now on ``worker`` (another live worker, or another delivery here)."""
+    presence = _presence
+    if presence is None:
+        return False
+    if worker == presence.name:
+        with _lock:
+            return _running.get(job_id, 0) > 1  # this delivery counts itself
+    return presence.holds(worker, job_id)
 
 
 def reap_local_leftovers(report: SweepReport | None = None) -> None:
@@ -44,6 +72,7 @@ def reap_local_leftovers(report: SweepReport | None = None) -> None:
 @worker_ready.connect
 def start_presence(sender: Any = None, **_: Any) -> None:
     global _presence
+    from producer.client import Client
     from worker.celery_app import app
     from worker.sandbox.spec import Owner
     from worker.store import JobStore
@@ -51,6 +80,7 @@ def start_presence(sender: Any = None, **_: Any) -> None:
     settings = get_settings()
     name = getattr(sender, "hostname", None) or "worker"
     store = JobStore.from_settings(settings)
+    producer = Client(settings=settings)  # republishes jobs whose message the broker lost
     with _lock:
         _presence = WorkerPresence(
             store.redis,
@@ -60,6 +90,7 @@ def start_presence(sender: Any = None, **_: Any) -> None:
             queue_name(settings),
             owner_label=Owner.current().label(),
             on_sweep=reap_local_leftovers,
+            republish=producer.republish,
         )
         _presence.start()
     log.info("worker %s announced (heartbeat every few seconds)", name)

@@ -61,8 +61,13 @@ def run_delivery(
     retries: int = 0,
     last_try: bool = True,
     worker: str = "",
+    running_elsewhere: Callable[[str, str], bool] = lambda job_id, worker: False,
 ) -> JobStatus | None:
     """Handle one delivery of a job's message; returns the status it recorded (None: nothing to do).
+
+    ``running_elsewhere(job_id, worker)`` says whether the job is running right now on that (live)
+    worker: a duplicate delivered meanwhile is then dropped instead of running the job twice. A job
+    whose worker died is run again.
 
     Raises:
         TransientError: infrastructure failed and ``last_try`` is false; the record is back to
@@ -83,6 +88,10 @@ def run_delivery(
         return None
     if record.status.is_final:
         log.info("job %s: duplicate delivery, it already ended %s", job_id, record.status)
+        return None
+    if record.status == JobStatus.RUNNING and record.worker and running_elsewhere(job_id, record.worker):
+        store.record_rejected("duplicate delivery while the job runs", job_id=job_id, worker=record.worker)
+        log.info("job %s: duplicate delivery while it runs on %s: dropped", job_id, record.worker)
         return None
     audit = RedisAuditSink(store.redis, settings, job_id)
 
@@ -194,16 +203,20 @@ def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
     retries = self.request.retries
     settings = get_settings()
     backoff = compute_backoff(retries, settings.transient_backoff_s, settings.transient_backoff_max_s)
+    from worker.lifecycle import job_running_elsewhere, running_here
+
     try:
-        status = run_delivery(
-            process_store(),
-            job_id,
-            spec,
-            run=lambda s, j, a: engine_runner()(s, j, a),
-            retries=retries,
-            last_try=retries >= settings.transient_retries,
-            worker=self.request.hostname or "",
-        )
+        with running_here(job_id):
+            status = run_delivery(
+                process_store(),
+                job_id,
+                spec,
+                run=lambda s, j, a: engine_runner()(s, j, a),
+                retries=retries,
+                last_try=retries >= settings.transient_retries,
+                worker=self.request.hostname or "",
+                running_elsewhere=job_running_elsewhere,
+            )
     except TransientError as e:
         raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e
     except redis.RedisError as e:

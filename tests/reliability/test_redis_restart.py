@@ -1,7 +1,9 @@
 """Redis restarted (kill -9, then started again on the same port and folder) under a running fleet.
 
-With AOF (appendfsync always) nothing is lost; without persistence, the control run shows that the
-harness does see loss when there is some. Redis full (maxmemory, noeviction) is covered by
+With AOF (appendfsync always) nothing is lost: a message popped by a worker just as Redis died is in
+neither the queue nor kombu's ``unacked``, and the workers' reconciliation (worker/recovery.py,
+triggered by Redis' new run id) publishes such jobs again. Without persistence, the control run
+shows that the harness does see loss when there is some. Redis full (maxmemory, noeviction) is covered by
 tests/fleet/test_client.py::test_submit_fails_clearly_when_redis_is_full_and_nothing_is_half_written.
 """
 
@@ -46,11 +48,6 @@ def restart_under_load(server: Any, fleet: Fleet, model: str) -> dict[str, Any]:
             "probe": probe_outcome, "duplicate_final_records": duplicates}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="measured: 1 of 6 jobs lost across a Redis kill -9 + restart with AOF always (see SECURITY.md); "
-    "a job whose delivery straddles the outage is neither finished nor handed back",
-)
 def test_with_aof_a_redis_restart_loses_no_job(
     redis_factory: Callable[..., Any], make_fleet: Callable[..., Fleet], tmp_path: Path
 ) -> None:

@@ -303,12 +303,6 @@ def test_a_job_delivered_twice_ends_once(fleet: Any) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a duplicate delivery that arrives while the first still runs is not told apart from a "
-    "redelivery after a dead worker (running -> running is allowed), so the job runs twice: two "
-    "containers, tools called twice; only the final record is deduplicated",
-)
 def test_a_duplicate_delivery_while_the_job_runs_does_not_run_it_again(fleet: Any) -> None:
     _job, result, events = deliver_twice(fleet, "A slow question")
 
