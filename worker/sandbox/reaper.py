@@ -12,7 +12,9 @@ import logging
 import os
 import re
 import signal
+import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from worker.sandbox.spec import Owner
 
 log = logging.getLogger("sandfleet.reaper")
 _CONTAINER_ID = re.compile(rb"\b[0-9a-f]{64}\b")
+STALE_AFTER_S = 60.0
 _RUNTIME_PROCESS = re.compile(rb"runsc|containerd-shim")
 DEFAULT_EXEC_ROOT = b"/var/run/docker/"
 DEFAULT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
@@ -36,7 +39,8 @@ class PruneReport:
 def prune(
     *, everything: bool = False, owners: set[str] | None = None, client: Any | None = None
 ) -> PruneReport:
-    """Remove Sandfleet containers whose owner is gone (or, with ``everything``, all of them).
+    """Remove Sandfleet containers whose owner is gone, or that sat created or exited for over a minute
+    (or, with ``everything``, all of them).
 
     ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt
     from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``.
@@ -54,7 +58,9 @@ def prune(
         elif owners is not None:
             dead = owner_label in owners
         else:
-            dead = (owner is None or not owner.is_alive()) and engine.LABEL_PERSISTENT not in labels
+            dead = engine.LABEL_PERSISTENT not in labels and (
+                owner is None or not owner.is_alive() or _stale(container)
+            )
         if not dead:
             report.kept.append(container.id)
             continue
@@ -67,6 +73,35 @@ def prune(
             log.warning("could not remove %s: %s", container.short_id, e)
     report.killed_processes = kill_orphan_runtime_processes(client)
     return report
+
+
+def _stale(container: Any) -> bool:
+    """Never started, or already exited, for over STALE_AFTER_S: a sandbox only lives while running.
+
+    Such containers are left when an engine fails between create and start, or kills sandboxes as
+    it stops; no owner will ever remove them, alive or not.
+    """
+    state = container.attrs.get("State", {})
+    if state.get("Running") or state.get("Restarting"):
+        return False
+    stamp = (
+        state.get("FinishedAt")
+        if state.get("Status") in ("exited", "dead")
+        else container.attrs.get("Created")
+    )
+    when = _parse_time(stamp)
+    return when is not None and time.time() - when > STALE_AFTER_S
+
+
+def _parse_time(stamp: str | None) -> float | None:
+    """Epoch seconds from Docker's RFC 3339 time (nanoseconds and all); None for the zero time."""
+    if not stamp or stamp.startswith("0001-"):
+        return None
+    main = stamp.rstrip("Z").split(".")[0]
+    try:
+        return datetime.strptime(main, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return None
 
 
 def kill_orphan_runtime_processes(client: Any) -> list[int]:
