@@ -153,7 +153,7 @@ class ProgramRuntime:
             exec_began = time.monotonic()
             done = container.execute(
                 ["python3", "-s", f"{base}/program.py"],
-                timeout=settings.exec_timeout,
+                timeout=min(settings.exec_timeout, config.timeout),  # the sandbox's own timeout bounds it too
                 max_output=settings.max_output_bytes,
                 max_result=settings.max_response_bytes,
                 on_call=bridge.handle,
@@ -197,6 +197,6 @@ class ProgramRuntime:
                 "run_s": done.agent_run_s,
                 "tool_s": bridge.tool_time_s,
                 "total_s": ended - began,
-                "exec_timeout_s": settings.exec_timeout,
+                "exec_timeout_s": min(settings.exec_timeout, config.timeout),
             },
         )
