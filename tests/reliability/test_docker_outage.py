@@ -13,8 +13,10 @@ Why the daemon gets a bridge of its own: ``dockerd --bridge none`` deletes the h
 that docker0 (same ifindex, same address) and the iptables rules are unchanged afterwards.
 
 Known leftover (recorded, not asserted): a create that the stopping daemon accepts but whose
-follow-up inspect fails leaves a "Created" container that no handle refers to. Its owner (the
-worker) is alive, so the reaper keeps it; see the figure ``containers_left_on_the_second_engine``.
+follow-up inspect fails leaves a "Created" container that no handle refers to. The reaper removes
+such containers once they have sat created or exited for a minute, whoever owns them
+(tests/sandbox/test_reaper_stale.py); this test does not wait that long: see the figure
+``containers_left_on_the_second_engine``.
 """
 
 from __future__ import annotations

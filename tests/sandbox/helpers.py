@@ -26,10 +26,16 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
-def sandfleet(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def sandfleet(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run the ``sandfleet`` CLI in a subprocess, from the repository."""
     return subprocess.run(
-        [SANDFLEET, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
+        [SANDFLEET, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
         env={**os.environ, **(env or {})},
     )
 
@@ -55,9 +61,19 @@ def owned_by(pid: int) -> list[str]:
     return [cid for cid, owner in owners.items() if owner and owner.pid == pid]
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
     """Run the CLI; also return the containers its process left behind (there must be none)."""
-    process = subprocess.Popen([SANDFLEET, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=REPO, env={**os.environ, **(env or {})})
+    process = subprocess.Popen(
+        [SANDFLEET, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
     stdout, stderr = process.communicate(timeout=60)
-    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), owned_by(process.pid)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr), owned_by(
+        process.pid
+    )

@@ -26,9 +26,16 @@ time.sleep(600)
 """
 
 
-def test_prune_removes_a_killed_owners_container_and_keeps_a_live_ones(backend: str, open_session: Any) -> None:
-    owner = subprocess.Popen([sys.executable, "-c", CRASHING_OWNER, backend], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, cwd=REPO)
+def test_prune_removes_a_killed_owners_container_and_keeps_a_live_ones(
+    backend: str, open_session: Any
+) -> None:
+    owner = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_OWNER, backend],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
     orphan = ""
     try:
         assert owner.stdout is not None

@@ -12,11 +12,16 @@ pytestmark = pytest.mark.docker
 
 
 def test_run_json_prints_the_result(backend: str) -> None:
-    done, left = run_cli("sandbox", "run", "-o", f"backend={backend}", "--json", "--", "python3", "-c", "print(1)")
+    done, left = run_cli(
+        "sandbox", "run", "-o", f"backend={backend}", "--json", "--", "python3", "-c", "print(1)"
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert {k: result[k] for k in ("stdout", "stderr", "exit_code", "timed_out")} == {
-        "stdout": "1\n", "stderr": "", "exit_code": 0, "timed_out": False,
+        "stdout": "1\n",
+        "stderr": "",
+        "exit_code": 0,
+        "timed_out": False,
     }
     assert left == []  # the sandbox is gone when the command returns
 
@@ -39,6 +44,8 @@ def test_timeout_is_reported_and_exits_1(docker_engine: object) -> None:
 
 
 def test_options_after_the_double_dash_belong_to_the_command(docker_engine: object) -> None:
-    done, _ = run_cli("sandbox", "run", "--", "python3", "-c", "import sys; print(sys.argv[1:])", "-o", "--json")
+    done, _ = run_cli(
+        "sandbox", "run", "--", "python3", "-c", "import sys; print(sys.argv[1:])", "-o", "--json"
+    )
     assert done.returncode == 0
     assert done.stdout == "['-o', '--json']\n"

@@ -26,7 +26,7 @@ VALID_OPTIONS = (
 def test_unknown_option_exits_2_with_the_valid_options(docker_engine: Any) -> None:
     done, left = run_cli("sandbox", "run", "-o", "network_mode=none", "--", "true")
     assert done.returncode == 2
-    assert "unknown option 'network_mode' (use `network` (\"none\", \"restricted\" or \"full\"))" in done.stderr
+    assert 'unknown option \'network_mode\' (use `network` ("none", "restricted" or "full"))' in done.stderr
     assert VALID_OPTIONS in done.stderr
     assert left == []
 
@@ -39,12 +39,17 @@ def test_unknown_option_without_a_hint(docker_engine: Any) -> None:
 
 @pytest.mark.parametrize(
     ("option", "message"),
-    [("memory_limit=12Q", "memory_limit: not a size: '12Q' (use bytes or a number with K, M, G or T, e.g. 512M, 1G)"),
-     ("disk_limit=lots", "disk_limit: not a size: 'lots'"),
-     ("memory_limit=1K", "memory_limit: memory_limit must be between 32M and 1T, got 1024 bytes"),
-     ("pids_limit=0", "pids_limit: pids_limit must be between 8 and 32768, got 0"),
-     ("cpu_limit=1000", "cpu_limit must be between 0.01 and"),
-     ("badpair", "expected KEY=VALUE, got 'badpair'")],
+    [
+        (
+            "memory_limit=12Q",
+            "memory_limit: not a size: '12Q' (use bytes or a number with K, M, G or T, e.g. 512M, 1G)",
+        ),
+        ("disk_limit=lots", "disk_limit: not a size: 'lots'"),
+        ("memory_limit=1K", "memory_limit: memory_limit must be between 32M and 1T, got 1024 bytes"),
+        ("pids_limit=0", "pids_limit: pids_limit must be between 8 and 32768, got 0"),
+        ("cpu_limit=1000", "cpu_limit must be between 0.01 and"),
+        ("badpair", "expected KEY=VALUE, got 'badpair'"),
+    ],
 )
 def test_bad_values_exit_2_with_the_reason(docker_engine: Any, option: str, message: str) -> None:
     done = sandfleet("sandbox", "run", "-o", option, "--", "true")
@@ -55,7 +60,10 @@ def test_bad_values_exit_2_with_the_reason(docker_engine: Any, option: str, mess
 def test_missing_runtime_names_the_registered_ones(docker_engine: Any) -> None:
     from worker.sandbox.manager import SandboxManager
 
-    with SandboxManager(SandboxConfig(runtime="nonexistent")) as manager, pytest.raises(SandboxError) as caught:
+    with (
+        SandboxManager(SandboxConfig(runtime="nonexistent")) as manager,
+        pytest.raises(SandboxError) as caught,
+    ):
         manager.create_session(labels=TEST_LABELS)
     message = str(caught.value)
     assert "Docker runtime 'nonexistent' is not registered with the engine" in message
@@ -97,8 +105,14 @@ def test_stopped_daemon_raises_the_transient_error() -> None:
         "    assert isinstance(e, TransientError)\n"
         "    print(e)\n"
     )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "DOCKER_HOST": NO_DAEMON}, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "DOCKER_HOST": NO_DAEMON},
+        cwd=REPO,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("Sandbox backend 'docker' is not available: ")
     assert done.stdout.rstrip().endswith(". Make sure Docker is installed and running.")
@@ -117,7 +131,9 @@ def test_without_the_docker_sdk_the_install_hint() -> None:
         "except SandboxError as e:\n"
         "    print(e)\n"
     )
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
         "The 'docker' package is required for the sandbox. Install it with: pip install 'sandfleet[worker]'\n"

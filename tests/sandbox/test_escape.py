@@ -21,7 +21,7 @@ from producer.config import DEFAULT_IMAGE
 pytestmark = pytest.mark.docker
 
 SECRET = "sk-test-leak"
-ESCAPE_PROGRAM = r'''
+ESCAPE_PROGRAM = r"""
 import json, os, socket, sys
 
 report = {}
@@ -100,7 +100,7 @@ attempt("docker_socket_files", lambda: [p for p in ("/var/run/docker.sock", "/ru
                                          if os.path.lexists(p)])
 attempt("docker_socket", docker_socket)
 print(json.dumps(report))
-'''
+"""
 
 
 def image_files(paths: tuple[str, ...]) -> dict[str, dict[str, bytes | None]]:
@@ -113,8 +113,12 @@ def image_files(paths: tuple[str, ...]) -> dict[str, dict[str, bytes | None]]:
     from .helpers import TEST_LABELS
 
     client = docker_client()
-    probe = client.containers.create(DEFAULT_IMAGE, command=["true"], network_mode="none",
-                                     labels={LABEL_ROLE: "test-image-probe", **TEST_LABELS})
+    probe = client.containers.create(
+        DEFAULT_IMAGE,
+        command=["true"],
+        network_mode="none",
+        labels={LABEL_ROLE: "test-image-probe", **TEST_LABELS},
+    )
     try:
         found: dict[str, dict[str, bytes | None]] = {}
         for path in paths:
@@ -145,8 +149,13 @@ def host_names(folder: str) -> set[str]:
         return set()
 
 
-def test_every_escape_is_a_dead_end(backend: str, open_session: Any, image_view: dict[str, Any],
-                                    monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_every_escape_is_a_dead_end(
+    backend: str,
+    open_session: Any,
+    image_view: dict[str, Any],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # before the sandbox starts: the worker's secret
     canary = tmp_path / "host-canary.txt"
     canary.write_text("host only")
@@ -198,7 +207,9 @@ def test_every_escape_is_a_dead_end(backend: str, open_session: Any, image_view:
 
     # Nothing can be planted in the image's shell start-up files.
     assert not report["write_profile_d"]["ok"]
-    assert any(e in report["write_profile_d"]["error"] for e in ("Read-only file system", "Permission denied"))
+    assert any(
+        e in report["write_profile_d"]["error"] for e in ("Read-only file system", "Permission denied")
+    )
 
     # No network: no name lookup, no connection to an address; no Docker socket.
     assert not report["dns"]["ok"], report["dns"]

@@ -68,8 +68,10 @@ def gateway(docker_engine: Any) -> str:
         with socket.socket() as probe:
             probe.bind((address, 0))
     except OSError as e:
-        skip_or_fail(f"Docker's bridge gateway {address} is not on this host ({e}); is docker0 gone? "
-                     "restarting dockerd recreates it")
+        skip_or_fail(
+            f"Docker's bridge gateway {address} is not on this host ({e}); is docker0 gone? "
+            "restarting dockerd recreates it"
+        )
     return address
 
 
@@ -98,8 +100,7 @@ def fetch(session: Any, urls: list[str]) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
-def test_restricted_reaches_port_80_but_not_8080(open_session: Any,
-                                                 host_servers: dict[int, str]) -> None:
+def test_restricted_reaches_port_80_but_not_8080(open_session: Any, host_servers: dict[int, str]) -> None:
     session = open_session("docker", network="restricted")
     outcome = fetch(session, [host_servers[ALLOWED_PORT], host_servers[BLOCKED_PORT]])
     assert outcome[host_servers[ALLOWED_PORT]] == [200, "sandfleet test server on port 80"]

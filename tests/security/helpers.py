@@ -32,11 +32,27 @@ _lock = threading.Lock()
 def record(case: str, runtime: str, blocked: bool, detail: Any, **extra: Any) -> None:
     """Note one case's outcome for the results file (the test asserts it separately)."""
     with _lock:
-        _results.append({"case": case, "runtime": runtime, "blocked": bool(blocked), "detail": detail, **extra})
+        _results.append(
+            {
+                "case": case,
+                "runtime": runtime,
+                "blocked": bool(blocked),
+                "detail": detail,
+                "module": _calling_module(),
+                **extra,
+            }
+        )
+
+
+def _calling_module() -> str:
+    """The test module (file name) that recorded a row, from the current test's node id."""
+    node = os.environ.get("PYTEST_CURRENT_TEST", "")
+    return node.split("::", 1)[0].rsplit("/", 1)[-1] or "unknown"
 
 
 def write_results() -> None:
-    """Merge this session's results into the results file (same case and runtime: replaced)."""
+    """Merge this session's results into the results file: rows of the test modules that ran now
+    replace all earlier rows of those modules (so rows of removed cases do not linger)."""
     with _lock:
         if not _results:
             return
@@ -45,8 +61,8 @@ def write_results() -> None:
             old = json.loads(RESULTS_PATH.read_text())
         except (OSError, ValueError):
             old = []
-        fresh = {(r["case"], r["runtime"]) for r in _results}
-        merged = [r for r in old if (r.get("case"), r.get("runtime")) not in fresh] + _results
+        ran = {r.get("module") for r in _results}
+        merged = [r for r in old if r.get("module") and r.get("module") not in ran] + _results
         merged.sort(key=lambda r: (r["case"], r["runtime"]))
         RESULTS_PATH.write_text(json.dumps(merged, indent=2, default=str) + "\n")
 

@@ -299,7 +299,7 @@ def test_a_job_delivered_twice_ends_once(fleet: Any) -> None:
         "input: same job delivered twice",
         "worker",
         True,
-        f"2 deliveries, 1 final record, 1 final state event ({runs} engine run(s): see the xfail)",
+        f"2 deliveries, 1 final record, 1 final state event ({runs} engine run(s))",
     )
 
 

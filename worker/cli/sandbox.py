@@ -18,7 +18,12 @@ def sandbox() -> None:
 
 @sandbox.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @sandbox_option
-@click.option("--timeout", type=float, default=None, help="Seconds before the command is killed (default: the sandbox timeout).")
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    help="Seconds before the command is killed (default: the sandbox timeout).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {stdout, stderr, exit_code, timed_out} as JSON.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tuple[str, ...]) -> None:
@@ -40,7 +45,10 @@ def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tup
         sys.stdout.write(result.stdout)
         sys.stderr.write(result.stderr)
         if result.stdout_truncated or result.stderr_truncated:
-            click.echo(f"[output truncated: {result.stdout_bytes} bytes of stdout, {result.stderr_bytes} of stderr]", err=True)
+            click.echo(
+                f"[output truncated: {result.stdout_bytes} bytes of stdout, {result.stderr_bytes} of stderr]",
+                err=True,
+            )
         click.echo(f"[exit code {result.exit_code}{', timed out' if result.timed_out else ''}]", err=True)
     sys.exit(result.exit_code if 0 <= result.exit_code < 256 else 1)
 
@@ -57,7 +65,9 @@ def inspect(options: tuple[str, ...], as_json: bool) -> None:
         with SandboxManager(config) as manager:
             session = manager.create_session()
             attrs = session.inspect()
-            ids = session.execute(["python3", "-c", "import os; print(os.geteuid(), os.getegid())"], timeout=30)
+            ids = session.execute(
+                ["python3", "-c", "import os; print(os.geteuid(), os.getegid())"], timeout=30
+            )
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     host = attrs["HostConfig"]
@@ -98,7 +108,13 @@ def prune(everything: bool, as_json: bool) -> None:
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(json.dumps({"removed": report.removed, "kept": report.kept, "killed_processes": report.killed_processes}))
+        click.echo(
+            json.dumps(
+                {"removed": report.removed, "kept": report.kept, "killed_processes": report.killed_processes}
+            )
+        )
     else:
-        click.echo(f"removed {len(report.removed)} container(s), kept {len(report.kept)}, "
-                   f"killed {len(report.killed_processes)} orphaned runtime process(es)")
+        click.echo(
+            f"removed {len(report.removed)} container(s), kept {len(report.kept)}, "
+            f"killed {len(report.killed_processes)} orphaned runtime process(es)"
+        )
