@@ -28,6 +28,7 @@ KILL_GRACE_S = 1.0
 DEFAULT_OUTPUT_CAP = 1024**2
 MAX_FILE_BYTES = 256 * 1024**2
 TOOL_SUBSTEP_S = 5.0
+PING_FRESH_S = 1.0  # a successful ping vouches for the engine this long (jobs preflight twice each)
 
 # (header, body) of one tool call from the program -> the JSON reply bytes to send back.
 CallHandler = Callable[[dict[str, Any], bytes], bytes]
@@ -400,11 +401,13 @@ def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any
             cannot be enforced under the runtime.
     """
     client = client or engine.docker_client()
-    try:
-        client.ping()  # the engine facts below are cached; this asks whether the engine is there now
-    except engine.DockerError as e:
-        raise engine.unavailable(e) from e
     info = _engine_facts(client)
+    if time.monotonic() - info["pinged"] > PING_FRESH_S:  # the facts are cached: is the engine there now?
+        try:
+            client.ping()
+        except engine.DockerError as e:
+            raise engine.unavailable(e) from e
+        info["pinged"] = time.monotonic()
     if config.docker_runtime not in info["runtimes"]:
         raise SandboxError(
             f"Docker runtime {config.docker_runtime!r} is not registered with the engine; registered "
@@ -444,7 +447,12 @@ def _engine_facts(client: Any) -> dict[str, Any]:
             info = client.info()
         except engine.DockerError as e:
             raise _translate(e, "reach the engine") from e
-        facts = {"runtimes": set(info.get("Runtimes", {})), "ncpu": int(info.get("NCPU", 1)), "images": set()}
+        facts = {
+            "runtimes": set(info.get("Runtimes", {})),
+            "ncpu": int(info.get("NCPU", 1)),
+            "images": set(),
+            "pinged": 0.0,
+        }
         _facts[id(client)] = facts
     return facts
 
