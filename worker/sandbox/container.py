@@ -146,9 +146,10 @@ class SandboxContainer:
         except BaseException as e:
             if channel:
                 channel.close()
+            killed = isinstance(e, ChannelError) and _killed_from_outside(client, container.id)
             _remove(container)
             if isinstance(e, ChannelError):
-                if not _engine_answers(client):  # the engine stopped and took the sandbox with it
+                if killed or not _engine_answers(client):  # the engine stopped and took the sandbox with it
                     raise engine.unavailable(f"the engine went away while the sandbox started ({e})") from e
                 raise SandboxError(f"the sandbox did not start: {e}") from e
             if isinstance(e, engine.DockerError):
@@ -464,7 +465,28 @@ def _translate(e: Exception, doing: str) -> Exception:
     if "Connection" in text or ("connect" in text.lower() and "refused" in text.lower()):
         return engine.unavailable(text)
     explanation = getattr(e, "explanation", None) or text
+    server_error = getattr(e, "is_server_error", None)
+    if doing in ("create the sandbox", "start the sandbox") and server_error and server_error():
+        # preflight vouched for the runtime and the image: an engine-side failure now (a daemon
+        # stopping mid-create: "error creating overlay mount ...") is worth retrying later
+        return engine.unavailable(f"cannot {doing}: {explanation}")
     return SandboxError(f"cannot {doing}: {explanation}")
+
+
+def _killed_from_outside(client: Any, container_id: str) -> bool:
+    """Whether a sandbox that died before its agent spoke was killed by its engine (stopping:
+    SIGTERM/SIGKILL, or already gone) rather than failing by itself (no python3, out of memory)."""
+    for _ in range(20):  # the engine records the exit a moment after the stream closes
+        try:
+            state = client.api.inspect_container(container_id)["State"]
+        except engine.NotFoundError:
+            return True
+        except engine.DockerError:
+            return True  # the engine itself is going
+        if not state.get("Running"):
+            return not state.get("OOMKilled") and state.get("ExitCode") in (137, 143)
+        time.sleep(0.05)
+    return False
 
 
 def _engine_answers(client: Any) -> bool:
