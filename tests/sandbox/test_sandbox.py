@@ -28,6 +28,12 @@ def test_python_runs(shared_session: Any) -> None:
     assert not result.timed_out
 
 
+def test_the_agent_runs_the_hosts_precompiled_bytecode(shared_session: Any) -> None:
+    hello = shared_session._container.hello
+    assert hello["booted_from"] == "bytecode"  # the image's Python 3.11 matches the host's
+    assert hello["syscall_filter"] and hello["not_dumpable"]
+
+
 def test_commands_run_as_the_unprivileged_user(shared_session: Any) -> None:
     result = shared_session.execute("id -u", timeout=30)
     assert (result.exit_code, result.stdout.strip()) == (0, "10001")

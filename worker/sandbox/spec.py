@@ -8,10 +8,13 @@ ulimits, the unprivileged user, and only the configured environment.
 
 from __future__ import annotations
 
+import functools
+import marshal
 import os
 import socket
 import struct
 from dataclasses import dataclass
+from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +32,13 @@ GVISOR_HOST_THREADS_PER_TASK = 16
 GVISOR_HOST_PIDS_MIN = 4096
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
 
-# The container's main process: read a length-prefixed Python source from stdin and run it. The
-# agent itself is sent by the host, so the image needs nothing of ours and agent and host always
-# speak the same protocol version.
+# The container's main process: read the agent from stdin and run it. The agent itself is sent by
+# the host, so the image needs nothing of ours and agent and host always speak the same protocol
+# version. It comes as three length-prefixed parts: the host's bytecode magic number, the agent
+# compiled by the host (marshal), and its source. A sandbox whose Python has the same magic runs the
+# bytecode (saving ~3 ms of CPU per container); any other compiles the source.
 BOOT = (
-    "import os,struct\n"
+    "import os,struct,sys\n"
     "def r(n):\n"
     " b=b''\n"
     " while len(b)<n:\n"
@@ -41,15 +46,28 @@ BOOT = (
     "  if not c: raise SystemExit(3)\n"
     "  b+=c\n"
     " return b\n"
-    "s=r(struct.unpack('!I',r(4))[0])\n"
-    "exec(compile(s,'sandfleet-agent','exec'),{'__name__':'sandfleet_agent'})\n"
+    "m,c,s=[r(struct.unpack('!I',r(4))[0]) for _ in range(3)]\n"
+    "try:\n"
+    " import marshal\n"
+    " from _frozen_importlib_external import MAGIC_NUMBER\n"
+    " k=marshal.loads(c) if m==MAGIC_NUMBER else None\n"
+    "except Exception:\n"
+    " k=None\n"
+    "g={'__name__':'sandfleet_agent','BOOTED_FROM':'bytecode' if k else 'source'}\n"
+    "exec(k or compile(s,'sandfleet-agent','exec'),g)\n"
 )
 
 
+@functools.lru_cache(maxsize=1)
 def agent_payload() -> bytes:
-    """The agent's source, framed for BOOT."""
-    source = AGENT_SOURCE.read_bytes()
-    return struct.pack("!I", len(source)) + source
+    """The agent framed for BOOT."""
+    return boot_payload(AGENT_SOURCE.read_bytes())
+
+
+def boot_payload(source: bytes, magic: bytes = MAGIC_NUMBER) -> bytes:
+    """``source`` framed for BOOT: magic number, bytecode compiled here, source."""
+    code = marshal.dumps(compile(source, "sandfleet-agent", "exec", dont_inherit=True))
+    return b"".join(struct.pack("!I", len(part)) + part for part in (magic, code, source))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,82 @@
+"""The agent's boot loader and wire encodings, run with this host's Python: no engine needed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from types import ModuleType
+
+import pytest
+
+from worker.sandbox.channel import encode
+from worker.sandbox.spec import AGENT_SOURCE, BOOT, boot_payload
+
+
+def load_agent() -> ModuleType:
+    """The agent's module without starting it (it serves only as __main__ or sandfleet_agent)."""
+    spec = importlib.util.spec_from_file_location("agent_under_test", AGENT_SOURCE)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def boot(payload: bytes) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", BOOT], input=payload, capture_output=True, timeout=30
+    )
+
+
+def test_boot_runs_the_hosts_bytecode_when_the_magic_matches() -> None:
+    done = boot(boot_payload(b"print(BOOTED_FROM, __name__)"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"bytecode sandfleet_agent\n"
+
+
+def test_boot_compiles_the_source_when_the_python_differs() -> None:
+    done = boot(boot_payload(b"print(BOOTED_FROM, __name__)", magic=b"\x00\x00\r\n"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"source sandfleet_agent\n"
+
+
+def test_boot_exits_when_the_payload_is_cut_short() -> None:
+    assert boot(boot_payload(b"print(1)")[:-3]).returncode == 3
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {},
+        {"ok": True, "size": 0, "error": None},
+        {"error": 'quote " backslash \\ newline \n tab \t bell \x07 é € 😀'},
+        {"files": ["a", "b/c", "undecodable-\udc80-name"]},
+        {"exit_code": -9, "run_s": 0.125, "nested": {"list": [1, 2.5, False, None]}},
+    ],
+)
+def test_agent_headers_are_json_the_host_reads_back(header: dict[str, object]) -> None:
+    agent = load_agent()
+    text = agent.to_json(header).encode("utf-8", "backslashreplace")
+    assert json.loads(text) == header
+
+
+def test_agent_writes_non_finite_floats_as_null() -> None:
+    agent = load_agent()
+    assert json.loads(agent.to_json({"a": float("nan"), "b": float("inf")})) == {"a": None, "b": None}
+
+
+def test_host_headers_reach_the_agent_intact() -> None:
+    agent = load_agent()
+    header = {
+        "argv": ["python3", "-s", "/workspace/program.py"],
+        "env": {"PATH": "/usr/bin", "GREETING": "héllo"},
+        "timeout": 2.5,
+        "cwd": None,
+        "bridge": True,
+        "max_output": 1 << 20,
+    }
+    reader = agent.HostReader()
+    reader.buf += encode(b"E", header, b"stdin") + encode(b"P")
+    assert list(reader.frames()) == [(b"E", header, b"stdin"), (b"P", {}, b"")]
+    assert not reader.buf
