@@ -79,9 +79,21 @@ class Fleet:
         }
         log_path = self.folder / f"{name.split('@')[0]}.log"
         with log_path.open("wb") as log:
-            cmd = [SANDFLEET, "worker", "--concurrency", str(concurrency), "--sandboxes", str(sandboxes),
-                   "--hostname", name, "--loglevel", "info"]
-            process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            cmd = [
+                SANDFLEET,
+                "worker",
+                "--concurrency",
+                str(concurrency),
+                "--sandboxes",
+                str(sandboxes),
+                "--hostname",
+                name,
+                "--loglevel",
+                "info",
+            ]
+            process = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
         worker = Worker(name, process, log_path)
         self.workers.append(worker)
         if wait:
@@ -127,7 +139,11 @@ def containers_of(pid: int) -> list[str]:
     try:
         found = client.api.containers(all=True, filters={"label": "sandfleet.owner"})
         host = os.uname().nodename
-        return [c["Id"] for c in found if (c.get("Labels") or {}).get("sandfleet.owner", "").startswith(f"{host}:{pid}:")]
+        return [
+            c["Id"]
+            for c in found
+            if (c.get("Labels") or {}).get("sandfleet.owner", "").startswith(f"{host}:{pid}:")
+        ]
     finally:
         client.close()
 
@@ -168,8 +184,10 @@ def kill_round(fleet: Fleet, client: Client, model: str, *, limit_s: float = 60.
     fleet.start_worker(wait=False)  # keep two live workers for the next round
     out: dict[str, Any] = {"job_id": job.job_id, "victim": victim.name}
     redelivered = wait_for(
-        lambda: (running_on(client, job.job_id) or victim.name) != victim.name
-        or client.get(job.job_id).status().is_final,
+        lambda: (
+            (running_on(client, job.job_id) or victim.name) != victim.name
+            or client.get(job.job_id).status().is_final
+        ),
         limit_s,
         0.05,
     )

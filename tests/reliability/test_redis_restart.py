@@ -34,18 +34,28 @@ def restart_under_load(server: Any, fleet: Fleet, model: str) -> dict[str, Any]:
     with fleet.client() as client:
         probe = client.submit("Sleep after the restart", model=model)
         consumed = wait_for(
-            lambda: running_on(client, probe.job_id) is not None or client.get(probe.job_id).status().is_final,
+            lambda: (
+                running_on(client, probe.job_id) is not None or client.get(probe.job_id).status().is_final
+            ),
             120,
         )
         consume_s = time.monotonic() - back if consumed else None
         outcomes = {j.job_id: outcome_of(client, j.job_id, 120) for j in jobs}
         probe_outcome = outcome_of(client, probe.job_id, 60)
         duplicates = sum(
-            final_state_events(client, job_id) > 1 for job_id, o in outcomes.items() if not o.startswith("lost")
+            final_state_events(client, job_id) > 1
+            for job_id, o in outcomes.items()
+            if not o.startswith("lost")
         )
     lost = sum(o.startswith("lost") for o in outcomes.values())
-    return {"jobs": JOBS, "lost": lost, "outcomes": sorted(outcomes.values()), "consume_again_s": consume_s,
-            "probe": probe_outcome, "duplicate_final_records": duplicates}
+    return {
+        "jobs": JOBS,
+        "lost": lost,
+        "outcomes": sorted(outcomes.values()),
+        "consume_again_s": consume_s,
+        "probe": probe_outcome,
+        "duplicate_final_records": duplicates,
+    }
 
 
 def test_with_aof_a_redis_restart_loses_no_job(
