@@ -1,0 +1,45 @@
+"""The load test's count of live containers, from the engine's event stream, against real sandboxes."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from producer.config import SandboxConfig
+from worker.loadtest.sampler import LiveContainers
+from worker.sandbox.container import SandboxContainer
+from worker.sandbox.spec import Owner
+
+pytestmark = pytest.mark.docker
+
+
+def wait_for(predicate: Any, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+def test_live_containers_follow_starts_and_deaths_of_their_owners_only(docker_engine: Any) -> None:
+    mine = Owner.current()
+    stranger = Owner("another-host", 1, 1)
+    already = SandboxContainer.start(SandboxConfig(), owner=mine)  # running before counting starts
+    counter = LiveContainers({mine.label()})
+    assert counter.start()
+    started = []
+    try:
+        assert counter.series[-1][1] == 1  # seeded from docker ps
+        started = [SandboxContainer.start(SandboxConfig(), owner=o) for o in (mine, mine, stranger)]
+        assert wait_for(lambda: counter.series[-1][1] == 3)
+        for sandbox in (already, *started):
+            sandbox.destroy()
+        assert wait_for(lambda: counter.series[-1][1] == 0)
+    finally:
+        for sandbox in (already, *started):
+            sandbox.destroy()
+        counter.stop()
+    assert max(live for _, live in counter.series) == 3  # the stranger's container never counted
