@@ -79,18 +79,17 @@ class SandboxContainer:
         self,
         client: Any,
         config: SandboxConfig,
-        container: Any,
+        container_id: str,
         channel: AgentChannel,
         hello: dict[str, Any],
         start_s: float,
     ) -> None:
         self._client = client
         self.config = config
-        self._container = container
         self.channel = channel
         self.hello = hello
         self.start_s = start_s
-        self.id: str = container.id
+        self.id = container_id
         self.runtime = config.docker_runtime
         self.destroyed = False
         self.used = False
@@ -119,7 +118,7 @@ class SandboxContainer:
             config, owner=owner or Owner.current(), host_ncpu=info["ncpu"], labels=labels
         )
         try:
-            container = client.containers.create(**kwargs)
+            container_id = engine.create_container(client, kwargs)
         except engine.ImageNotFoundError as e:
             raise SandboxError(
                 f"sandbox image {config.image!r} is not on this engine; build it with `sandfleet images build`"
@@ -129,14 +128,14 @@ class SandboxContainer:
         channel = None
         try:
             sock = client.api.attach_socket(
-                container.id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
             channel = AgentChannel(engine.raw_socket(sock))
-            container.start()
+            client.api.start(container_id)
             if config.network == "restricted":
                 from worker.sandbox.network import install_restricted_filter
 
-                install_restricted_filter(client, container.id)
+                install_restricted_filter(client, container_id)
             channel.send_raw(agent_payload())
             kind, hello, _ = channel.recv(time.monotonic() + HELLO_TIMEOUT_S, max_body=0)
             if kind != b"H":
@@ -146,8 +145,8 @@ class SandboxContainer:
         except BaseException as e:
             if channel:
                 channel.close()
-            killed = isinstance(e, ChannelError) and _killed_from_outside(client, container.id)
-            _remove(container)
+            killed = isinstance(e, ChannelError) and _killed_from_outside(client, container_id)
+            _remove(client, container_id)
             if isinstance(e, ChannelError):
                 if killed or not _engine_answers(client):  # the engine stopped and took the sandbox with it
                     raise engine.unavailable(f"the engine went away while the sandbox started ({e})") from e
@@ -155,7 +154,7 @@ class SandboxContainer:
             if isinstance(e, engine.DockerError):
                 raise _translate(e, "start the sandbox") from e
             raise
-        return cls(client, config, container, channel, hello, time.monotonic() - began)
+        return cls(client, config, container_id, channel, hello, time.monotonic() - began)
 
     def destroy(self) -> None:
         """Kill and remove the container. Never raises."""
@@ -163,7 +162,7 @@ class SandboxContainer:
             return
         self.destroyed = True
         self.channel.close()
-        _remove(self._container)
+        _remove(self._client, self.id)
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -497,13 +496,13 @@ def _engine_answers(client: Any) -> bool:
     return True
 
 
-def _remove(container: Any) -> None:
+def _remove(client: Any, container_id: str) -> None:
     try:
-        container.remove(force=True)
+        client.api.remove_container(container_id, force=True)
     except engine.NotFoundError:
         pass
     except Exception as e:  # removal must never raise; the reaper finds what is left
-        log.warning("could not remove sandbox container %s: %s", getattr(container, "id", "?")[:12], e)
+        log.warning("could not remove sandbox container %s: %s", container_id[:12], e)
 
 
 def dumps(value: Any) -> bytes:
