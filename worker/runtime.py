@@ -66,6 +66,7 @@ class RunResult:
     container_id: str | None = None
     runtime: str | None = None
     warm: bool = False
+    forked: bool = False  # run in a fork of the sandbox agent's interpreter, not a new python3
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -153,6 +154,7 @@ class ProgramRuntime:
             exec_began = time.monotonic()
             done = container.execute(
                 ["python3", "-s", f"{base}/program.py"],
+                python_script=f"{base}/program.py",
                 timeout=min(settings.exec_timeout, config.timeout),  # the sandbox's own timeout bounds it too
                 max_output=settings.max_output_bytes,
                 max_result=settings.max_response_bytes,
@@ -190,6 +192,7 @@ class ProgramRuntime:
             container_id=container.id,
             runtime=container.runtime,
             warm=lease.warm,
+            forked=done.forked,
             timings={
                 "acquire_s": lease.acquire_s,
                 "files_s": exec_began - files_began,

@@ -264,6 +264,8 @@ def test_the_reference_question_through_the_fleet(engine_fleet: FleetWorker) -> 
     kinds = [e.kind for e in job.audit()]
     assert kinds[:2] == ["state", "state"] and kinds[-1] == "state"
     assert {"model_call", "program", "sandbox_run", "tool_call"} <= set(kinds)
+    [run] = [e for e in job.audit() if e.kind == "sandbox_run"]
+    assert run.data["forked"] is True and run.data["warm"] in (True, False)
     assert job.verify_audit() == (True, None)
 
 

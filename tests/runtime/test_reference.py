@@ -49,6 +49,7 @@ def test_reference_program_gives_the_exact_totals(backend: str, orders_dir: Path
     assert list(run.result) == list(EXPECTED), "regions highest first"
     assert json.loads(run.result_text) == EXPECTED
     assert run.runtime == ("runsc" if backend == "gvisor" else "runc")
+    assert run.forked  # in a fork of the agent's interpreter (tests/sandbox/test_program_in_place.py)
     [call] = run.tool_calls
     assert call.tool == "load_orders" and call.ok and call.result_size > 50_000
     assert len(call.result) == 500

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from producer.config import DEFAULT_IMAGE, SandboxConfig
 from worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
-from worker.sandbox.spec import BOOT, SANDBOX_UID, Owner, command_env, container_kwargs
+from worker.sandbox.spec import BOOT, SANDBOX_UID, Owner, base_env, command_env, container_kwargs
 
 OPTIONS = (
     "backend",
@@ -260,16 +260,18 @@ def test_spec_labels_identify_sandfleet_containers_and_their_owner() -> None:
 def test_spec_passes_no_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-leak")
     kwargs = kwargs_of(SandboxConfig(env={"GREETING": "hi"}))
-    assert kwargs["environment"] == {}  # the configured env goes to each command, never the container
+    # the agent gets the base env only; the configured env goes to each command
+    assert kwargs["environment"] == base_env(SandboxConfig())
+    assert "GREETING" not in kwargs["environment"] and "OPENAI_API_KEY" not in kwargs["environment"]
     env = command_env(SandboxConfig(env={"GREETING": "hi"}))
     assert env["GREETING"] == "hi"
     assert "OPENAI_API_KEY" not in env
     assert set(env) == {"PATH", "HOME", "LANG", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "GREETING"}
 
 
-def test_spec_main_process_is_the_boot_loader_in_isolated_mode() -> None:
+def test_spec_main_process_is_the_boot_loader_started_as_programs_are() -> None:
     kwargs = kwargs_of()
-    assert kwargs["command"] == ["python3", "-I", "-S", "-c", BOOT]
+    assert kwargs["command"] == ["python3", "-s", "-c", BOOT]
     assert kwargs["stdin_open"] is True and kwargs["tty"] is False
     assert kwargs["working_dir"] == "/workspace"
     compile(BOOT, "boot", "exec")

@@ -288,6 +288,7 @@ def _run_event(run: RunResult) -> dict[str, Any]:
         "container_id": run.container_id,
         "runtime": run.runtime,
         "warm": run.warm,
+        "forked": run.forked,
         "exit_code": run.exit_code,
         "timed_out": run.timed_out,
         "result_found": run.result_found,

@@ -51,6 +51,7 @@ class ExecResult:
     oom_killed: bool = False
     duration_s: float = 0.0
     agent_run_s: float = 0.0
+    forked: bool = False  # a Python program run in a fork of the agent (no new interpreter)
     survivors: int = 0
     protocol_error: str | None = None
     limits_hit: list[str] = field(default_factory=list)
@@ -178,8 +179,13 @@ class SandboxContainer:
         max_result: int = 0,
         on_call: CallHandler | None = None,
         max_request: int = 1024**2,
+        python_script: str | None = None,
     ) -> ExecResult:
         """Run one command to completion (or its deadline) and return what it did.
+
+        With ``python_script`` (``argv`` being ``python3 -s`` of it) the agent may run the script
+        in a fork of its own interpreter instead, when the environment would start Python the
+        same way; the result says ``forked``. It behaves as ``argv`` would, for less CPU.
 
         With ``on_call`` the command gets the tool bridge: each call is handed to ``on_call`` and
         its reply sent back. The deadline is enforced by the agent and, one second later, by the
@@ -199,6 +205,7 @@ class SandboxContainer:
                 "max_result": max_result,
                 "bridge": on_call is not None,
                 "max_request": max_request,
+                "python_script": python_script,
             },
             stdin,
         )
@@ -316,6 +323,7 @@ class SandboxContainer:
             oom_killed=bool(h.get("oom_killed")),
             duration_s=time.monotonic() - began,
             agent_run_s=float(h.get("run_s", 0.0)),
+            forked=bool(h.get("forked")),
             survivors=int(h.get("survivors", 0)),
             limits_hit=limits,
         )

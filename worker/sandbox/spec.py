@@ -38,7 +38,10 @@ AGENT_SOURCE = Path(__file__).with_name("agent.py")
 # compiled by the host (marshal), and its source. A sandbox whose Python has the same magic runs the
 # bytecode (saving ~3 ms of CPU per container); any other compiles the source.
 BOOT = (
-    "import os,struct,sys\n"
+    "import sys\n"
+    "f=frozenset(sys.modules)\n"  # what a fresh interpreter has loaded (agent.become_program)
+    "if sys.path and not sys.path[0]:del sys.path[0]\n"  # -c put the working folder first
+    "import os,struct\n"
     "def r(n):\n"
     " b=b''\n"
     " while len(b)<n:\n"
@@ -53,7 +56,7 @@ BOOT = (
     " k=marshal.loads(c) if m==MAGIC_NUMBER else None\n"
     "except Exception:\n"
     " k=None\n"
-    "g={'__name__':'sandfleet_agent','BOOTED_FROM':'bytecode' if k else 'source'}\n"
+    "g={'__name__':'sandfleet_agent','BOOTED_FROM':'bytecode' if k else 'source','STARTUP_MODULES':f}\n"
     "exec(k or compile(s,'sandfleet-agent','exec'),g)\n"
 )
 
@@ -132,10 +135,12 @@ def container_kwargs(
     }
     kwargs: dict[str, Any] = {
         "image": config.image,
-        "command": ["python3", "-I", "-S", "-c", BOOT],
+        # The agent starts as a program does (``python3 -s``, the same environment) so that a
+        # program can run in a fork of it (agent.starts_like_me).
+        "command": ["python3", "-s", "-c", BOOT],
         "user": f"{uid}:{gid}",
         "working_dir": config.workdir,
-        "environment": {},  # the worker's environment never leaks in; commands get config.env
+        "environment": base_env(config),  # never the worker's; commands get config.env on top
         "hostname": "sandbox",
         "stdin_open": True,
         "detach": True,
@@ -174,14 +179,17 @@ def host_pids_limit(config: SandboxConfig) -> int:
     return config.pids_limit
 
 
-def command_env(config: SandboxConfig) -> dict[str, str]:
-    """The environment a command or program sees: the configured env over a minimal base."""
-    home = config.workdir
-    base = {
+def base_env(config: SandboxConfig) -> dict[str, str]:
+    """The minimal environment of the agent, and of every command before the configured env."""
+    return {
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": home,
+        "HOME": config.workdir,
         "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTHONIOENCODING": "utf-8",
     }
-    return {**base, **config.env}
+
+
+def command_env(config: SandboxConfig) -> dict[str, str]:
+    """The environment a command or program sees: the configured env over the base."""
+    return {**base_env(config), **config.env}
