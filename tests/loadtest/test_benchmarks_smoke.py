@@ -1,0 +1,67 @@
+"""Every benchmark script runs to the end on a tiny workload and prints its figures, as CI runs them.
+
+No figure is asserted (they are the benchmarks' business, on a quiet host); what is asserted is
+that each script still works end to end and prints the line that carries its result, and where a
+script checks correctness (nothing lost, nothing left in the broker) that the check holds. The
+kill -9 benchmark's twin is tests/reliability/test_worker_kill.py.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+
+SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
+    "sandbox_cold_start": (["--runs", "2"], r"total / raw"),
+    "bridge_roundtrip": (
+        ["--calls", "20", "--orders-calls", "3", "--poll-calls", "3"],
+        r"polling / bridge: median",
+    ),
+    "acquisition": (["--runs", "3"], r"cold / warm: median"),
+    "run_overhead": (["--runs", "3", "--cold-runs", "2"], r"through ProgramRuntime\.run"),
+    "engine_overhead": (["--jobs", "10"], r"overhead share of total"),
+    "fleet_vs_churn": (["--jobs", "8", "--rounds", "2"], r"fleet/raw \d+\.\d\d"),
+    "job_latency": (["--jobs", "5", "--pause", "0.2"], r"5 sequential trivial jobs"),
+    "jobs_in_flight": (
+        ["--jobs", "20", "--latency", "0.5", "--churn-runs", "8"],
+        r"20/20 succeeded[\s\S]*wall / bound: \d+\.\d\d",
+    ),
+    "several_workers": (
+        ["--jobs", "30", "--workers", "2", "--latency", "0.5"],
+        r"broker queue left: 0, unacked left: 0\nevery job: one final record, one done signal, "
+        r"one final audit event; none lost",
+    ),
+    "runc_vs_runsc": (["--jobs", "6"], r"runsc / runc cost per job"),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("script", sorted(SMOKE_RUNS))
+def test_benchmark_runs_and_prints_its_figures(script: str, docker_engine: Any, skip_or_fail: Any) -> None:
+    if shutil.which("redis-server") is None:
+        skip_or_fail("redis-server is not installed")
+    args, expected = SMOKE_RUNS[script]
+    done = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / f"{script}.py"), *args],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert re.search(expected, done.stdout), done.stdout[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_every_benchmark_script_has_a_smoke_run() -> None:
+    scripts = {p.stem for p in (REPO / "benchmarks").glob("*.py") if not p.stem.startswith("_")}
+    assert scripts - {"kill_workers"} == set(SMOKE_RUNS)
