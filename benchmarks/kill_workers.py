@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import NO_PERSISTENCE, RedisServer  # noqa: E402
 from tests.reliability.harness import Fleet, kill_round, sleeper_script  # noqa: E402
+from worker.loadtest.local_redis import RedisServer  # noqa: E402
 
 
 def main() -> int:
@@ -34,7 +34,7 @@ def main() -> int:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="sf-kill-") as tmp:
         folder = Path(tmp)
-        server = RedisServer(folder / "redis", NO_PERSISTENCE).start()
+        server = RedisServer(folder / "redis").start()
         fleet = Fleet(server.url, folder / "fleet")
         rounds = []
         try:

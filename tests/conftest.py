@@ -23,18 +23,17 @@ from __future__ import annotations
 import gc
 import os
 import shutil
-import socket
 import subprocess
 import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
+from worker.loadtest.local_redis import NO_PERSISTENCE, RedisServer, free_port  # noqa: F401 - shared with tests
+
 IN_CI = bool(os.environ.get("CI"))
-REDIS_START_TIMEOUT_S = 10.0
 LEFTOVER_GRACE_S = 5.0  # containers being removed by a background thread get this long to go
 LABEL_ROLE = "sandfleet.role"  # as in worker.sandbox.engine; repeated so this file imports no SDK
 
@@ -53,82 +52,6 @@ def skip_or_fail_fixture() -> Callable[[str], None]:
 
 
 # ---- Redis ------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RedisServer:
-    """A real ``redis-server`` on 127.0.0.1 in its own folder. ``restart()`` keeps port and data folder,
-    which is what reliability tests need (kill Redis, bring it back, check what AOF kept)."""
-
-    def __init__(self, directory: Path, args: tuple[str, ...]) -> None:
-        self.directory = directory
-        self.args = args
-        self.port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> RedisServer:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.directory)]
-        self._log = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen([*cmd, *self.args], stdout=self._log, stderr=subprocess.STDOUT)
-        self._wait_ready()
-        return self
-
-    def stop(self, kill: bool = False) -> None:
-        """Stop the server: SIGTERM (Redis writes its AOF/RDB and exits) or, with ``kill``, SIGKILL."""
-        if self.process is None:
-            return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        if self._log is not None:
-            self._log.close()
-        self.process = None
-
-    def restart(self, kill: bool = False) -> RedisServer:
-        self.stop(kill=kill)
-        return self.start()
-
-    def _wait_ready(self) -> None:
-        import redis
-
-        deadline = time.monotonic() + REDIS_START_TIMEOUT_S
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        try:
-            while True:
-                assert self.process is not None
-                if self.process.poll() is not None:
-                    log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
-                    raise RuntimeError(f"redis-server exited with {self.process.returncode}:\n{log}")
-                try:
-                    if client.ping():
-                        return
-                except redis.ConnectionError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not answer within 10 s")
-                time.sleep(0.05)
-        finally:
-            client.close()
-
-
-NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
 
 
 def _require_redis_server() -> None:

@@ -18,7 +18,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -35,6 +34,7 @@ import yaml
 from producer.client import Client
 from producer.contracts import JobStatus
 from producer.settings import Settings
+from worker.loadtest.local_redis import free_port
 from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
 REPO = Path(__file__).resolve().parents[2]
@@ -128,12 +128,6 @@ def test_the_other_services_use_the_image_the_model_service_builds(compose: list
 
 
 # ---- the stack, for real -------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def default_bridge_problem() -> str | None:

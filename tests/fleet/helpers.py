@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import redis
 
 from producer.settings import Settings
+from worker.loadtest.local_redis import free_port as free_port  # shared by the tests here
 
 AUDIT_SECRET = "fleet-test-secret"
-
-
-def free_port() -> int:
-    """A port nothing listens on (for "Redis is down")."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def fleet_settings_for(url: str, **overrides: object) -> Settings:

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from producer.client import Client
 from producer.contracts import JobStatus
 from producer.settings import Settings
 from worker.cli.demo import demo_replay_script
+from worker.loadtest.local_redis import free_port
 from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION, write_reference_data
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(240)]
@@ -55,12 +55,6 @@ CHROMIUM_FLAGS = [
     "--window-size=1400,900",
     "--virtual-time-budget=5000",  # let the page's JavaScript fetch and draw the table first
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 
+from worker.loadtest.local_redis import free_port as free_port  # shared by the tests here
+
 REPO = Path(__file__).resolve().parents[2]
 RESULTS_PATH = REPO / "artifacts" / "security-results.json"
 RUNTIMES = ("runc", "runsc")
@@ -128,11 +130,3 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

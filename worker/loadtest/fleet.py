@@ -22,22 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import redis
-
+from worker.loadtest.local_redis import RedisServer
 from worker.sandbox.spec import Owner, process_start_ticks
 from worker.scenario import write_reference_data
 
-REDIS_START_TIMEOUT_S = 10.0
 WORKER_READY_TIMEOUT_S = 60.0
 WORKER_STOP_TIMEOUT_S = 60.0
 READY_MARK = " ready."  # what Celery logs once a worker consumes
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def replay_script(program: str) -> dict[str, object]:
@@ -82,8 +73,7 @@ class LocalFleet:
         self._own_folder = folder is None
         self.folder = Path(folder or tempfile.mkdtemp(prefix="sandfleet-loadtest-"))
         self.token = uuid.uuid4().hex[:8]
-        self.port = 0
-        self.redis_process: subprocess.Popen[bytes] | None = None
+        self.redis = RedisServer(self.folder / "redis")
         self.workers: list[WorkerProcess] = []
         self.script_path = self.folder / "replay.json"
         self.data_dir = self.folder / "data"
@@ -91,7 +81,7 @@ class LocalFleet:
 
     @property
     def redis_url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return self.redis.url
 
     def __enter__(self) -> LocalFleet:
         try:
@@ -110,7 +100,7 @@ class LocalFleet:
         self.folder.mkdir(parents=True, exist_ok=True)
         write_reference_data(self.data_dir)
         self.script_path.write_text(json.dumps(replay_script(self.config.program)))
-        self._start_redis()
+        self.redis.start()
         for index in range(self.config.workers):
             self.start_worker(f"lt{index + 1}-{self.token}")
         self.wait_ready()
@@ -184,47 +174,6 @@ class LocalFleet:
         finally:
             app.close()
 
-    def _start_redis(self) -> None:
-        self.port = free_port()
-        log = open(self.folder / "redis.log", "ab")  # noqa: SIM115 - the process holds it
-        self.redis_process = subprocess.Popen(
-            [
-                "redis-server",
-                "--bind",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--dir",
-                str(self.folder),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        log.close()
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
-        deadline = time.monotonic() + REDIS_START_TIMEOUT_S
-        try:
-            while True:
-                if self.redis_process.poll() is not None:
-                    raise RuntimeError(
-                        f"redis-server exited: {(self.folder / 'redis.log').read_text()[-2000:]}"
-                    )
-                try:
-                    if client.ping():
-                        return
-                except redis.ConnectionError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"redis-server on port {self.port} did not answer")
-                time.sleep(0.05)
-        finally:
-            client.close()
-
     # -- reading ------------------------------------------------------------------------------------
 
     def worker_pids(self) -> list[int]:
@@ -255,15 +204,8 @@ class LocalFleet:
             worker.log_file.close()
         if owners:
             _remove_containers_of(owners)
-        if self.redis_process is not None and self.redis_process.poll() is None:
-            self.redis_process.terminate()
-            try:
-                self.redis_process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.redis_process.kill()
-                self.redis_process.wait()
+        self.redis.stop()
         self.workers = []
-        self.redis_process = None
         if self._own_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
 

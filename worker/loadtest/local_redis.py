@@ -1,0 +1,95 @@
+"""A throwaway ``redis-server`` on 127.0.0.1 in a folder of its own, for local fleets and tests.
+
+``restart()`` keeps the port and the data folder, which is what the reliability tests need (kill
+Redis, bring it back, see what its AOF kept). It runs in a session of its own, so a Ctrl-C meant for
+a load test does not take Redis away before the workers have drained.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+import redis
+
+START_TIMEOUT_S = 10.0
+NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class RedisServer:
+    """``redis-server --bind 127.0.0.1 --port P --dir DIR`` plus ``args`` (persistence off by default)."""
+
+    def __init__(self, directory: Path, args: tuple[str, ...] = NO_PERSISTENCE) -> None:
+        self.directory = directory
+        self.args = args
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.directory)]
+        self._log = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            [*cmd, *self.args], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self._wait_ready()
+        return self
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the server: SIGTERM (Redis writes its AOF/RDB and exits) or, with ``kill``, SIGKILL."""
+        if self.process is None:
+            return
+        if kill:
+            self.process.kill()
+        else:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.process = None
+
+    def restart(self, kill: bool = False) -> RedisServer:
+        self.stop(kill=kill)
+        return self.start()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        try:
+            while True:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    log = (self.directory / "redis.log").read_text(errors="replace")[-2000:]
+                    raise RuntimeError(f"redis-server exited with {self.process.returncode}:\n{log}")
+                try:
+                    if client.ping():
+                        return
+                except redis.ConnectionError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"redis-server on port {self.port} did not answer within {START_TIMEOUT_S:g} s"
+                    )
+                time.sleep(0.05)
+        finally:
+            client.close()
