@@ -29,6 +29,7 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     "acquisition": (["--runs", "3"], r"cold / warm: median"),
     "run_overhead": (["--runs", "3", "--cold-runs", "2"], r"through ProgramRuntime\.run"),
     "engine_overhead": (["--jobs", "10"], r"overhead share of total"),
+    "cpu_per_job": (["--jobs", "6", "--rounds", "1", "--runs", "2"], r"runtime / raw churn throughput: \d"),
     "fleet_vs_churn": (["--jobs", "8", "--rounds", "2"], r"fleet/raw \d+\.\d\d"),
     "job_latency": (["--jobs", "5", "--pause", "0.2"], r"5 sequential trivial jobs"),
     "jobs_in_flight": (
