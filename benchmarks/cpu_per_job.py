@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -78,24 +77,6 @@ def snapshot(root: Path | None) -> dict[str, float]:
     return out
 
 
-def drive(jobs: int, threads: int, one: Callable[[], None]) -> None:
-    left, lock = [jobs], threading.Lock()
-
-    def loop() -> None:
-        while True:
-            with lock:
-                if left[0] <= 0:
-                    return
-                left[0] -= 1
-            one()
-
-    workers = [threading.Thread(target=loop) for _ in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-
-
 def measure(jobs: int, root: Path | None, run: Callable[[], None]) -> dict[str, float]:
     """CPU ms per job by place, and jobs/s, for ``jobs`` jobs."""
     before, began = snapshot(root), time.monotonic()
@@ -145,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from producer.config import CodeActionSettings, SandboxConfig
-    from worker.loadtest.churn import measure_churn
+    from worker.loadtest.churn import measure_churn, run_concurrently
     from worker.runtime import ProgramRuntime
 
     root = containers_root()
@@ -163,7 +144,7 @@ def main() -> None:
                 measure(args.jobs, root, lambda: measure_churn(args.jobs, args.sandboxes))
             )
             results["runtime"].append(
-                measure(args.jobs, root, lambda: drive(args.jobs, args.sandboxes, one_run))
+                measure(args.jobs, root, lambda: run_concurrently(args.jobs, args.sandboxes, one_run))
             )
 
     places = ["containers", "dockerd", "containerd", "this process", "rest", "machine", "jobs/s"]

@@ -30,19 +30,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sandfleet_testing import skip_or_fail
 
 from worker.loadtest.local_redis import NO_PERSISTENCE, RedisServer, free_port  # noqa: F401 - shared with tests
 
 IN_CI = bool(os.environ.get("CI"))
 LEFTOVER_GRACE_S = 5.0  # containers being removed by a background thread get this long to go
 LABEL_ROLE = "sandfleet.role"  # as in worker.sandbox.engine; repeated so this file imports no SDK
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip locally; fail in CI, where every prerequisite must be present."""
-    if IN_CI:
-        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(name="skip_or_fail")

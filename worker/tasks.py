@@ -134,8 +134,8 @@ def run_delivery(
 
 
 def _ended(store: JobStore, job_id: str) -> bool:
-    record = store.record(job_id)
-    return record is not None and record.status.is_final
+    status = store.status(job_id)
+    return status is not None and status.is_final
 
 
 # -- per-process resources: one store and one EngineServices (sandbox pool, tools, model clients) --

@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
-import pytest
+from sandfleet_testing import container_gone as container_gone
+from sandfleet_testing import program as program
+from sandfleet_testing import skip_or_fail as skip_or_fail
 
 BACKENDS = ("docker", "gvisor")
 # Besides Sandfleet's own labels: marks the containers these tests make, to tell them from others'.
@@ -18,19 +19,6 @@ TEST_LABELS = {TEST_LABEL: "tests/runtime"}
 BRIDGE_TOOLS = Path(__file__).with_name("bridge_tools.py")
 REPO = Path(__file__).resolve().parents[2]
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
-GONE_WITHIN_S = 10.0  # removal runs on a background thread after the run returns
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip locally; fail in CI, where every prerequisite must be present."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
-    pytest.skip(reason)
-
-
-def program(source: str) -> str:
-    """A program's source, dedented, so tests can indent it with the test."""
-    return textwrap.dedent(source).lstrip()
 
 
 def sandfleet(
@@ -45,21 +33,6 @@ def sandfleet(
         cwd=REPO,
         env={**os.environ, **(env or {})},
     )
-
-
-def container_gone(client, container_id: str, within_s: float = GONE_WITHIN_S) -> bool:  # type: ignore[no-untyped-def]
-    """True once Docker no longer knows the container, polled for up to ``within_s``."""
-    import docker.errors
-
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            client.containers.get(container_id)
-        except docker.errors.NotFound:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
 
 
 def labelled(client, key: str, value: str) -> list[str]:  # type: ignore[no-untyped-def]

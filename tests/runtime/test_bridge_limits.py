@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandfleet_testing import FIND_BRIDGE_FDS
 
 from . import bridge_tools
 from .helpers import program
@@ -16,27 +17,12 @@ pytestmark = [pytest.mark.docker]
 
 # Program-side helpers for speaking the protocol by hand: find the bridge pipes through /proc (the stub
 # pops SANDFLEET_BRIDGE_FDS from the environment), frame a request, read a reply.
-RAW = program("""
+RAW = (
+    program("""
     import fcntl, json, os, struct
-
-    def bridge_fds():
-        send = recv = None
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd <= 2:
-                continue
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-                mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
-            except OSError:
-                continue
-            if target.startswith("pipe:"):
-                if mode == os.O_WRONLY:
-                    send = fd
-                elif mode == os.O_RDONLY:
-                    recv = fd
-        return send, recv
-
+""")
+    + FIND_BRIDGE_FDS
+    + program("""
     def read_exactly(fd, n):
         data = b""
         while len(data) < n:
@@ -56,6 +42,7 @@ RAW = program("""
         reply = read_reply(recv)
         return reply["value"] if reply.get("ok") else [reply.get("type"), reply.get("message")]
 """)
+)
 
 
 def vm_hwm_bytes() -> int:

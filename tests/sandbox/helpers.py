@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from sandfleet_testing import skip_or_fail as skip_or_fail
 
 BACKENDS = ("docker", "gvisor")
 RUNTIME_OF = {"docker": "runc", "gvisor": "runsc"}
@@ -17,13 +17,6 @@ REPO = Path(__file__).resolve().parents[2]
 # The console script of the interpreter running the tests (the project's venv).
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
 IN_CI = bool(os.environ.get("CI"))
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip locally; fail in CI, where every prerequisite must be present."""
-    if IN_CI:
-        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 def sandfleet(

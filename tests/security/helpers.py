@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import textwrap
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from sandfleet_testing import GONE_WITHIN_S
+from sandfleet_testing import container_gone as container_gone
+from sandfleet_testing import program as program
+from sandfleet_testing import skip_or_fail as skip_or_fail
 
 from worker.loadtest.local_redis import free_port as free_port  # shared by the tests here
 
@@ -25,7 +27,6 @@ RUNTIMES = ("runc", "runsc")
 BACKEND_OF = {"runc": "docker", "runsc": "gvisor"}
 TEST_LABEL = "sandfleet.test"
 TEST_LABELS = {TEST_LABEL: "tests/security"}
-GONE_WITHIN_S = 10.0
 
 _results: list[dict[str, Any]] = []
 _lock = threading.Lock()
@@ -67,31 +68,6 @@ def write_results() -> None:
         merged = [r for r in old if r.get("module") and r.get("module") not in ran] + _results
         merged.sort(key=lambda r: (r["case"], r["runtime"]))
         RESULTS_PATH.write_text(json.dumps(merged, indent=2, default=str) + "\n")
-
-
-def program(source: str) -> str:
-    return textwrap.dedent(source).lstrip()
-
-
-def skip_or_fail(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure)", pytrace=False)
-    pytest.skip(reason)
-
-
-def container_gone(client: Any, container_id: str, within_s: float = GONE_WITHIN_S) -> bool:
-    """True once Docker no longer knows the container (containers.get raises NotFound)."""
-    import docker.errors
-
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            client.containers.get(container_id)
-        except docker.errors.NotFound:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
 
 
 def processes_mentioning(text: str) -> list[int]:

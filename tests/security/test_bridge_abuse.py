@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandfleet_testing import FIND_BRIDGE_FDS
 
 from .helpers import program, record, vm_hwm_kib
 
@@ -32,30 +33,17 @@ OUTSIDE_SECRET = "outside-the-data-folder-7c1f"
 
 # Program side: find the bridge pipes in /proc/self/fd (the stub pops SANDFLEET_BRIDGE_FDS, and these
 # programs never import it) and write length-prefixed JSON frames by hand.
-RAW = program(
-    """
+RAW = (
+    program(
+        """
     import fcntl, json, os, struct
 
     os.environ.pop("SANDFLEET_BRIDGE_FDS", None)
-
-    def bridge_fds():
-        send = recv = None
-        for name in os.listdir("/proc/self/fd"):
-            fd = int(name)
-            if fd <= 2:
-                continue
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-                mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
-            except OSError:
-                continue
-            if target.startswith("pipe:"):
-                if mode == os.O_WRONLY:
-                    send = fd
-                elif mode == os.O_RDONLY:
-                    recv = fd
-        return send, recv
-
+    """
+    )
+    + FIND_BRIDGE_FDS
+    + program(
+        """
     SEND, RECV = bridge_fds()
 
     def read_exactly(n):
@@ -78,6 +66,7 @@ RAW = program(
         frame(json.dumps(req).encode())
         return reply()
     """
+    )
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,6 +49,25 @@ def churn_kwargs(config: SandboxConfig, run_label: str, host_ncpu: int, program:
     return kwargs
 
 
+def run_concurrently(count: int, threads: int, one: Callable[[], None]) -> None:
+    """Call ``one`` ``count`` times from ``threads`` threads, each taking the next call when free."""
+    left, lock = [count], threading.Lock()
+
+    def loop() -> None:
+        while True:
+            with lock:
+                if left[0] <= 0:
+                    return
+                left[0] -= 1
+            one()
+
+    workers = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+
+
 def measure_churn(
     runs: int,
     concurrency: int,
@@ -61,33 +81,22 @@ def measure_churn(
     label = uuid.uuid4().hex[:12]
     kwargs = churn_kwargs(config, label, info.ncpu, program)
     lock = threading.Lock()
-    remaining = [runs]
     latencies: list[float] = []
     failures = [0]
 
-    def loop() -> None:
-        while True:
-            with lock:
-                if remaining[0] <= 0:
-                    return
-                remaining[0] -= 1
-            began = time.perf_counter()
-            try:
-                out = client.containers.run(**kwargs)
-                ok = b"RESULT: 1" in out
-            except Exception:
-                ok = False
-            with lock:
-                latencies.append(time.perf_counter() - began)
-                failures[0] += 0 if ok else 1
+    def one() -> None:
+        began = time.perf_counter()
+        try:
+            ok = b"RESULT: 1" in client.containers.run(**kwargs)
+        except Exception:
+            ok = False
+        with lock:
+            latencies.append(time.perf_counter() - began)
+            failures[0] += 0 if ok else 1
 
-    threads = [threading.Thread(target=loop, daemon=True) for _ in range(concurrency)]
     began = time.perf_counter()
     try:
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        run_concurrently(runs, concurrency, one)
     finally:
         wall = time.perf_counter() - began
         for leftover in client.containers.list(all=True, filters={"label": f"{LABEL_BENCH}={label}"}):

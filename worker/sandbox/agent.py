@@ -55,8 +55,10 @@ _ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
 
 def to_json(value):
     """JSON text of the agent's headers: dicts, lists, strings, numbers, booleans and None."""
-    if value is None or value is True or value is False:
-        return {None: "null", True: "true", False: "false"}[value]
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, int):
         return str(int(value))
     if isinstance(value, float):

@@ -61,6 +61,11 @@ class JobStore:
         fields = self.redis.hgetall(self.keys.job(job_id))
         return JobRecord.from_hash(fields) if fields and "status" in fields else None
 
+    def status(self, job_id: str) -> JobStatus | None:
+        """The job's status alone (one HGET, no record to parse), or None if there is no record."""
+        value = self.redis.hget(self.keys.job(job_id), "status")
+        return None if value is None else JobStatus(value)
+
     def mark_running(self, job_id: str, worker: str) -> Transition:
         """queued (or running, on a redelivery) -> running; counts one more attempt."""
         return self._apply(job_id, JobStatus.RUNNING, worker=worker)

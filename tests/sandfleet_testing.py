@@ -1,0 +1,62 @@
+"""Helpers shared by several test packages (importable as ``sandfleet_testing``: pytest puts this
+folder on sys.path for the root conftest.py). Fixtures stay in the conftest files."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+from typing import Any
+
+import pytest
+
+GONE_WITHIN_S = 10.0  # removal runs on a background thread after a run returns
+
+# Program-side source that finds the two bridge pipes in /proc/self/fd (the stub pops
+# SANDFLEET_BRIDGE_FDS), for programs that speak the bridge protocol by hand: SEND, RECV = bridge_fds().
+FIND_BRIDGE_FDS = """
+def bridge_fds():
+    send = recv = None
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except OSError:
+            continue
+        if target.startswith("pipe:"):
+            if mode == os.O_WRONLY:
+                send = fd
+            elif mode == os.O_RDONLY:
+                recv = fd
+    return send, recv
+"""
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip locally; fail in CI, where every prerequisite must be present."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def program(source: str) -> str:
+    """A program's source, dedented, so tests can indent it with the test."""
+    return textwrap.dedent(source).lstrip()
+
+
+def container_gone(client: Any, container_id: str, within_s: float = GONE_WITHIN_S) -> bool:
+    """True once Docker no longer knows the container, polled for up to ``within_s``."""
+    import docker.errors
+
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            client.containers.get(container_id)
+        except docker.errors.NotFound:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
