@@ -35,7 +35,7 @@ def fmt(stats: dict[str, float]) -> str:
 @contextmanager
 def labelled_pool(name: str, **options: Any) -> Iterator[Any]:
     """A SandboxPool whose containers carry ``sandfleet.benchmark=name``; closed (drained) afterwards."""
-    from worker.sandbox.pool import SandboxPool
+    from sandfleet.worker.sandbox.pool import SandboxPool
 
     with SandboxPool(labels={BENCH_LABEL: name}, **options) as pool:
         yield pool
@@ -49,6 +49,6 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, every_s: 
 
 
 def engine_runtimes() -> set[str]:
-    from worker.sandbox.engine import engine_info
+    from sandfleet.worker.sandbox.engine import engine_info
 
     return set(engine_info().runtimes)

@@ -101,7 +101,7 @@ print(json.dumps({"requests": found, "samples": done}))
 def bridge_samples(
     runtime: Any, backend: str, tool: str, call: str, calls: int, check: str = ""
 ) -> list[float]:
-    from producer.config import CodeActionSettings, SandboxConfig
+    from sandfleet.core.config import CodeActionSettings, SandboxConfig
 
     source = TIMED_PROGRAM.format(
         tool=tool, call=call, calls=calls, warmup=min(WARMUP_CALLS, calls), check=check
@@ -117,7 +117,7 @@ def polling_samples(pool: Any, backend: str, calls: int) -> list[float]:
     """The simple file-polling bridge: host polls /workspace through docker exec every 30 ms."""
     import docker
 
-    from producer.config import SandboxConfig
+    from sandfleet.core.config import SandboxConfig
 
     client = docker.from_env()
     lease = pool.acquire(SandboxConfig(backend=backend))
@@ -151,10 +151,10 @@ def main() -> None:
     parser.add_argument("--runtimes", default="runc,runsc")
     args = parser.parse_args()
 
-    from worker.runtime import ProgramRuntime
-    from worker.scenario import write_reference_data
-    from worker.tools.examples import orders
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples import orders
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     available = engine_runtimes()
     wanted = [r for r in args.runtimes.split(",") if r]

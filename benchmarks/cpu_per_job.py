@@ -90,8 +90,8 @@ def measure(jobs: int, root: Path | None, run: Callable[[], None]) -> dict[str, 
 
 def inside_one_sandbox(runs: int, root: Path) -> dict[str, list[float]]:
     """CPU ms in a sandbox's own cgroup: agent start, then one run by exec or in place."""
-    from producer.config import SandboxConfig
-    from worker.sandbox.container import SandboxContainer
+    from sandfleet.core.config import SandboxConfig
+    from sandfleet.worker.sandbox.container import SandboxContainer
 
     found: dict[str, list[float]] = {"agent start": [], "run, new interpreter": [], "run, in place": []}
     for _ in range(runs):
@@ -125,9 +125,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15, help="sandboxes for the inside view, each way")
     args = parser.parse_args()
 
-    from producer.config import CodeActionSettings, SandboxConfig
-    from worker.loadtest.churn import measure_churn, run_concurrently
-    from worker.runtime import ProgramRuntime
+    from sandfleet.core.config import CodeActionSettings, SandboxConfig
+    from sandfleet.fleet.loadtest.churn import measure_churn, run_concurrently
+    from sandfleet.worker.runtime import ProgramRuntime
 
     root = containers_root()
     settings = CodeActionSettings(exec_timeout=30)

@@ -48,20 +48,20 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def run_jobs(jobs: int, warmup: int, pool_size: int, max_sandboxes: int) -> dict[str, list[float]]:
     """Run the reference scenario ``warmup + jobs`` times; the timings of the last ``jobs``, in seconds."""
-    from producer.contracts import JobSpec, JobStatus
-    from producer.settings import Settings
-    from worker.engine import EngineServices, ListAudit, run_job
-    from worker.llm.replay_script import parse_script
-    from worker.llm.replay_server import ReplayServer
-    from worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.core.contracts import JobSpec, JobStatus
+    from sandfleet.core.settings import Settings
+    from sandfleet.worker.engine import EngineServices, ListAudit, run_job
+    from sandfleet.worker.llm.replay_script import parse_script
+    from sandfleet.worker.llm.replay_server import ReplayServer
+    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     reply = f"```python\n{REFERENCE_PROGRAM}```\n"
     script = parse_script({"rules": [{"match": "revenue per region", "responses": [reply]}]})
     settings = Settings(
         model_api_key=None, model_base_url=None, pool_size=pool_size, max_sandboxes=max_sandboxes
     )
-    registry = ToolRegistry.from_modules(["worker.tools.examples.orders"])
+    registry = ToolRegistry.from_modules(["sandfleet.worker.tools.examples.orders"])
     spec = JobSpec(question=REFERENCE_QUESTION, tools=["load_orders"], model="openai:replay")
     timings: dict[str, list[float]] = {name: [] for name in FIGURES}
     with (
@@ -88,13 +88,13 @@ def run_jobs(jobs: int, warmup: int, pool_size: int, max_sandboxes: int) -> dict
 
 def pure_parts_s() -> dict[str, float]:
     """Seconds per call of the pure steps, measured in-process: prompt building and program extraction."""
-    from producer.contracts import Turn
-    from worker.engine.extract import extract_program
-    from worker.engine.prompt import first_messages, system_message
-    from worker.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.core.contracts import Turn
+    from sandfleet.worker.engine.extract import extract_program
+    from sandfleet.worker.engine.prompt import first_messages, system_message
+    from sandfleet.worker.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
+    from sandfleet.worker.tools.registry import ToolRegistry
 
-    tools = ToolRegistry.from_modules(["worker.tools.examples.orders"]).describe()
+    tools = ToolRegistry.from_modules(["sandfleet.worker.tools.examples.orders"]).describe()
     history = [
         Turn(role="user", content="earlier question"),
         Turn(role="assistant", content="earlier answer"),
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
-    from worker.scenario import write_reference_data
+    from sandfleet.worker.scenario import write_reference_data
 
     with tempfile.TemporaryDirectory(prefix="sandfleet-bench-") as folder:
         write_reference_data(folder)

@@ -20,9 +20,9 @@ import argparse
 import statistics
 from typing import Any
 
-from worker.loadtest.churn import TRIVIAL_PROGRAM, ChurnResult, measure_churn
-from worker.loadtest.fleet import FleetConfig, LocalFleet
-from worker.loadtest.session import LoadTestOptions, make_plan, run_on_fleet
+from sandfleet.fleet.loadtest.churn import TRIVIAL_PROGRAM, ChurnResult, measure_churn
+from sandfleet.fleet.loadtest.session import LoadTestOptions, make_plan, run_on_fleet
+from sandfleet.fleet.local import FleetConfig, LocalFleet
 
 TARGET_RATIO = 0.9
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from producer.client import Client
-from producer.settings import Settings
-from worker.loadtest.churn import TRIVIAL_PROGRAM
-from worker.loadtest.fleet import FleetConfig, LocalFleet
-from worker.loadtest.phases import PHASES, job_phases
-from worker.loadtest.stats import phase_summaries
+from sandfleet.core.settings import Settings
+from sandfleet.fleet.loadtest.churn import TRIVIAL_PROGRAM
+from sandfleet.fleet.loadtest.phases import PHASES, job_phases
+from sandfleet.fleet.loadtest.stats import phase_summaries
+from sandfleet.fleet.local import FleetConfig, LocalFleet
+from sandfleet.producer.client import Client
 
 TARGET_P50_S = 0.150
 WARMUP_JOBS = 3

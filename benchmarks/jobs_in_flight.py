@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from worker.loadtest.churn import TRIVIAL_PROGRAM, measure_churn
-from worker.loadtest.fleet import FleetConfig, LocalFleet
-from worker.loadtest.session import LoadTestOptions, make_plan, run_on_fleet
+from sandfleet.fleet.loadtest.churn import TRIVIAL_PROGRAM, measure_churn
+from sandfleet.fleet.loadtest.session import LoadTestOptions, make_plan, run_on_fleet
+from sandfleet.fleet.local import FleetConfig, LocalFleet
 
 TARGET_RATIO = 1.2
 TARGET_RSS_BYTES = 1024**3

@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from sandfleet.fleet.local_redis import RedisServer  # noqa: E402
 from tests.reliability.harness import Fleet, kill_round, sleeper_script  # noqa: E402
-from worker.loadtest.local_redis import RedisServer  # noqa: E402
 
 
 def main() -> int:

@@ -26,8 +26,8 @@ PHASES = ("acquire_s", "files_s", "start_s", "run_s")
 
 
 def measure(backend: str, runs: int, warm: bool) -> dict[str, list[float]]:
-    from producer.config import CodeActionSettings, SandboxConfig
-    from worker.runtime import ProgramRuntime
+    from sandfleet.core.config import CodeActionSettings, SandboxConfig
+    from sandfleet.worker.runtime import ProgramRuntime
 
     config = SandboxConfig(backend=backend)
     settings = CodeActionSettings(exec_timeout=30)

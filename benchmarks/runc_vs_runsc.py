@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from producer.config import SandboxConfig
-from worker.loadtest.churn import TRIVIAL_PROGRAM, measure_churn
-from worker.loadtest.fleet import FleetConfig, LocalFleet
-from worker.loadtest.session import LoadTestOptions, make_plan, run_on_fleet
+from sandfleet.core.config import SandboxConfig
+from sandfleet.fleet.loadtest.churn import TRIVIAL_PROGRAM, measure_churn
+from sandfleet.fleet.loadtest.session import LoadTestOptions, make_plan, run_on_fleet
+from sandfleet.fleet.local import FleetConfig, LocalFleet
 
 GVISOR = {"backend": "gvisor"}
 

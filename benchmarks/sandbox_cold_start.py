@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from producer.config import SandboxConfig
+from sandfleet.core.config import SandboxConfig
 
 BACKEND_OF = {"runc": "docker", "runsc": "gvisor"}  # Docker runtime -> SandboxConfig backend
 LABELS = {"sandfleet.benchmark": "cold-start"}
@@ -45,7 +45,7 @@ def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
 
 
 def one_sandbox(config: SandboxConfig, client: Any) -> dict[str, float]:
-    from worker.sandbox.container import SandboxContainer
+    from sandfleet.worker.sandbox.container import SandboxContainer
 
     began = time.perf_counter()
     container = SandboxContainer.start(config, labels=LABELS, client=client)
@@ -68,7 +68,7 @@ def one_sandbox(config: SandboxConfig, client: Any) -> dict[str, float]:
 
 def raw_kwargs(config: SandboxConfig, client: Any) -> dict[str, Any]:
     """The same hardening as a sandbox, for a plain ``containers.run``."""
-    from worker.sandbox.spec import Owner, container_kwargs
+    from sandfleet.worker.sandbox.spec import Owner, container_kwargs
 
     ncpu = int(client.info().get("NCPU", 1))
     kwargs = container_kwargs(config, owner=Owner.current(), host_ncpu=ncpu, labels=LABELS)
@@ -132,7 +132,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
     args = parser.parse_args()
 
-    from worker.sandbox.engine import docker_client, engine_info
+    from sandfleet.worker.sandbox.engine import docker_client, engine_info
 
     client = docker_client()
     info = engine_info(client)

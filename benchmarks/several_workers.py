@@ -16,15 +16,15 @@ import argparse
 import json
 from collections import Counter
 
-from producer.client import Client
-from producer.queue import queue_name
-from producer.settings import Settings
-from worker.loadtest.churn import TRIVIAL_PROGRAM
-from worker.loadtest.driver import run_load
-from worker.loadtest.fleet import FleetConfig, LocalFleet
-from worker.loadtest.report import build_report
-from worker.loadtest.sampler import FleetSampler
-from worker.loadtest.session import LoadTestOptions, make_plan
+from sandfleet.core.queue import queue_name
+from sandfleet.core.settings import Settings
+from sandfleet.fleet.loadtest.churn import TRIVIAL_PROGRAM
+from sandfleet.fleet.loadtest.driver import run_load
+from sandfleet.fleet.loadtest.report import build_report
+from sandfleet.fleet.loadtest.sampler import FleetSampler
+from sandfleet.fleet.loadtest.session import LoadTestOptions, make_plan
+from sandfleet.fleet.local import FleetConfig, LocalFleet
+from sandfleet.producer.client import Client
 
 FINAL = {"succeeded", "failed", "refused", "timed_out"}
 CHUNK = 200

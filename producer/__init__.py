@@ -1,19 +1,4 @@
-"""Sandfleet's producer: job contracts, the client that enqueues them, and the CLI.
+"""The producer: the client that enqueues jobs and reads their records, and its CLI commands.
 
-Importing this package pulls in neither ``docker`` nor ``openai``.
+Imports only :mod:`sandfleet.core`: never ``docker``, ``openai`` or worker code.
 """
-
-from producer.client import BatchHandle, Client, JobHandle
-from producer.config import CodeActionSettings, SandboxConfig
-from producer.contracts import JobResult, JobSpec, JobStatus
-
-__all__ = [
-    "BatchHandle",
-    "Client",
-    "CodeActionSettings",
-    "JobHandle",
-    "JobResult",
-    "JobSpec",
-    "JobStatus",
-    "SandboxConfig",
-]

@@ -15,20 +15,29 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 import redis
 from pydantic import ValidationError
 
-from producer.contracts import FINAL_STATUSES, AuditEvent, JobResult, JobSpec, JobStatus
-from producer.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
-from producer.keys import FleetKeys, check_id
-from producer.queue import TASK_NAME, check_time_limits, describe_redis_error, make_app, queue_name
-from producer.records import GENESIS_HASH, JobRecord, RecordReader, chain_hash, encode_event, queued_fields
-from producer.settings import Settings, get_settings
+from sandfleet.core.contracts import (
+    FINAL_STATUSES,
+    AuditEvent,
+    JobResult,
+    JobSpec,
+    JobStatus,
+    describe_validation_error,
+)
+from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.publish import JobPublisher, PublishError
+from sandfleet.core.queue import check_time_limits, describe_redis_error, make_app, redis_errors
+from sandfleet.core.records import JobRecord, RecordReader
+from sandfleet.core.settings import Settings, get_settings
+from sandfleet.core.store import JobStore
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
 # Waiting for results: BLPOP in slices this long, re-reading the record between slices.
@@ -37,15 +46,6 @@ WAIT_SLICE_S = 2.0
 POLL_FIRST_S = 0.05
 POLL_MAX_S = 1.0
 MAX_ERRORS_SHOWN = 20
-
-
-def describe_validation_error(err: ValidationError) -> str:
-    """``field: reason`` for each problem, joined by ``; ``."""
-    parts = []
-    for item in err.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"]) or "spec"
-        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
-    return "; ".join(parts)
 
 
 def build_spec(spec_or_question: JobSpec | dict[str, Any] | str, **fields: Any) -> JobSpec:
@@ -202,6 +202,7 @@ class Client:
             self.redis_url, decode_responses=True, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S
         )
         self.reader = RecordReader(self.redis, self.keys, self.settings.audit_secret)
+        self.store = JobStore(self.redis, self.settings)
         self._app: Any = None
 
     def __enter__(self) -> Client:
@@ -222,6 +223,10 @@ class Client:
             app_settings = self.settings.model_copy(update={"redis_url": self.redis_url})
             self._app = make_app(app_settings)
         return self._app
+
+    @property
+    def publisher(self) -> JobPublisher:
+        return JobPublisher(self.app, self.settings)
 
     # -- submitting ---------------------------------------------------------------------------
     def submit(self, spec_or_question: JobSpec | dict[str, Any] | str, **fields: Any) -> JobHandle:
@@ -300,109 +305,34 @@ class Client:
             return self.reader.records(self.reader.job_ids(batch, status, limit))
 
     # -- internals ----------------------------------------------------------------------------
-    @contextmanager
-    def redis_errors(self) -> Iterator[None]:
+    def redis_errors(self) -> AbstractContextManager[None]:
         """Redis failures become QueueUnavailableError with a message that says what to check."""
-        try:
-            yield
-        except redis.RedisError as e:
-            raise QueueUnavailableError(describe_redis_error(self.redis_url, e)) from e
+        return redis_errors(self.redis_url)
 
     def _record_queued(self, jobs: list[tuple[str, JobSpec]]) -> None:
         """Write the queued records of ``jobs`` in one transaction: all or nothing."""
-        now, ttl = time.time(), self.settings.retention_s
-        pipe = self.redis.pipeline(transaction=True)
-        for job_id, spec in jobs:
-            record = self.keys.job(job_id)
-            event = AuditEvent(ts=now, job_id=job_id, kind="state", data={"status": JobStatus.QUEUED.value})
-            event_json = encode_event(event)
-            head = chain_hash(self.settings.audit_secret, GENESIS_HASH, event_json)
-            pipe.hset(
-                record, mapping={**queued_fields(job_id, spec, now), "audit_head": head, "audit_count": 1}
-            )
-            pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head})
-            pipe.zadd(self.keys.all_jobs, {job_id: now})
-            pipe.zadd(self.keys.status_index(JobStatus.QUEUED), {job_id: now})
-            for key in (record, self.keys.audit(job_id)):
-                pipe.expire(key, ttl)
-            if spec.batch_id:
-                pipe.rpush(self.keys.batch_jobs(spec.batch_id), job_id)
-                pipe.hincrby(self.keys.batch_counts(spec.batch_id), JobStatus.QUEUED.value, 1)
-                pipe.hincrby(self.keys.batch_counts(spec.batch_id), "total", 1)
-        for batch_id in {spec.batch_id for _, spec in jobs if spec.batch_id}:
-            pipe.expire(self.keys.batch_jobs(batch_id), ttl)
-            pipe.expire(self.keys.batch_counts(batch_id), ttl)
-        pipe.zremrangebyscore(self.keys.all_jobs, "-inf", now - ttl)
         try:
-            pipe.execute()
+            self.store.record_queued(jobs)
         except redis.RedisError as e:  # MULTI/EXEC: nothing of the transaction was applied
             raise QueueUnavailableError(
                 f"{describe_redis_error(self.redis_url, e)}; nothing was enqueued"
             ) from e
 
-    def republish(self, job_id: str) -> bool:
-        """Publish a recorded, unfinished job's message again (its message was lost); False if it ended.
-
-        The job id stays the idempotency key: if the old message turns up after all, the job still ends
-        with exactly one final record.
-        """
-        with self.redis_errors():
-            record = self.reader.record(job_id)
-        if record.status.is_final or record.spec is None:
-            return False
-        with self.app.producer_or_acquire() as producer:
-            self._send(producer, job_id, record.spec)
-        return True
-
     def _publish(self, jobs: list[tuple[str, JobSpec]]) -> None:
         """Publish one message per job; on failure withdraw the records of those not published."""
-        sent = 0
         try:
-            with self.app.producer_or_acquire() as producer:
-                for job_id, spec in jobs:
-                    self._send(producer, job_id, spec)
-                    sent += 1
-        except Exception as e:
-            self._withdraw(jobs[sent:])
+            self.publisher.send_all(jobs)
+        except PublishError as e:
+            self.store.withdraw(jobs[e.sent :])
             what = (
                 "nothing was enqueued"
-                if sent == 0
+                if e.sent == 0
                 else (
-                    f"{sent} of {len(jobs)} jobs were enqueued and will run; the other {len(jobs) - sent} were withdrawn"
+                    f"{e.sent} of {len(jobs)} jobs were enqueued and will run; the other {len(jobs) - e.sent} were withdrawn"
                 )
             )
-            raise QueueUnavailableError(f"{describe_redis_error(self.redis_url, e)}; {what}") from e
-
-    def _send(self, producer: Any, job_id: str, spec: JobSpec) -> None:
-        """One task message, by name: the job id as task id, the spec as JSON; Flower shows the question."""
-        soft, hard = check_time_limits(self.settings, spec)
-        self.app.send_task(
-            TASK_NAME,
-            args=[job_id, spec.model_dump(mode="json")],
-            task_id=job_id,
-            queue=queue_name(self.settings),
-            soft_time_limit=soft,
-            time_limit=hard,
-            argsrepr=repr([spec.question[:60]]),
-            kwargsrepr=repr({"job_id": job_id}),
-            producer=producer,
-        )
-
-    def _withdraw(self, jobs: list[tuple[str, JobSpec]]) -> None:
-        """Undo :meth:`_record_queued` for jobs whose message was never published (best effort)."""
-        pipe = self.redis.pipeline(transaction=True)
-        for job_id, spec in jobs:
-            pipe.delete(*self.keys.job_keys(job_id))
-            pipe.zrem(self.keys.all_jobs, job_id)
-            pipe.zrem(self.keys.status_index(JobStatus.QUEUED), job_id)
-            if spec.batch_id:
-                pipe.lrem(self.keys.batch_jobs(spec.batch_id), 1, job_id)
-                pipe.hincrby(self.keys.batch_counts(spec.batch_id), JobStatus.QUEUED.value, -1)
-                pipe.hincrby(self.keys.batch_counts(spec.batch_id), "total", -1)
-        try:
-            pipe.execute()
-        except redis.RedisError:
-            pass  # Redis is gone: the records expire with the retention; the worker ignores them
+            cause = e.__cause__ or e
+            raise QueueUnavailableError(f"{describe_redis_error(self.redis_url, cause)}; {what}") from cause
 
 
 def new_job_id() -> str:

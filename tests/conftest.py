@@ -32,11 +32,11 @@ from pathlib import Path
 import pytest
 from sandfleet_testing import skip_or_fail
 
-from worker.loadtest.local_redis import NO_PERSISTENCE, RedisServer, free_port  # noqa: F401 - shared with tests
+from sandfleet.fleet.local_redis import NO_PERSISTENCE, RedisServer, free_port  # noqa: F401 - shared with tests
 
 IN_CI = bool(os.environ.get("CI"))
 LEFTOVER_GRACE_S = 5.0  # containers being removed by a background thread get this long to go
-LABEL_ROLE = "sandfleet.role"  # as in worker.sandbox.engine; repeated so this file imports no SDK
+LABEL_ROLE = "sandfleet.role"  # as in sandfleet.worker.sandbox.engine; repeated so this file imports no SDK
 
 
 @pytest.fixture(name="skip_or_fail")
@@ -90,16 +90,16 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 
 
 @pytest.fixture(scope="session")
-def docker_engine():  # -> worker.sandbox.engine.EngineInfo
+def docker_engine():  # -> sandfleet.worker.sandbox.engine.EngineInfo
     """What the engine offers (version, runtimes, images). Skips locally when none answers."""
-    from producer.errors import SandfleetError
+    from sandfleet.core.errors import SandfleetError
 
     # A failed first connection can leave the SDK's socket unclosed; it is freed with the exception.
     # Its ResourceWarning is not the test's business (warnings are errors), so it is muted here.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         try:
-            from worker.sandbox.engine import engine_info
+            from sandfleet.worker.sandbox.engine import engine_info
 
             return engine_info()
         except (SandfleetError, ImportError) as e:

@@ -15,7 +15,7 @@ With ``base="python-slim"`` the same Dockerfiles build FROM ``python:3.11-slim``
 registry; no base image is made then. That path cannot run on a host without a registry, so only the
 commands it would run are tested.
 
-The Docker SDK stays in ``worker.sandbox.engine``: this module drives the ``docker`` CLI and
+The Docker SDK stays in ``sandfleet.worker.sandbox.engine``: this module drives the ``docker`` CLI and
 ``debootstrap`` with subprocess, and reports failures as ``SandboxError`` with the tool's last words.
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from producer.errors import SandboxError
+from sandfleet.core.errors import SandboxError
 
 BASE_TAG = "sandfleet/base:bookworm"
 SANDBOX_TAG = "sandfleet/sandbox:py3.11"

@@ -31,14 +31,13 @@ from typing import Any
 
 import redis
 
-from producer.contracts import JobStatus
-from producer.keys import FleetKeys
+from sandfleet.core.contracts import JobStatus
+from sandfleet.core.keys import HEARTBEAT_TTL_S, FleetKeys
 
 log = logging.getLogger("sandfleet.recovery")
 _PROCESS_STARTED = time.monotonic()  # this module is imported when the worker process starts
 
 HEARTBEAT_INTERVAL_S = 2.0
-HEARTBEAT_TTL_S = 10
 SWEEP_INTERVAL_S = 5.0
 ORPHAN_AFTER_S = 30.0
 RECOVERY_LOCK_MS = 15_000

@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from producer.config import SandboxConfig
-from producer.contracts import AuditEvent, JobResult, JobSpec, ToolCallRecord
-from producer.errors import InvalidSpecError
-from worker.runtime import ProgramRuntime, RunResult
-from worker.sandbox.pool import SandboxPool
-from worker.tools.registry import ToolRegistry
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, ToolCallRecord
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.runtime import ProgramRuntime, RunResult
+from sandfleet.worker.sandbox.pool import SandboxPool
+from sandfleet.worker.tools.registry import ToolRegistry
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.config import CodeActionSettings, SandboxConfig
-from producer.contracts import ToolCallRecord
-from producer.errors import InvalidSpecError
-from worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
-from worker.sandbox.pool import SandboxPool
-from worker.tools.registry import ToolRegistry
+from sandfleet.core.config import CodeActionSettings, SandboxConfig
+from sandfleet.core.contracts import Limit, ToolCallRecord
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.sandbox.pool import SandboxPool
+from sandfleet.worker.tools.registry import ToolRegistry
 
 log = logging.getLogger("sandfleet.runtime")
 
@@ -60,7 +60,7 @@ class RunResult:
     result: Any = None
     result_text: str | None = None
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
-    limits_hit: list[str] = field(default_factory=list)
+    limits_hit: list[Limit] = field(default_factory=list)
     oom_killed: bool = False
     error: str | None = None
     container_id: str | None = None
@@ -79,9 +79,9 @@ class RunResult:
             return f"the program timed out (killed at {self.timings.get('exec_timeout_s', 0):g} s)"
         if self.error:
             return self.error
-        if "tool_calls" in self.limits_hit and self.exit_code != 0:
+        if Limit.TOOL_CALLS in self.limits_hit and self.exit_code != 0:
             return f"the program exceeded its tool-call budget and exited with code {self.exit_code}"
-        if self.oom_killed or (self.exit_code == 137 and "memory" in self.limits_hit):
+        if self.oom_killed or (self.exit_code == 137 and Limit.MEMORY in self.limits_hit):
             return "the program ran out of memory (exit code 137)"
         if self.exit_code != 0:
             return f"the program exited with code {self.exit_code}"
@@ -167,9 +167,9 @@ class ProgramRuntime:
         found, payload = parse_result_line(done.result_line)
         limits = list(done.limits_hit)
         if bridge.budget_exceeded:
-            limits.append("tool_calls")
+            limits.append(Limit.TOOL_CALLS)
         if done.result_overflow:
-            limits.append("result_size")
+            limits.append(Limit.RESULT_SIZE)
         error = done.protocol_error if not done.timed_out else None
         if done.result_overflow and error is None:
             error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"

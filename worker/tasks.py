@@ -1,7 +1,9 @@
 """The Celery task ``sandfleet.run_job`` and what one delivery of it does.
 
-The task is thin: it hands the message to :func:`run_delivery` (plain Python, callable without
-Celery) and turns a transient failure into ``self.retry`` with exponential backoff. Every job is
+The task is thin: :func:`register_task` adds it to the worker's app; it hands the message to
+:func:`run_delivery` (plain Python, callable without Celery) with the process's
+:class:`~sandfleet.worker.state.WorkerState`, and turns a transient failure into ``self.retry``
+with exponential backoff. Every job is
 assumed to run more than once: the job id is the idempotency key, and the store writes exactly one
 final record however many deliveries race.
 
@@ -16,37 +18,32 @@ One delivery:
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import redis
+from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
-from celery.signals import task_rejected, task_unknown, worker_process_shutdown, worker_shutdown
 from pydantic import ValidationError
 
-from producer.client import describe_validation_error
-from producer.contracts import JobResult, JobSpec, JobStatus
-from producer.errors import ModelUnavailableError, TransientError
-from producer.keys import check_id
-from producer.queue import TASK_NAME
-from producer.settings import Settings, get_settings
-from worker.celery_app import CONF_MAX_SANDBOXES, app
-from worker.store import JobStore, RedisAuditSink, Transition
+from sandfleet.core.audit import RedisAuditSink
+from sandfleet.core.contracts import AuditKind, ErrorKind, JobSpec, JobStatus, describe_validation_error
+from sandfleet.core.errors import ModelUnavailableError, TransientError
+from sandfleet.core.keys import check_id
+from sandfleet.core.queue import TASK_NAME
+from sandfleet.core.settings import (
+    DEFAULT_TRANSIENT_BACKOFF_MAX_S,
+    DEFAULT_TRANSIENT_BACKOFF_S,
+    DEFAULT_TRANSIENT_RETRIES,
+)
+from sandfleet.core.store import JobStore, Transition
+from sandfleet.worker.state import JobRunner, WorkerState
 
 log = logging.getLogger(__name__)
 
-# Defaults of Settings.transient_retries / transient_backoff_s / transient_backoff_max_s.
-MAX_TRANSIENT_RETRIES = 5
-RETRY_BACKOFF_BASE_S = 5.0
-RETRY_BACKOFF_MAX_S = 300.0
-
-# run(spec, job_id, audit) -> JobResult: the engine, bound to this process's services.
-JobRunner = Callable[[JobSpec, str, RedisAuditSink], JobResult]
-
 
 def compute_backoff(
-    retries: int, base_s: float = RETRY_BACKOFF_BASE_S, max_s: float = RETRY_BACKOFF_MAX_S
+    retries: int, base_s: float = DEFAULT_TRANSIENT_BACKOFF_S, max_s: float = DEFAULT_TRANSIENT_BACKOFF_MAX_S
 ) -> float:
     """Seconds to wait before retry number ``retries + 1``: base, 2 x base, 4 x base ... capped."""
     return min(max_s, base_s * 2 ** max(0, retries))
@@ -95,40 +92,48 @@ def run_delivery(
         return None
     audit = RedisAuditSink(store.redis, settings, job_id)
 
-    def finish(status: JobStatus, kind: str, message: str) -> JobStatus:
+    def finish(status: JobStatus, kind: ErrorKind, message: str) -> JobStatus:
         if not _ended(store, job_id):  # a late duplicate adds no second final event
-            audit.emit("state", {"status": status.value, "error": {"kind": kind, "message": message}})
+            audit.emit(
+                AuditKind.STATE, {"status": status.value, "error": {"kind": kind.value, "message": message}}
+            )
         store.finish_with_error(job_id, status, kind, message, worker=worker)
         return status
 
     if deliveries > settings.max_deliveries:
         message = f"stopped after {settings.max_deliveries} deliveries: the job killed its worker each time"
-        return finish(JobStatus.FAILED, "crash_loop", message)
+        return finish(JobStatus.FAILED, ErrorKind.CRASH_LOOP, message)
     try:
         spec = JobSpec.model_validate(spec_data)
     except ValidationError as e:
-        return finish(JobStatus.REFUSED, "invalid_spec", f"invalid job spec: {describe_validation_error(e)}")
+        return finish(
+            JobStatus.REFUSED, ErrorKind.INVALID_SPEC, f"invalid job spec: {describe_validation_error(e)}"
+        )
     if store.mark_running(job_id, worker) != Transition.APPLIED:
         return None
-    audit.emit("state", {"status": "running", "worker": worker, "delivery": deliveries, "retries": retries})
+    audit.emit(
+        AuditKind.STATE, {"status": "running", "worker": worker, "delivery": deliveries, "retries": retries}
+    )
     try:
         result = run(spec, job_id, audit)
     except TransientError as e:
-        what = "model unavailable" if isinstance(e, ModelUnavailableError) else "sandbox unavailable"
+        model = isinstance(e, ModelUnavailableError)
+        what = "model unavailable" if model else "sandbox unavailable"
         if last_try:
-            return finish(JobStatus.FAILED, type(e).__name__, f"{what}: {e} (after {retries} retries)")
-        audit.emit("state", {"status": "queued", "retry": retries + 1, "error": f"{what}: {e}"})
+            kind = ErrorKind.MODEL_UNAVAILABLE if model else ErrorKind.SANDBOX_UNAVAILABLE
+            return finish(JobStatus.FAILED, kind, f"{what}: {e} (after {retries} retries)")
+        audit.emit(AuditKind.STATE, {"status": "queued", "retry": retries + 1, "error": f"{what}: {e}"})
         store.mark_queued(job_id)
         raise
     except SoftTimeLimitExceeded:
-        return finish(JobStatus.TIMED_OUT, "time_limit", "the job passed its soft time limit")
+        return finish(JobStatus.TIMED_OUT, ErrorKind.TIME_LIMIT, "the job passed its soft time limit")
     except redis.RedisError:
         raise  # the records cannot be written: the task retries the delivery (not a job failure)
     except Exception as e:
         log.exception("job %s: the engine raised", job_id)
-        return finish(JobStatus.FAILED, "internal_error", f"{type(e).__name__}: {e}")
+        return finish(JobStatus.FAILED, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
     if not _ended(store, job_id):  # a late duplicate adds no second final event
-        audit.emit("state", {"status": result.status.value})
+        audit.emit(AuditKind.STATE, {"status": result.status.value})
     store.finish(job_id, result, worker=worker)
     return result.status
 
@@ -138,90 +143,32 @@ def _ended(store: JobStore, job_id: str) -> bool:
     return status is not None and status.is_final
 
 
-# -- per-process resources: one store and one EngineServices (sandbox pool, tools, model clients) --
-_lock = threading.Lock()
-_store: JobStore | None = None
-_services: Any = None
+def register_task(app: Celery, state: WorkerState) -> None:
+    """Add ``sandfleet.run_job`` to the worker's app; it runs each delivery with ``state``."""
 
-
-def process_store(settings: Settings | None = None) -> JobStore:
-    global _store
-    with _lock:
-        if _store is None:
-            _store = JobStore.from_settings(settings or get_settings())
-        return _store
-
-
-def engine_runner() -> JobRunner:
-    """``run_job`` bound to this process's EngineServices, started on first use."""
-    global _services
-    from worker.engine import EngineServices, run_job  # imported here: worker modules import without it
-
-    with _lock:
-        if _services is None:
-            _services = EngineServices.start(get_settings(), max_sandboxes=app.conf.get(CONF_MAX_SANDBOXES))
-        services = _services
-
-    def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
-        return run_job(spec, job_id, services=services, audit=audit)
-
-    return run
-
-
-@worker_shutdown.connect
-@worker_process_shutdown.connect
-def close_services(**_: Any) -> None:
-    """Drain the sandbox pool when the worker (or a prefork child) stops."""
-    global _services
-    with _lock:
-        services, _services = _services, None
-    if services is not None:
+    @app.task(name=TASK_NAME, bind=True, max_retries=DEFAULT_TRANSIENT_RETRIES)
+    def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
+        """Run one job; returns ``{"job_id", "status"}`` (shown by Flower; the record has the rest)."""
+        settings = state.settings
+        retries = self.request.retries
+        backoff = compute_backoff(retries, settings.transient_backoff_s, settings.transient_backoff_max_s)
         try:
-            services.close()
-        except Exception:
-            log.exception("closing the engine services failed")
-
-
-@task_rejected.connect
-def record_rejected_message(message: Any = None, exc: BaseException | None = None, **_: Any) -> None:
-    """Celery discarded a message it cannot run (pickle or other refused content, bad format)."""
-    headers = getattr(message, "headers", None) or {}
-    process_store().record_rejected(
-        "invalid message", task=headers.get("task"), id=headers.get("id"), error=repr(exc)[:500]
-    )
-
-
-@task_unknown.connect
-def record_unknown_task(name: str = "", id: str = "", exc: BaseException | None = None, **_: Any) -> None:
-    """Celery discarded a message for a task this worker does not have."""
-    process_store().record_rejected("unknown task", task=name, id=id)
-
-
-@app.task(name=TASK_NAME, bind=True, max_retries=MAX_TRANSIENT_RETRIES)
-def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
-    """Run one job; returns ``{"job_id", "status"}`` (shown by Flower; the record has the rest)."""
-    retries = self.request.retries
-    settings = get_settings()
-    backoff = compute_backoff(retries, settings.transient_backoff_s, settings.transient_backoff_max_s)
-    from worker.lifecycle import job_running_elsewhere, running_here
-
-    try:
-        with running_here(job_id):
-            status = run_delivery(
-                process_store(),
-                job_id,
-                spec,
-                run=lambda s, j, a: engine_runner()(s, j, a),
-                retries=retries,
-                last_try=retries >= settings.transient_retries,
-                worker=self.request.hostname or "",
-                running_elsewhere=job_running_elsewhere,
-            )
-    except TransientError as e:
-        raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e
-    except redis.RedisError as e:
-        # The records cannot be written (Redis restarting, full): run the job again later rather than
-        # acknowledge a message whose job has no final record. Not counted against the engine's retries.
-        log.warning("job %s: Redis failed (%s); retrying the delivery later", job_id, e)
-        raise self.retry(exc=e, countdown=backoff, max_retries=retries + 1) from e
-    return {"job_id": job_id, "status": status.value if status else None}
+            with state.running.running(job_id):
+                status = run_delivery(
+                    state.store,
+                    job_id,
+                    spec,
+                    run=lambda s, j, a: state.engine()(s, j, a),
+                    retries=retries,
+                    last_try=retries >= settings.transient_retries,
+                    worker=self.request.hostname or "",
+                    running_elsewhere=state.running_elsewhere,
+                )
+        except TransientError as e:
+            raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e
+        except redis.RedisError as e:
+            # The records cannot be written (Redis restarting, full): run the job again later rather than
+            # acknowledge a message whose job has no final record. Not counted against the engine's retries.
+            log.warning("job %s: Redis failed (%s); retrying the delivery later", job_id, e)
+            raise self.retry(exc=e, countdown=backoff, max_retries=retries + 1) from e
+        return {"job_id": job_id, "status": status.value if status else None}

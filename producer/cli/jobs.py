@@ -17,10 +17,10 @@ from typing import Any
 
 import click
 
-from producer.cli.options import parse_options, sandbox_option
-from producer.client import BatchProgress, Client, build_spec
-from producer.contracts import JobResult, JobSpec, JobStatus
-from producer.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.contracts import JobResult, JobSpec, JobStatus
+from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.options import parse_options, sandbox_option
+from sandfleet.producer.client import BatchProgress, Client, build_spec
 
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from worker.bridge.host import ToolBridge, call_key
-from worker.tools.registry import ToolRegistry, side_effects
+from sandfleet.worker.bridge.host import ToolBridge, call_key
+from sandfleet.worker.tools.registry import ToolRegistry, side_effects
 
 SENT: list[str] = []
 

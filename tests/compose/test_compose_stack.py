@@ -31,11 +31,11 @@ import pytest
 import redis
 import yaml
 
-from producer.client import Client
-from producer.contracts import JobStatus
-from producer.settings import Settings
-from worker.loadtest.local_redis import free_port
-from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+from sandfleet.core.contracts import JobStatus
+from sandfleet.core.settings import Settings
+from sandfleet.fleet.local_redis import free_port
+from sandfleet.producer.client import Client
+from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -100,7 +100,7 @@ def test_services_and_their_safety(compose: list[str]) -> None:
             assert str(port).startswith("127.0.0.1:"), (name, port)
     worker, flower = services["worker"], services["flower"]
     assert any(str(v).startswith("/var/run/docker.sock:/var/run/docker.sock") for v in worker["volumes"])
-    assert worker["environment"]["SANDFLEET_TOOLS"] == "worker.tools.examples.orders"
+    assert worker["environment"]["SANDFLEET_TOOLS"] == "sandfleet.worker.tools.examples.orders"
     assert worker["environment"]["SANDFLEET_REDIS_URL"] == "redis://:sandfleet-local@redis:6379/0"
     assert services["redis"]["environment"]["REDIS_PASSWORD"] == "sandfleet-local"
     # Flower listens on every interface of its container, so it must have (and does) basic auth.

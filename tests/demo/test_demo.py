@@ -13,10 +13,15 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.settings import Settings
-from worker.cli.demo import choose_model, demo_replay_script, payload_totals, totals_match
-from worker.engine.extract import extract_program
-from worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, expected_q3_revenue, generate_orders
+from sandfleet.core.settings import Settings
+from sandfleet.fleet.demo import choose_model, demo_replay_script, payload_totals, totals_match
+from sandfleet.worker.engine.extract import extract_program
+from sandfleet.worker.scenario import (
+    REFERENCE_ANSWER,
+    REFERENCE_PROGRAM,
+    expected_q3_revenue,
+    generate_orders,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
@@ -34,8 +39,8 @@ def test_deploy_replay_script_is_the_demo_script() -> None:
 
 
 def test_replay_script_answers_the_reference_question_with_the_reference_program() -> None:
-    from worker.llm.replay_script import parse_script
-    from worker.scenario import REFERENCE_QUESTION
+    from sandfleet.worker.llm.replay_script import parse_script
+    from sandfleet.worker.scenario import REFERENCE_QUESTION
 
     script = parse_script(demo_replay_script(), source="demo")
     rule = next(r for r in script.rules if r.pattern.search(REFERENCE_QUESTION))

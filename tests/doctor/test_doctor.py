@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.settings import Settings
-from worker.cli.doctor import (
+from sandfleet.core.settings import Settings
+from sandfleet.worker.cli.doctor import (
     Check,
     exit_status,
     hide_password,
@@ -20,7 +20,7 @@ from worker.cli.doctor import (
     render_table,
     runtime_checks,
 )
-from worker.images import DATA_SCIENCE_TAG, SANDBOX_TAG
+from sandfleet.worker.images import DATA_SCIENCE_TAG, SANDBOX_TAG
 
 SANDFLEET = str(Path(sys.executable).parent / "sandfleet")
 NOBODY_LISTENS = "redis://127.0.0.1:1/0"  # port 1: connection refused at once

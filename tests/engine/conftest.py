@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 
-from producer.config import DEFAULT_IMAGE
-from worker.llm.replay_registry import stop_shared_replay_servers
-from worker.llm.replay_script import parse_script
-from worker.llm.replay_server import ReplayServer
-from worker.scenario import write_reference_data
+from sandfleet.core.config import DEFAULT_IMAGE
+from sandfleet.worker.llm.replay_registry import stop_shared_replay_servers
+from sandfleet.worker.llm.replay_script import parse_script
+from sandfleet.worker.llm.replay_server import ReplayServer
+from sandfleet.worker.scenario import write_reference_data
 
 from .helpers import TOOL_MODULES, containers_of_this_process, engine_settings, skip_or_fail
 
@@ -41,8 +41,8 @@ def _no_model_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def engine_services(request: pytest.FixtureRequest) -> Iterator[Any]:
     """One EngineServices per test module: warm containers are shared, each run still gets a fresh one."""
-    from worker.engine import EngineServices
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.engine import EngineServices
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     info = request.getfixturevalue("docker_engine")  # session-scoped; skips without an engine
     if DEFAULT_IMAGE not in info.images:

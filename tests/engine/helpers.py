@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from producer.contracts import JobResult, JobSpec
-from producer.settings import Settings
+from sandfleet.core.contracts import JobResult, JobSpec
+from sandfleet.core.settings import Settings
 
 IN_CI = bool(os.environ.get("CI"))
 HERE = Path(__file__).resolve().parent
 INJECTED_TOOLS = str(HERE / "injected_tools.py")
 TOOL_MODULES = [
-    "worker.tools.examples.orders",
-    "worker.tools.examples.files",
-    "worker.tools.examples.side",
+    "sandfleet.worker.tools.examples.orders",
+    "sandfleet.worker.tools.examples.files",
+    "sandfleet.worker.tools.examples.side",
     INJECTED_TOOLS,
 ]
 # The replay server answers "openai:<anything>" at its base URL; the id sent is "replay".
@@ -39,7 +39,7 @@ def skip_or_fail(reason: str) -> None:
 
 def owner_label(pid: int | None = None) -> str:
     """The ``sandfleet.owner`` label value of containers started by process ``pid`` (default: this one)."""
-    from worker.sandbox.spec import Owner, process_start_ticks
+    from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 
     if pid is None:
         return Owner.current().label()
@@ -93,7 +93,7 @@ def job(question: str, *, tools: list[str] | None = None, **fields: Any) -> JobS
 
 def run(spec: JobSpec, services: Any, server: Any, audit: Any = None, job_id: str = "test-job") -> JobResult:
     """``run_job`` against a replay server, through the real openai client."""
-    from worker.engine import NullAudit, run_job
+    from sandfleet.worker.engine import NullAudit, run_job
 
     return run_job(spec, job_id, services=services, audit=audit or NullAudit(), base_url=server.base_url)
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.contracts import JobResult, JobStatus
-from worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
+from sandfleet.core.contracts import JobResult, JobStatus
+from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
 
 from .helpers import clean_env, python_block, sandfleet_ask
 
@@ -31,7 +31,7 @@ def test_the_reference_scenario_prints_the_four_totals(
     args = (
         REFERENCE_QUESTION,
         "--tools",
-        "worker.tools.examples.orders",
+        "sandfleet.worker.tools.examples.orders",
         "--model",
         f"replay:{reference_script}",
     )
@@ -62,7 +62,12 @@ def test_no_key_and_no_base_url_is_refused_before_any_sandbox_starts(
 ) -> None:
     env = clean_env(SANDFLEET_DATA_DIR=str(orders_dir))
     done, created = sandfleet_ask(
-        REFERENCE_QUESTION, "--tools", "worker.tools.examples.orders", "--model", "openai:gpt-5-mini", env=env
+        REFERENCE_QUESTION,
+        "--tools",
+        "sandfleet.worker.tools.examples.orders",
+        "--model",
+        "openai:gpt-5-mini",
+        env=env,
     )
 
     assert done.returncode != 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.engine.extract import extract_program
+from sandfleet.worker.engine.extract import extract_program
 
 
 def test_the_first_python_block_is_the_program() -> None:

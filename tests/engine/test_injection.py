@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from producer.contracts import JobStatus
+from sandfleet.core.contracts import JobStatus
 
 from .helpers import job, python_block, run
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from producer.contracts import JobStatus
-from producer.errors import ModelUnavailableError
-from worker.engine import ListAudit
+from sandfleet.core.contracts import JobStatus
+from sandfleet.core.errors import ModelUnavailableError
+from sandfleet.worker.engine import ListAudit
 
 from .helpers import job, python_block, run
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import worker.engine.prompt as prompt_module
-from producer.contracts import Turn
-from worker.engine.prompt import first_messages, repair_message, system_message, template
-from worker.tools.registry import ToolRegistry
+import sandfleet.worker.engine.prompt as prompt_module
+from sandfleet.core.contracts import Turn
+from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message, template
+from sandfleet.worker.tools.registry import ToolRegistry
 
 
 def monthly_sales(region: str, month: int = 7) -> list[dict]:
@@ -143,7 +143,7 @@ def test_repair_message_for_a_reply_without_code_has_no_run_details() -> None:
 
 @pytest.mark.parametrize("name", ["system", "repair", "no_tools"])
 def test_prompt_texts_are_package_data(name: str) -> None:
-    resource = resources.files("worker.engine").joinpath("prompts", f"{name}.txt")
+    resource = resources.files("sandfleet.worker.engine").joinpath("prompts", f"{name}.txt")
     assert resource.is_file()
     assert template(name) == resource.read_text()
 
@@ -159,4 +159,4 @@ def test_packaging_ships_the_prompt_files() -> None:
 
     pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
     package_data = tomllib.loads(pyproject.read_text())["tool"]["setuptools"]["package-data"]
-    assert "engine/prompts/*.txt" in package_data["worker"]
+    assert "engine/prompts/*.txt" in package_data["sandfleet.worker"]

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from producer.contracts import JobStatus
-from worker.engine import EngineServices, ListAudit
-from worker.tools.registry import ToolRegistry
+from sandfleet.core.contracts import JobStatus
+from sandfleet.worker.engine import EngineServices, ListAudit
+from sandfleet.worker.tools.registry import ToolRegistry
 
 from .helpers import engine_settings, job, python_block, run
 
@@ -17,7 +17,7 @@ from .helpers import engine_settings, job, python_block, run
 @pytest.fixture
 def idle_services() -> Iterator[EngineServices]:
     """Services that have started nothing: no warm pool, so any container would be the job's."""
-    registry = ToolRegistry.from_modules(["worker.tools.examples.orders"])
+    registry = ToolRegistry.from_modules(["sandfleet.worker.tools.examples.orders"])
     with EngineServices.start(engine_settings(), registry=registry, pool_size=0, max_sandboxes=1) as services:
         yield services
 
@@ -61,7 +61,7 @@ def test_an_image_outside_the_policy_is_refused(idle_services: EngineServices, s
 
 
 def test_an_unknown_model_provider_is_refused(idle_services: EngineServices) -> None:
-    from worker.engine import run_job
+    from sandfleet.worker.engine import run_job
 
     audit = ListAudit()
     spec = job("q").model_copy(update={"model": "acme:big-model"})

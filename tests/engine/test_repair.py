@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from producer.contracts import JobStatus
-from worker.engine import ListAudit
-from worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
+from sandfleet.core.contracts import JobStatus
+from sandfleet.worker.engine import ListAudit
+from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
 
 from .helpers import job, model_requests, python_block, run
 

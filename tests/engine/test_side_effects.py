@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from producer.contracts import JobStatus
-from worker.engine import ListAudit
-from worker.tools.examples.side import OUTBOX_FILENAME
+from sandfleet.core.contracts import JobStatus
+from sandfleet.worker.engine import ListAudit
+from sandfleet.worker.tools.examples.side import OUTBOX_FILENAME
 
 from .helpers import job, python_block, run
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from producer.client import Client
-from producer.settings import Settings, get_settings
-from worker.store import JobStore
+from sandfleet.core.settings import Settings, get_settings
+from sandfleet.core.store import JobStore
+from sandfleet.producer.client import Client
 
 from .helpers import fleet_settings_for, keys_under
 

@@ -6,8 +6,8 @@ import uuid
 
 import redis
 
-from producer.settings import Settings
-from worker.loadtest.local_redis import free_port as free_port  # shared by the tests here
+from sandfleet.core.settings import Settings
+from sandfleet.fleet.local_redis import free_port as free_port  # shared by the tests here
 
 AUDIT_SECRET = "fleet-test-secret"
 

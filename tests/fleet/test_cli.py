@@ -11,12 +11,12 @@ from pathlib import Path
 import redis
 from click.testing import CliRunner
 
-from producer.cli import main
-from producer.client import Client
-from producer.contracts import JobResult, JobStatus
-from producer.queue import queue_name
-from producer.settings import Settings
-from worker.store import JobStore
+from sandfleet.cli import main
+from sandfleet.core.contracts import JobResult, JobStatus
+from sandfleet.core.queue import queue_name
+from sandfleet.core.settings import Settings
+from sandfleet.core.store import JobStore
+from sandfleet.producer.client import Client
 
 from .helpers import keys_under
 

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 import redis
 
-from producer.client import Client
-from producer.contracts import JobResult, JobSpec, JobStatus
-from producer.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
-from producer.queue import TASK_NAME, make_app, queue_name
-from producer.settings import Settings
-from worker.store import JobStore
+from sandfleet.core.contracts import JobResult, JobSpec, JobStatus
+from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.queue import TASK_NAME, make_app, queue_name
+from sandfleet.core.settings import Settings
+from sandfleet.core.store import JobStore
+from sandfleet.producer.client import Client
 
 from .helpers import fleet_settings_for, free_port, keys_under
 
@@ -186,7 +186,7 @@ def test_a_failed_publish_withdraws_the_record(
 
 def test_importing_the_producer_pulls_in_neither_docker_nor_openai() -> None:
     code = (
-        "import producer, producer.client, producer.cli.jobs, sys; "
+        "import producer, sandfleet.producer.client, sandfleet.producer.cli.jobs, sys; "
         "bad = [m for m in ('docker', 'openai', 'worker') if m in sys.modules]; "
         "assert not bad, bad"
     )

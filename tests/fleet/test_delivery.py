@@ -1,4 +1,4 @@
-"""One delivery of ``sandfleet.run_job`` (``worker.tasks.run_delivery``) against a real Redis.
+"""One delivery of ``sandfleet.run_job`` (``sandfleet.worker.tasks.run_delivery``) against a real Redis.
 
 The engine is passed in as a function, so the bookkeeping around it is tested on its own: retries on
 transient failures, the last try, crash loops, duplicates. Real engine runs are in test_e2e_worker.py.
@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from producer.client import Client
-from producer.contracts import JobResult, JobSpec, JobStatus
-from producer.errors import ModelUnavailableError, SandboxUnavailableError
-from worker.store import JobStore, RedisAuditSink
-from worker.tasks import run_delivery
+from sandfleet.core.audit import RedisAuditSink
+from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
+from sandfleet.core.errors import ModelUnavailableError, SandboxUnavailableError
+from sandfleet.core.store import JobStore
+from sandfleet.producer.client import Client
+from sandfleet.worker.tasks import run_delivery
 
 
 def never_run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
@@ -44,7 +45,7 @@ def test_after_the_last_retry_the_job_fails_with_sandbox_unavailable(client: Cli
     status = run_delivery(store, job.job_id, spec, run=docker_down, retries=5, last_try=True, worker="w1")
     assert status == JobStatus.FAILED
     result = job.result(timeout=1)
-    assert result.error.kind == "SandboxUnavailableError"
+    assert result.error.kind == ErrorKind.SANDBOX_UNAVAILABLE
     assert result.error.message.startswith("sandbox unavailable: cannot reach the Docker engine")
     assert job.verify_audit() == (True, None)
 

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.contracts import JobStatus
-from producer.settings import Settings
-from worker.sandbox.spec import Owner, process_start_ticks
+from sandfleet.core.contracts import JobStatus
+from sandfleet.core.settings import Settings
+from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 
 from .helpers import fleet_settings_for, keys_under
 from .test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
@@ -35,7 +35,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
 
 
 def script(folder: Path, *, latency: float = 0.0) -> str:
-    from worker.scenario import REFERENCE_PROGRAM
+    from sandfleet.worker.scenario import REFERENCE_PROGRAM
 
     body = {
         "rules": [{"match": "(?i)revenue per region", "responses": [f"```python\n{REFERENCE_PROGRAM}```"]}],
@@ -50,14 +50,14 @@ def script(folder: Path, *, latency: float = 0.0) -> str:
 def scale_fleet(
     redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[FleetWorker]:
-    from worker.scenario import write_reference_data
+    from sandfleet.worker.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("scale-fleet")
     (folder / "data").mkdir()
     write_reference_data(folder / "data")
     settings = fleet_settings_for(redis_server)
     worker = start_worker(
-        settings, folder, tools="worker.tools.examples.orders", sandboxes=4, concurrency=200
+        settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=4, concurrency=200
     )
     worker.folder = folder  # type: ignore[attr-defined]
     yield worker
@@ -100,7 +100,7 @@ def test_batches_of_fifty_from_csv_and_jsonl_write_their_results(
 
 
 def test_a_finished_job_replays_to_the_same_result(scale_fleet: FleetWorker) -> None:
-    from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     model = script(scale_fleet.folder)  # type: ignore[attr-defined]
     job = scale_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=model)

@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.client import Client
-from producer.contracts import JobSpec, JobStatus
-from producer.queue import TASK_NAME, queue_name
-from producer.settings import Settings
+from sandfleet.core.contracts import JobSpec, JobStatus
+from sandfleet.core.queue import TASK_NAME, queue_name
+from sandfleet.core.settings import Settings
+from sandfleet.producer.client import Client
 
 from .helpers import fleet_settings_for, keys_under
 
@@ -217,7 +217,7 @@ def test_poison_messages_do_not_kill_the_worker(fleet: FleetWorker) -> None:
 # ---- real jobs: Docker sandboxes, the example tools, the replay model over HTTP ----------------
 def replay_script(folder: Path) -> Path:
     """A script that answers the reference question with the reference program and fails anything else."""
-    from worker.scenario import REFERENCE_PROGRAM
+    from sandfleet.worker.scenario import REFERENCE_PROGRAM
 
     reply = f"The totals come from the orders tool.\n\n```python\n{REFERENCE_PROGRAM}```\n"
     script = {
@@ -234,14 +234,14 @@ def engine_fleet(
     redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[FleetWorker]:
     """A worker with the example order tools and the reference data, running jobs in Docker."""
-    pytest.importorskip("worker.engine", reason="the engine (worker/engine) is not there yet")
-    from worker.scenario import write_reference_data
+    pytest.importorskip("sandfleet.worker.engine", reason="the engine (worker/engine) is not there yet")
+    from sandfleet.worker.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("engine-fleet")
     (folder / "data").mkdir()
     write_reference_data(folder / "data")
     settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, tools="worker.tools.examples.orders", sandboxes=2)
+    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=2)
     worker.model = f"replay:{replay_script(folder)}"  # type: ignore[attr-defined]
     yield worker
     stop_worker(worker)
@@ -252,7 +252,7 @@ def engine_fleet(
 
 
 def test_the_reference_question_through_the_fleet(engine_fleet: FleetWorker) -> None:
-    from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     job = engine_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=engine_fleet.model)  # type: ignore[attr-defined]
     result = job.result(timeout=JOB_TIMEOUT_S)
@@ -270,7 +270,7 @@ def test_the_reference_question_through_the_fleet(engine_fleet: FleetWorker) -> 
 
 
 def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetWorker) -> None:
-    from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     settings = engine_fleet.settings
     env = {
@@ -287,7 +287,7 @@ def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetW
 
 
 def test_a_batch_through_the_fleet(engine_fleet: FleetWorker) -> None:
-    from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     model = engine_fleet.model  # type: ignore[attr-defined]
     specs = [{"question": REFERENCE_QUESTION, "tools": ["load_orders"], "model": model} for _ in range(4)]

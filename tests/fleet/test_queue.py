@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from producer.contracts import JobSpec
-from producer.errors import InvalidSpecError
-from producer.keys import FleetKeys, check_id
-from producer.queue import celery_config, check_time_limits, job_time_limits, sandbox_timeout_s
-from producer.settings import Settings
-from worker.celery_app import create_app, time_limits, worker_config
-from worker.tasks import compute_backoff
+from sandfleet.core.contracts import JobSpec
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.queue import celery_config, check_time_limits, job_time_limits, sandbox_timeout_s
+from sandfleet.core.settings import Settings
+from sandfleet.worker.celery_app import create_app, time_limits, worker_config
+from sandfleet.worker.tasks import compute_backoff
 
 
 def test_default_limits_nest_inside_the_visibility_timeout() -> None:

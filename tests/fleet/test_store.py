@@ -9,12 +9,13 @@ import threading
 import pytest
 import redis
 
-from producer.client import Client
-from producer.contracts import AuditEvent, JobResult, JobStatus
-from producer.keys import FleetKeys
-from producer.records import chain_hash, encode_event
-from producer.settings import Settings
-from worker.store import JobStore, RedisAuditSink, Transition, verify_chain
+from sandfleet.core.audit import RedisAuditSink, verify_chain
+from sandfleet.core.chain import chain_hash, encode_event
+from sandfleet.core.contracts import AuditEvent, JobResult, JobStatus
+from sandfleet.core.keys import FleetKeys
+from sandfleet.core.settings import Settings
+from sandfleet.core.store import JobStore, Transition
+from sandfleet.producer.client import Client
 
 
 def succeeded(job_id: str, value: object = 42) -> JobResult:

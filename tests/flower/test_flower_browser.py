@@ -26,12 +26,12 @@ from pathlib import Path
 import pytest
 import redis
 
-from producer.client import Client
-from producer.contracts import JobStatus
-from producer.settings import Settings
-from worker.cli.demo import demo_replay_script
-from worker.loadtest.local_redis import free_port
-from worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION, write_reference_data
+from sandfleet.core.contracts import JobStatus
+from sandfleet.core.settings import Settings
+from sandfleet.fleet.demo import demo_replay_script
+from sandfleet.fleet.local_redis import free_port
+from sandfleet.producer.client import Client
+from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION, write_reference_data
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -119,7 +119,7 @@ def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]: 
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
         "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
-        "SANDFLEET_TOOLS": "worker.tools.examples.orders",
+        "SANDFLEET_TOOLS": "sandfleet.worker.tools.examples.orders",
         "SANDFLEET_DATA_DIR": str(tmp_path / "data"),
         "SANDFLEET_MODEL": f"replay:{script}",
         "SANDFLEET_POOL_SIZE": "0",

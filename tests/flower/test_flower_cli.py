@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from worker.cli import flower as flower_cli
+from sandfleet.worker.cli import flower as flower_cli
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1", "127.0.0.2", "localhost", "::1", "[::1]"])

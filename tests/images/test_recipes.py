@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from producer.errors import SandboxError
-from worker import images
-from worker.images import (
+from sandfleet.core.errors import SandboxError
+from sandfleet.worker import images
+from sandfleet.worker.images import (
     BASE_TAG,
     DATA_SCIENCE_TAG,
     LABEL_RECIPE,

@@ -12,10 +12,10 @@ import openai
 import pytest
 import yaml
 
-from producer.settings import Settings
-from worker.llm.replay_registry import stop_shared_replay_servers
-from worker.llm.replay_script import parse_script
-from worker.llm.replay_server import ReplayServer
+from sandfleet.core.settings import Settings
+from sandfleet.worker.llm.replay_registry import stop_shared_replay_servers
+from sandfleet.worker.llm.replay_script import parse_script
+from sandfleet.worker.llm.replay_server import ReplayServer
 
 MODEL_ENV_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SANDFLEET_MODEL_API_KEY", "SANDFLEET_MODEL_BASE_URL")
 

@@ -24,7 +24,7 @@ def test_only_the_model_client_imports_openai() -> None:
 
 def test_the_replay_server_and_its_command_do_not_load_openai() -> None:
     code = (
-        "import sys, worker.llm.replay_server, worker.llm.replay_registry, worker.cli.model_server; "
+        "import sys, sandfleet.worker.llm.replay_server, sandfleet.worker.llm.replay_registry, sandfleet.worker.cli.model_server; "
         "sys.exit('openai' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, timeout=60).returncode == 0

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from producer.errors import InvalidSpecError, ModelError, ModelUnavailableError, TransientError
-from producer.settings import Settings
-from worker.llm.client import ModelReply, make_model_client
-from worker.llm.replay_registry import parse_replay_spec, shared_replay_server
-from worker.llm.replay_server import ReplayServer
-from worker.llm.retry import RetryPolicy
+from sandfleet.core.errors import InvalidSpecError, ModelError, ModelUnavailableError, TransientError
+from sandfleet.core.settings import Settings
+from sandfleet.worker.llm.client import ModelReply, make_model_client
+from sandfleet.worker.llm.replay_registry import parse_replay_spec, shared_replay_server
+from sandfleet.worker.llm.replay_server import ReplayServer
+from sandfleet.worker.llm.retry import RetryPolicy
 
 from .helpers import assistant, user
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from producer.errors import InvalidSpecError
-from worker.llm.replay_script import (
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.llm.replay_script import (
     DEFAULT_FAIL_STATUS,
     ScriptedResponse,
     count_assistant_messages,

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from producer.settings import Settings
-from worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
+from sandfleet.core.settings import Settings
+from sandfleet.worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
 
 
 def test_backoff_doubles_from_the_base_without_jitter() -> None:

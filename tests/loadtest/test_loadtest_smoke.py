@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from worker.loadtest.phases import PHASES
+from sandfleet.fleet.loadtest.phases import PHASES
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
 JOBS = 50
@@ -33,7 +33,7 @@ def test_local_loadtest_writes_report_and_plot(tmp_path: Path, docker_engine: An
         [
             sys.executable,
             "-c",
-            "from producer.cli import main; main(prog_name='sandfleet')",
+            "from sandfleet.cli import main; main(prog_name='sandfleet')",
             "loadtest",
             "--local",
             "--jobs",

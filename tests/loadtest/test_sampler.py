@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from producer.config import SandboxConfig
-from worker.loadtest.sampler import LiveContainers
-from worker.sandbox.container import SandboxContainer
-from worker.sandbox.spec import Owner
+from sandfleet.core.config import SandboxConfig
+from sandfleet.fleet.loadtest.sampler import LiveContainers
+from sandfleet.worker.sandbox.container import SandboxContainer
+from sandfleet.worker.sandbox.spec import Owner
 
 pytestmark = pytest.mark.docker
 

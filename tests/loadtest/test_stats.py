@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.loadtest.phases import PHASES, final_state, job_phases, record_summary
-from worker.loadtest.stats import (
+from sandfleet.fleet.loadtest.phases import PHASES, final_state, job_phases, record_summary
+from sandfleet.fleet.loadtest.stats import (
     command_delta,
     commands_per_job,
     completion_times,

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from producer.client import Client
-from producer.settings import Settings
+from sandfleet.core.settings import Settings
+from sandfleet.producer.client import Client
 
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
 WORKER_START_TIMEOUT_S = 60.0
@@ -220,7 +220,7 @@ def note_figure(name: str, value: Any) -> None:
 
 def outcome_of(client: Client, job_id: str, timeout_s: float) -> str:
     """The job's final status, or "lost" when its record is gone or it never ends in time."""
-    from producer.errors import JobNotFoundError
+    from sandfleet.core.errors import JobNotFoundError
 
     try:
         return client.get(job_id).result(timeout=timeout_s).status.value

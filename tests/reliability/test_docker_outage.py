@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from producer.config import DEFAULT_IMAGE
+from sandfleet.core.config import DEFAULT_IMAGE
 
 from .harness import Fleet, final_state_events, note_figure, running_on, sleeper_script, wait_for
 
@@ -45,7 +45,7 @@ JOB_SLEEP_S = 1.0
 OUTAGE_S = 8.0  # how long the daemon stays down
 DAEMON_START_TIMEOUT_S = 30.0
 DAEMON_STOP_TIMEOUT_S = 30.0
-LABEL_OWNER = "sandfleet.owner"  # as in worker.sandbox.engine
+LABEL_OWNER = "sandfleet.owner"  # as in sandfleet.worker.sandbox.engine
 MAIN_SOCKET = "unix:///var/run/docker.sock"
 
 

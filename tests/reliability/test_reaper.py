@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 OWNER_SCRIPT = """
 import signal, sys, time
-from worker.sandbox.manager import SandboxManager
+from sandfleet.worker.sandbox.manager import SandboxManager
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 run, name, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -124,8 +124,8 @@ class OnlyOurs:
 
 
 def test_prune_removes_a_killed_owners_containers_and_keeps_a_live_owners(owners: Owners) -> None:
-    from worker.sandbox.engine import docker_client
-    from worker.sandbox.reaper import prune
+    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.reaper import prune
 
     dead, live = set(owners.start("dead")), set(owners.start("live"))
     owners.kill("dead")

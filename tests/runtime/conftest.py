@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from producer.config import DEFAULT_IMAGE, CodeActionSettings, SandboxConfig
+from sandfleet.core.config import DEFAULT_IMAGE, CodeActionSettings, SandboxConfig
 
 from .helpers import BACKENDS, BRIDGE_TOOLS, TEST_LABEL, TEST_LABELS, skip_or_fail, wait_until
 
@@ -78,7 +78,7 @@ def no_runtime_test_containers() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def pool(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[Any]:
-    from worker.sandbox.pool import SandboxPool
+    from sandfleet.worker.sandbox.pool import SandboxPool
 
     require_backend(request, "docker")
     labels = {**TEST_LABELS, f"{TEST_LABEL}.module": request.module.__name__}
@@ -88,7 +88,7 @@ def pool(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def registry() -> Any:
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     return ToolRegistry.from_modules([str(BRIDGE_TOOLS)])
 
@@ -96,8 +96,8 @@ def registry() -> Any:
 @pytest.fixture
 def run(pool: Any, registry: Any) -> Callable[..., Any]:
     """``run(source, backend="docker", tools=None, policy=None, job_id=None, **settings)`` -> RunResult."""
-    from worker.bridge.host import allow_all
-    from worker.runtime import ProgramRuntime
+    from sandfleet.worker.bridge.host import allow_all
+    from sandfleet.worker.runtime import ProgramRuntime
 
     def run_one(
         source: str,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from producer.config import CodeActionSettings, SandboxConfig
+from sandfleet.core.config import CodeActionSettings, SandboxConfig
 
 from .helpers import TEST_LABEL, TEST_LABELS, labelled, wait_until
 
@@ -22,7 +22,7 @@ SETTINGS = CodeActionSettings(exec_timeout=20)
 @pytest.fixture
 def make_pool(docker_client: Any) -> Iterator[Any]:
     """``make_pool(pool_size, max_live)`` -> (pool, its unique label value); closed after the test."""
-    from worker.sandbox.pool import SandboxPool
+    from sandfleet.worker.sandbox.pool import SandboxPool
 
     made: list[Any] = []
 
@@ -42,7 +42,7 @@ def make_pool(docker_client: Any) -> Iterator[Any]:
 
 
 def runtime_of(pool: Any) -> Any:
-    from worker.runtime import ProgramRuntime
+    from sandfleet.worker.runtime import ProgramRuntime
 
     return ProgramRuntime(pool)
 

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from producer.config import CodeActionSettings, SandboxConfig
-from worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, write_reference_data
+from sandfleet.core.config import CodeActionSettings, SandboxConfig
+from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, write_reference_data
 
 from .helpers import sandfleet
 
 pytestmark = [pytest.mark.docker]
 
-ORDERS_MODULE = "worker.tools.examples.orders"
+ORDERS_MODULE = "sandfleet.worker.tools.examples.orders"
 EXPECTED = {"North America": 108664.0, "LATAM": 81328.0, "EMEA": 77689.0, "APAC": 65023.0}
 
 
@@ -32,8 +32,8 @@ def test_expected_answer_is_the_scenarios() -> None:
 
 
 def test_reference_program_gives_the_exact_totals(backend: str, orders_dir: Path, pool: Any) -> None:
-    from worker.runtime import ProgramRuntime
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     runtime = ProgramRuntime(pool, ToolRegistry.from_modules([ORDERS_MODULE]))
     run = runtime.run(

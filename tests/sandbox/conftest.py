@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from producer.config import DEFAULT_IMAGE, SandboxConfig
+from sandfleet.core.config import DEFAULT_IMAGE, SandboxConfig
 
 from .helpers import BACKENDS, TEST_LABELS, skip_or_fail
 
@@ -36,7 +36,7 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module", params=BACKENDS)
 def shared_session(request: pytest.FixtureRequest) -> Iterator[Any]:
     """One default sandbox per backend, shared by the tests of a module that need no fresh one."""
-    from worker.sandbox.manager import SandboxManager
+    from sandfleet.worker.sandbox.manager import SandboxManager
 
     require_backend(request, request.param)
     with SandboxManager(SandboxConfig(backend=request.param)) as manager:
@@ -46,7 +46,7 @@ def shared_session(request: pytest.FixtureRequest) -> Iterator[Any]:
 @pytest.fixture
 def open_session() -> Iterator[Callable[..., Any]]:
     """``open_session(backend, **options)`` -> a fresh session, closed when the test ends."""
-    from worker.sandbox.manager import SandboxManager
+    from sandfleet.worker.sandbox.manager import SandboxManager
 
     managers: list[Any] = []
 
@@ -70,8 +70,8 @@ def no_containers_of_ours_left() -> Iterator[None]:
     with other people's runs that includes theirs, so this check looks only at ours.
     """
     yield
-    from producer.errors import SandfleetError
-    from worker.sandbox.engine import docker_client
+    from sandfleet.core.errors import SandfleetError
+    from sandfleet.worker.sandbox.engine import docker_client
 
     try:
         client = docker_client()

@@ -10,8 +10,8 @@ from types import ModuleType
 
 import pytest
 
-from worker.sandbox.channel import encode
-from worker.sandbox.spec import AGENT_SOURCE, BOOT, boot_payload
+from sandfleet.worker.sandbox.channel import encode
+from sandfleet.worker.sandbox.spec import AGENT_SOURCE, BOOT, boot_payload
 
 
 def load_agent() -> ModuleType:

@@ -18,8 +18,8 @@ pytestmark = pytest.mark.docker
 # Opens a session, says which container it got, and waits to be killed.
 CRASHING_OWNER = f"""
 import sys, time
-from producer.config import SandboxConfig
-from worker.sandbox.manager import SandboxManager
+from sandfleet.core.config import SandboxConfig
+from sandfleet.worker.sandbox.manager import SandboxManager
 session = SandboxManager(SandboxConfig(backend=sys.argv[1])).create_session(labels={TEST_LABELS!r})
 print(session.container_id, flush=True)
 time.sleep(600)

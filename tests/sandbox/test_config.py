@@ -7,9 +7,9 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from producer.config import DEFAULT_IMAGE, SandboxConfig
-from worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
-from worker.sandbox.spec import BOOT, SANDBOX_UID, Owner, base_env, command_env, container_kwargs
+from sandfleet.core.config import DEFAULT_IMAGE, SandboxConfig
+from sandfleet.worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
+from sandfleet.worker.sandbox.spec import BOOT, SANDBOX_UID, Owner, base_env, command_env, container_kwargs
 
 OPTIONS = (
     "backend",

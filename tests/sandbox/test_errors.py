@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from producer.config import SandboxConfig
-from producer.errors import SandboxError
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.errors import SandboxError
 
 from .helpers import REPO, TEST_LABELS, owned_by, run_cli, sandfleet
 
@@ -58,7 +58,7 @@ def test_bad_values_exit_2_with_the_reason(docker_engine: Any, option: str, mess
 
 
 def test_missing_runtime_names_the_registered_ones(docker_engine: Any) -> None:
-    from worker.sandbox.manager import SandboxManager
+    from sandfleet.worker.sandbox.manager import SandboxManager
 
     with (
         SandboxManager(SandboxConfig(runtime="nonexistent")) as manager,
@@ -97,8 +97,8 @@ def test_stopped_daemon_fails_closed(docker_engine: Any) -> None:
 
 def test_stopped_daemon_raises_the_transient_error() -> None:
     program = (
-        "from producer.errors import SandboxUnavailableError, TransientError\n"
-        "from worker.sandbox.manager import SandboxManager\n"
+        "from sandfleet.core.errors import SandboxUnavailableError, TransientError\n"
+        "from sandfleet.worker.sandbox.manager import SandboxManager\n"
         "try:\n"
         "    SandboxManager().create_session()\n"
         "except SandboxUnavailableError as e:\n"
@@ -122,9 +122,9 @@ def test_without_the_docker_sdk_the_install_hint() -> None:
     program = (
         "import sys\n"
         "sys.modules['docker'] = None\n"  # `import docker` now raises: as if it were not installed
-        "from producer.errors import SandboxError\n"
-        "from worker.sandbox import engine\n"
-        "from worker.sandbox.manager import SandboxManager\n"
+        "from sandfleet.core.errors import SandboxError\n"
+        "from sandfleet.worker.sandbox import engine\n"
+        "from sandfleet.worker.sandbox.manager import SandboxManager\n"
         "assert engine.docker is None\n"
         "try:\n"
         "    SandboxManager().create_session()\n"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from producer.config import DEFAULT_IMAGE
+from sandfleet.core.config import DEFAULT_IMAGE
 
 pytestmark = pytest.mark.docker
 
@@ -108,7 +108,7 @@ def image_files(paths: tuple[str, ...]) -> dict[str, dict[str, bytes | None]]:
 
     Returns {path: {member name below path: file content, or None for folders and links}}.
     """
-    from worker.sandbox.engine import LABEL_ROLE, docker_client
+    from sandfleet.worker.sandbox.engine import LABEL_ROLE, docker_client
 
     from .helpers import TEST_LABELS
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from producer.config import SandboxConfig
-from producer.errors import SandboxError
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.errors import SandboxError
 
 from .helpers import TEST_LABELS, skip_or_fail
 
@@ -52,7 +52,7 @@ class Hello(BaseHTTPRequestHandler):
 
 def bridge_gateway() -> str:
     """The host's address on Docker's default bridge (IPAM Gateway, else the subnet's first host)."""
-    from worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.engine import docker_client
 
     config = docker_client().networks.get("bridge").attrs["IPAM"]["Config"][0]
     if config.get("Gateway"):
@@ -132,7 +132,7 @@ def test_none_reaches_neither(backend: str, open_session: Any, host_servers: dic
 
 
 def test_gvisor_refuses_restricted(docker_engine: Any) -> None:
-    from worker.sandbox.manager import SandboxManager
+    from sandfleet.worker.sandbox.manager import SandboxManager
 
     config = SandboxConfig(backend="gvisor", network="restricted")
     if config.docker_runtime not in docker_engine.runtimes:
@@ -148,7 +148,7 @@ def test_gvisor_refuses_restricted(docker_engine: Any) -> None:
 
 
 def _sandbox_ids(labels: dict[str, str] | None = None) -> set[str]:
-    from worker.sandbox.engine import LABEL_ROLE, docker_client
+    from sandfleet.worker.sandbox.engine import LABEL_ROLE, docker_client
 
     wanted = [LABEL_ROLE] + [f"{k}={v}" for k, v in (labels or {}).items()]
     return {c["Id"] for c in docker_client().api.containers(all=True, filters={"label": wanted})}

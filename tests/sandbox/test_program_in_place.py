@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from producer.config import SandboxConfig
-from worker.sandbox.container import SandboxContainer
+from sandfleet.core.config import SandboxConfig
+from sandfleet.worker.sandbox.container import SandboxContainer
 
 from .helpers import TEST_LABELS
 

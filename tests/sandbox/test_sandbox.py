@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from producer.errors import SandboxError
+from sandfleet.core.errors import SandboxError
 
 from .helpers import RUNTIME_OF, TEST_LABELS, container_exists, sandfleet
 
@@ -154,8 +154,8 @@ def test_allow_sudo_runs_as_root_still_without_capabilities(backend: str, open_s
 
 
 def test_session_close_removes_the_container(backend: str) -> None:
-    from producer.config import SandboxConfig
-    from worker.sandbox.manager import SandboxManager
+    from sandfleet.core.config import SandboxConfig
+    from sandfleet.worker.sandbox.manager import SandboxManager
 
     with (
         pytest.raises(RuntimeError, match="caller crashed"),

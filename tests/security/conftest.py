@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from producer.config import DEFAULT_IMAGE, CodeActionSettings, SandboxConfig
+from sandfleet.core.config import DEFAULT_IMAGE, CodeActionSettings, SandboxConfig
 
 from .helpers import (
     BACKEND_OF,
@@ -63,7 +63,7 @@ def docker_client(docker_engine: Any) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def pool(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[Any]:
-    from worker.sandbox.pool import SandboxPool
+    from sandfleet.worker.sandbox.pool import SandboxPool
 
     require_runtime(request, "runc")
     labels = {**TEST_LABELS, "sandfleet.test.module": request.module.__name__}
@@ -78,9 +78,9 @@ def sandbox_config(runtime: str, **options: Any) -> SandboxConfig:
 @pytest.fixture
 def run(pool: Any, docker_client: Any) -> Callable[..., Any]:
     """Run one program; afterwards assert that its container and (runsc) its processes are gone."""
-    from worker.bridge.host import allow_all
-    from worker.runtime import ProgramRuntime
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.bridge.host import allow_all
+    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     def run_one(
         source: str,

@@ -19,7 +19,7 @@ from sandfleet_testing import container_gone as container_gone
 from sandfleet_testing import program as program
 from sandfleet_testing import skip_or_fail as skip_or_fail
 
-from worker.loadtest.local_redis import free_port as free_port  # shared by the tests here
+from sandfleet.fleet.local_redis import free_port as free_port  # shared by the tests here
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS_PATH = REPO / "artifacts" / "security-results.json"

@@ -28,9 +28,9 @@ import pytest
 import redis
 import yaml
 
-from producer.client import Client
-from producer.contracts import JobStatus
-from producer.errors import QueueUnavailableError
+from sandfleet.core.contracts import JobStatus
+from sandfleet.core.errors import QueueUnavailableError
+from sandfleet.producer.client import Client
 
 from .helpers import REPO, free_port, program, record, skip_or_fail
 

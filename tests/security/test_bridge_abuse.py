@@ -2,7 +2,7 @@
 
 Each test runs a program through ProgramRuntime in a real sandbox (runc; the raw frames under runsc
 too: the bridge is host code, the same whatever the runtime) with the example tools of
-``worker.tools.examples`` served from this process, and checks on the host what really happened: the tool's side effect (the outbox of
+``sandfleet.worker.tools.examples`` served from this process, and checks on the host what really happened: the tool's side effect (the outbox of
 ``send_email``), the files opened by this process (an audit hook), the bridge's call records.
 The properties tests/runtime already asserts (budget arithmetic, garbage bytes, 100 MB requests,
 10,000 calls) are not repeated; outcomes go to ``artifacts/security-results.json`` (SECURITY.md).
@@ -28,7 +28,11 @@ from .helpers import program, record, vm_hwm_kib
 pytestmark = [pytest.mark.docker]
 
 RUNTIME = "runc"
-EXAMPLE_TOOLS = ["worker.tools.examples.orders", "worker.tools.examples.files", "worker.tools.examples.side"]
+EXAMPLE_TOOLS = [
+    "sandfleet.worker.tools.examples.orders",
+    "sandfleet.worker.tools.examples.files",
+    "sandfleet.worker.tools.examples.side",
+]
 OUTSIDE_SECRET = "outside-the-data-folder-7c1f"
 
 # Program side: find the bridge pipes in /proc/self/fd (the stub pops SANDFLEET_BRIDGE_FDS, and these
@@ -79,7 +83,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     Beside it (outside): ``secret.txt``, which no tool call may read.
     """
-    from worker.scenario import write_reference_data
+    from sandfleet.worker.scenario import write_reference_data
 
     folder = tmp_path / "data"
     (folder / "notes").mkdir(parents=True)
@@ -93,7 +97,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="module")
 def registry() -> Any:
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     return ToolRegistry.from_modules(EXAMPLE_TOOLS)
 
@@ -451,7 +455,7 @@ HOSTILE_NAMES = [
 def test_path_and_injection_like_tool_names_are_refused(
     go: Callable[..., Any], data_dir: Path, registry: Any
 ) -> None:
-    from worker.bridge.host import allow_all
+    from sandfleet.worker.bridge.host import allow_all
 
     asked: list[str] = []
 

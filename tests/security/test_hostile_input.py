@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import redis
 
-from producer.contracts import MAX_HISTORY_CHARS, MAX_HISTORY_TURNS, MAX_QUESTION_CHARS, JobStatus
-from producer.errors import InvalidSpecError
-from producer.queue import queue_name
+from sandfleet.core.contracts import MAX_HISTORY_CHARS, MAX_HISTORY_TURNS, MAX_QUESTION_CHARS, JobStatus
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.core.queue import queue_name
 
 from .helpers import record
 
@@ -71,14 +71,14 @@ def fleet(redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPa
     from fleet.helpers import fleet_settings_for, keys_under
     from fleet.test_e2e_worker import start_worker, stop_worker
 
-    from worker.sandbox.spec import Owner, process_start_ticks
-    from worker.scenario import write_reference_data
+    from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
+    from sandfleet.worker.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("hostile-input")
     (folder / "data").mkdir()
     write_reference_data(folder / "data")
     settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, tools="worker.tools.examples.orders", sandboxes=2)
+    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=2)
     worker.model = f"replay:{replay_script(folder)}"
     pid = worker.process.pid  # the thread pool: jobs run in this very process
     worker.owner_label = Owner(socket.gethostname(), pid, process_start_ticks(pid) or 0).label()

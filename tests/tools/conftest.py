@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.scenario import write_reference_data
+from sandfleet.worker.scenario import write_reference_data
 
 
 @pytest.fixture

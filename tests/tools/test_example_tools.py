@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
-from worker.scenario import COLUMNS, generate_orders
-from worker.tools import ToolRegistry
-from worker.tools.examples import files, orders, side
-from worker.tools.examples._data import DEFAULT_DATA_DIR, data_dir
+from sandfleet.worker.scenario import COLUMNS, generate_orders
+from sandfleet.worker.tools import ToolRegistry
+from sandfleet.worker.tools.examples import files, orders, side
+from sandfleet.worker.tools.examples._data import DEFAULT_DATA_DIR, data_dir
 
-EXAMPLES = ["worker.tools.examples.orders", "worker.tools.examples.files", "worker.tools.examples.side"]
+EXAMPLES = [
+    "sandfleet.worker.tools.examples.orders",
+    "sandfleet.worker.tools.examples.files",
+    "sandfleet.worker.tools.examples.side",
+]
 
 
 def test_the_examples_load_as_a_registry() -> None:
@@ -28,7 +32,7 @@ def test_the_examples_load_as_a_registry() -> None:
 
 
 def test_data_dir_comes_from_the_environment(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from worker.tools.examples._data import data_dir as current
+    from sandfleet.worker.tools.examples._data import data_dir as current
 
     assert current() == data_dir
     monkeypatch.delenv("SANDFLEET_DATA_DIR")

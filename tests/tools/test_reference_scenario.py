@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from worker import scenario
-from worker.tools import ToolRegistry
+from sandfleet.worker import scenario
+from sandfleet.worker.tools import ToolRegistry
 
 DESIGN_ANSWER = {"North America": 108664.0, "LATAM": 81328.0, "EMEA": 77689.0, "APAC": 65023.0}
 
@@ -72,7 +72,7 @@ def test_csv_round_trip_gives_the_same_answer(tmp_path: Path) -> None:
 
 def test_reference_program_prints_the_answer(orders_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs REFERENCE_PROGRAM in this process against the registry (the sandboxed run is the runtime's test)."""
-    registry = ToolRegistry.from_modules(["worker.tools.examples.orders"]).subset(["load_orders"])
+    registry = ToolRegistry.from_modules(["sandfleet.worker.tools.examples.orders"]).subset(["load_orders"])
     stub = types.ModuleType("sandfleet_tools")
     stub.load_orders = lambda *args, **kwargs: registry.call("load_orders", list(args), kwargs)  # type: ignore[attr-defined]
     stub.__all__ = ["load_orders"]  # type: ignore[attr-defined]

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from producer.errors import ToolLoadError
-from worker.tools import ToolRegistry, ToolWarning
+from sandfleet.core.errors import ToolLoadError
+from sandfleet.worker.tools import ToolRegistry, ToolWarning
 
 PLAIN = '''
     from os.path import join

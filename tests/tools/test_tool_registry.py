@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from producer.errors import InvalidSpecError, ToolLoadError
-from worker.tools import Tool, ToolRegistry, ValueConversionError, side_effects
+from sandfleet.core.errors import InvalidSpecError, ToolLoadError
+from sandfleet.worker.tools import Tool, ToolRegistry, ValueConversionError, side_effects
 
 
 def load_orders(region: str | None = None, *, limit: int = 100) -> list[dict]:

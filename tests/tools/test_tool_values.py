@@ -14,7 +14,7 @@ from uuid import UUID
 import pytest
 from pydantic import BaseModel
 
-from worker.tools.values import DEFAULT_MAX_DEPTH, ValueConversionError, json_size, to_json_value
+from sandfleet.worker.tools.values import DEFAULT_MAX_DEPTH, ValueConversionError, json_size, to_json_value
 
 
 class Color(StrEnum):

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from producer.contracts import ToolCallRecord
-from worker.tools.registry import ToolRegistry
+from sandfleet.core.contracts import ToolCallRecord
+from sandfleet.worker.tools.registry import ToolRegistry
 
 STUB_SOURCE = Path(__file__).with_name("stub.py")
 MAX_RECORDED_RESULT_BYTES = 8 * 1024**2

@@ -8,8 +8,8 @@ import uuid
 
 import click
 
-from producer.cli.options import describe_validation_error, parse_options, sandbox_option
-from producer.errors import SandfleetError
+from sandfleet.core.errors import SandfleetError
+from sandfleet.core.options import describe_validation_error, parse_options, sandbox_option
 
 
 @click.command()
@@ -44,11 +44,11 @@ def ask(
     """Answer QUESTION with one model-written program run in a fresh sandbox; print the RESULT payload."""
     from pydantic import ValidationError
 
-    from producer.contracts import JobSpec, JobStatus
-    from producer.settings import get_settings
-    from worker.cli.common import tool_specs
-    from worker.engine import EngineServices, NullAudit, run_job
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.core.contracts import JobSpec, JobStatus
+    from sandfleet.core.settings import get_settings
+    from sandfleet.worker.cli.common import tool_specs
+    from sandfleet.worker.engine import EngineServices, NullAudit, run_job
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     settings = get_settings()
     code_action = {

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from producer.settings import Settings, get_settings
+from sandfleet.core.settings import Settings, get_settings
 
 tools_option = click.option(
     "--tools",
@@ -25,7 +25,7 @@ def tool_specs(tool_modules: tuple[str, ...], settings: Settings | None = None) 
     if given:
         return given
     settings = settings or get_settings()
-    return [part.strip() for part in settings.tools.split(",") if part.strip()]
+    return list(settings.tools)
 
 
 def echo_payload(payload: Any, raw_text: str | None) -> None:

@@ -13,9 +13,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from producer.errors import SandfleetError
-from producer.settings import Settings, get_settings
-from worker.images import DATA_SCIENCE_TAG, SANDBOX_TAG
+from sandfleet.core.errors import SandfleetError
+from sandfleet.core.settings import DEV_AUDIT_SECRET_WARNING, Settings, get_settings
+from sandfleet.worker.images import DATA_SCIENCE_TAG, SANDBOX_TAG
 
 REDIS_TIMEOUT_S = 2.0
 FIX_ENGINE = "start the engine: bash deploy/bootstrap.sh (as root), or start dockerd yourself"
@@ -33,7 +33,7 @@ class Check:
 
 
 def sdk_check() -> Check:
-    from worker.sandbox import engine
+    from sandfleet.worker.sandbox import engine
 
     if engine.docker is None:
         return Check(
@@ -44,7 +44,7 @@ def sdk_check() -> Check:
 
 def engine_checks(require_gvisor: bool) -> list[Check]:
     """Engine, runtimes and images: the sandbox's needs."""
-    from worker.sandbox.engine import engine_info
+    from sandfleet.worker.sandbox.engine import engine_info
 
     try:
         info = engine_info()
@@ -136,6 +136,19 @@ def model_check(settings: Settings) -> Check:
     return Check("model endpoint", True, detail, required=False)
 
 
+def audit_secret_check(settings: Settings) -> Check:
+    """Informational: the development audit key lets anyone forge an audit chain."""
+    if settings.uses_dev_audit_secret:
+        return Check(
+            "audit secret",
+            False,
+            "the development key: anyone can forge an audit chain",
+            "set SANDFLEET_AUDIT_SECRET to a secret of your own (the same on every worker and producer)",
+            required=False,
+        )
+    return Check("audit secret", True, "set (SANDFLEET_AUDIT_SECRET)", required=False)
+
+
 def hide_password(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
@@ -180,9 +193,15 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool) -> None:
     checks = [sdk]
     if sdk.ok:
         checks += engine_checks(require_gvisor)
-    checks += [redis_check(settings.redis_url, require_redis), model_check(settings)]
+    checks += [
+        redis_check(settings.redis_url, require_redis),
+        model_check(settings),
+        audit_secret_check(settings),
+    ]
     if as_json:
         click.echo(json.dumps([asdict(c) for c in checks], indent=2))
     else:
         click.echo(render_table(checks))
+        if settings.uses_dev_audit_secret:
+            click.secho(f"warning: {DEV_AUDIT_SECRET_WARNING}", fg="yellow", err=True)
     raise SystemExit(exit_status(checks))

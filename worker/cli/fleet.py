@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import click
 
-from producer.errors import InvalidSpecError
-from producer.settings import get_settings
-
-DEFAULT_CONCURRENCY = 32  # as worker.celery_app.DEFAULT_CONCURRENCY; repeated so --help imports no Celery app
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.core.settings import DEFAULT_CONCURRENCY, get_settings
 
 
 @click.command()
@@ -46,21 +44,21 @@ def worker(
 
     Uses the thread pool: --concurrency jobs in flight share --sandboxes containers.
     """
-    from producer.queue import queue_name
+    from sandfleet.core.queue import queue_name
+    from sandfleet.worker.celery_app import create_app
 
     settings = get_settings()
     try:  # building the app checks that the time limits nest, and refuses to start if they do not
-        from worker.celery_app import CONF_MAX_SANDBOXES, app
+        app = create_app(settings, max_sandboxes=sandboxes)
     except InvalidSpecError as e:
         raise click.ClickException(f"refusing to start: {e}") from None
-    from producer.errors import SandfleetError
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.core.errors import SandfleetError
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     try:  # a worker that cannot load its tools would fail every job: refuse to start instead
         ToolRegistry.from_modules(settings.tools)
     except SandfleetError as e:
         raise click.ClickException(f"refusing to start: {e}") from None
-    app.conf[CONF_MAX_SANDBOXES] = sandboxes or settings.max_sandboxes
     argv = [
         "worker",
         "--pool=threads",

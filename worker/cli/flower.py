@@ -15,8 +15,8 @@ import ipaddress
 
 import click
 
-from producer.queue import redact_url
-from producer.settings import Settings, get_settings
+from sandfleet.core.queue import redact_url
+from sandfleet.core.settings import Settings, get_settings
 
 DEFAULT_PORT = 5555
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -89,7 +89,9 @@ def flower_url(address: str, port: int) -> str:
 
 def run_flower(settings: Settings, argv: list[str]) -> int:
     """Run Flower in the foreground for the fleet's broker (until SIGTERM or Ctrl-C); its exit code."""
-    from producer.queue import make_app  # the producer's app: Flower needs the broker, not the task code
+    from sandfleet.core.queue import (
+        make_app,  # the producer's app: Flower needs the broker, not the task code
+    )
 
     app = make_app(settings)
     code = app.start(["flower", *argv])

@@ -1,4 +1,4 @@
-"""``sandfleet images build``: the sandbox images, made with no container registry (see worker.images)."""
+"""``sandfleet images build``: the sandbox images, made with no container registry (see sandfleet.worker.images)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from producer.errors import SandfleetError
-from worker import images as recipes
+from sandfleet.core.errors import SandfleetError
+from sandfleet.worker import images as recipes
 
 
 @click.group()

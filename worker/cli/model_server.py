@@ -10,8 +10,8 @@ from types import FrameType
 
 import click
 
-from producer.errors import InvalidSpecError
-from worker.llm.replay_server import DEFAULT_HOST, ReplayServer
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.llm.replay_server import DEFAULT_HOST, ReplayServer
 
 DEFAULT_PORT = 8400
 

@@ -7,10 +7,10 @@ import sys
 
 import click
 
-from producer.cli.options import sandbox_config_from, sandbox_option
-from producer.config import CodeActionSettings
-from producer.errors import SandfleetError
-from worker.cli.common import echo_payload, tool_specs, tools_option
+from sandfleet.core.config import CodeActionSettings
+from sandfleet.core.errors import SandfleetError
+from sandfleet.core.options import sandbox_config_from, sandbox_option
+from sandfleet.worker.cli.common import echo_payload, tool_specs, tools_option
 
 
 @click.command()
@@ -22,9 +22,9 @@ from worker.cli.common import echo_payload, tool_specs, tools_option
 @click.option("--json", "as_json", is_flag=True, help="Print the whole run result as JSON.")
 def run(program, tool_modules, options, exec_timeout, max_tool_calls, as_json) -> None:  # type: ignore[no-untyped-def]
     """Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload."""
-    from worker.runtime import ProgramRuntime
-    from worker.sandbox.pool import SandboxPool
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.sandbox.pool import SandboxPool
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     config = sandbox_config_from(options)
     overrides = {

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from producer.cli.options import sandbox_config_from, sandbox_option
-from producer.errors import SandfleetError
+from sandfleet.core.errors import SandfleetError
+from sandfleet.core.options import sandbox_config_from, sandbox_option
 
 
 @click.group()
@@ -31,7 +31,7 @@ def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tup
 
     Example: sandfleet sandbox run -o memory_limit=512M -- python3 -c 'print(1)'
     """
-    from worker.sandbox.manager import SandboxManager
+    from sandfleet.worker.sandbox.manager import SandboxManager
 
     config = sandbox_config_from(options)
     try:
@@ -58,7 +58,7 @@ def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tup
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the default is also JSON, indented).")
 def inspect(options: tuple[str, ...], as_json: bool) -> None:
     """Start a sandbox and print how Docker really configured it, and who runs inside."""
-    from worker.sandbox.manager import SandboxManager
+    from sandfleet.worker.sandbox.manager import SandboxManager
 
     config = sandbox_config_from(options)
     try:
@@ -101,7 +101,7 @@ def inspect(options: tuple[str, ...], as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 def prune(everything: bool, as_json: bool) -> None:
     """Remove Sandfleet containers whose owner process is gone (and orphaned gVisor processes)."""
-    from worker.sandbox.reaper import prune as prune_containers
+    from sandfleet.worker.sandbox.reaper import prune as prune_containers
 
     try:
         report = prune_containers(everything=everything)

@@ -21,24 +21,27 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from producer.config import DATA_SCIENCE_IMAGE, SandboxConfig
-from producer.contracts import (
+from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
+from sandfleet.core.contracts import (
     AttemptRecord,
+    AuditKind,
     ErrorInfo,
+    ErrorKind,
     JobResult,
     JobSpec,
     JobStatus,
+    Limit,
     TokenUsage,
     ToolCallRecord,
 )
-from producer.errors import InvalidSpecError, ModelError, SandboxError
-from worker.bridge.host import call_key
-from worker.engine.extract import extract_program
-from worker.engine.prompt import first_messages, repair_message, system_message
-from worker.engine.services import EngineServices
-from worker.runtime import RunResult
-from worker.sandbox.container import preflight
-from worker.sandbox.policy import check_sandbox_policy
+from sandfleet.core.errors import InvalidSpecError, ModelError, SandboxError
+from sandfleet.worker.bridge.host import call_key
+from sandfleet.worker.engine.extract import extract_program
+from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
+from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.runtime import RunResult
+from sandfleet.worker.sandbox.container import preflight
+from sandfleet.worker.sandbox.policy import check_sandbox_policy
 
 log = logging.getLogger("sandfleet.engine")
 TAIL_CHARS = 2000
@@ -47,13 +50,13 @@ TAIL_CHARS = 2000
 class AuditSink(Protocol):
     """Where the engine reports what happens, event by event (a Redis stream in the fleet)."""
 
-    def emit(self, kind: str, data: dict[str, Any], attempt: int = 0) -> None: ...
+    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None: ...
 
 
 class NullAudit:
     """An audit sink that keeps nothing (``sandfleet ask`` without --audit)."""
 
-    def emit(self, kind: str, data: dict[str, Any], attempt: int = 0) -> None:
+    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
         pass
 
 
@@ -63,7 +66,7 @@ class ListAudit:
     def __init__(self) -> None:
         self.events: list[tuple[str, int, dict[str, Any]]] = []
 
-    def emit(self, kind: str, data: dict[str, Any], attempt: int = 0) -> None:
+    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
         self.events.append((kind, attempt, data))
 
 
@@ -82,12 +85,12 @@ def run_job(
         preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
         message = str(e) if isinstance(e, InvalidSpecError) else _validation_text(e)
-        audit.emit("error", {"kind": "refused", "message": message})
+        audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
         return JobResult(
             job_id=job_id,
             status=JobStatus.REFUSED,
             model=model_name,
-            error=ErrorInfo(kind="refused", message=message),
+            error=ErrorInfo(kind=ErrorKind.REFUSED, message=message),
             timings={"total_s": time.perf_counter() - began},
         )
 
@@ -110,7 +113,7 @@ def run_job(
             return _finish(
                 job_id,
                 JobStatus.FAILED,
-                ErrorInfo(kind="model", message=str(e)),
+                ErrorInfo(kind=ErrorKind.MODEL, message=str(e)),
                 attempts,
                 usage,
                 phase,
@@ -123,7 +126,7 @@ def run_job(
         )
         phase["model_s"] += reply.latency_s
         audit.emit(
-            "model_call",
+            AuditKind.MODEL_CALL,
             {
                 "messages": messages[-1:] if number > 1 else messages,
                 "reply": reply.text,
@@ -143,7 +146,7 @@ def run_job(
             attempts.append(
                 AttemptRecord(number=number, program=None, reply=reply.text, failure=last_failure)
             )
-            audit.emit("program", {"program": None, "failure": last_failure}, number)
+            audit.emit(AuditKind.PROGRAM, {"program": None, "failure": last_failure}, number)
             messages.append(
                 repair_message(
                     last_failure + " (reply with one ```python block)",
@@ -156,7 +159,7 @@ def run_job(
             )
             continue
         log.debug("attempt %d program:\n%s", number, program)
-        audit.emit("program", {"program": program}, number)
+        audit.emit(AuditKind.PROGRAM, {"program": program}, number)
         try:
             run = services.runtime.run(
                 program,
@@ -165,10 +168,12 @@ def run_job(
                 tools=allowed.names(),
                 job_id=job_id,
                 side_effect_memo={key: list(results) for key, results in memo.items()},
-                on_call=lambda record, n=number: audit.emit("tool_call", record.model_dump(mode="json"), n),
+                on_call=lambda record, n=number: audit.emit(
+                    AuditKind.TOOL_CALL, record.model_dump(mode="json"), n
+                ),
             )
         except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
-            error = ErrorInfo(kind="sandbox", message=str(e))
+            error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
             return _finish(job_id, JobStatus.FAILED, error, attempts, usage, phase, began, model_name, audit)
         _account(phase, run)
         log.debug(
@@ -179,9 +184,9 @@ def run_job(
             run.stdout[-TAIL_CHARS:],
             run.stderr[-TAIL_CHARS:],
         )
-        audit.emit("sandbox_run", _run_event(run), number)
+        audit.emit(AuditKind.SANDBOX_RUN, _run_event(run), number)
         if run.limits_hit:
-            audit.emit("limit", {"limits": run.limits_hit}, number)
+            audit.emit(AuditKind.LIMIT, {"limits": [str(limit) for limit in run.limits_hit]}, number)
         failure = run.failure()
         attempts.append(_attempt(number, program, reply.text, run, failure))
         if failure is None:
@@ -207,15 +212,18 @@ def run_job(
                 stderr=run.stderr,
                 stdout=run.stdout,
                 timed_out=run.timed_out,
-                tool_cap_hit="tool_calls" in run.limits_hit,
+                tool_cap_hit=Limit.TOOL_CALLS in run.limits_hit,
             )
         )
     tries = len(attempts)
     message = f"no answer after {tries} attempt{'s' if tries > 1 else ''}: {last_failure}"
     status = JobStatus.TIMED_OUT if timed_out else JobStatus.FAILED
-    kind = (
-        "timeout" if timed_out else ("no_program" if attempts and attempts[-1].program is None else "program")
-    )
+    if timed_out:
+        kind = ErrorKind.TIMEOUT
+    elif attempts and attempts[-1].program is None:
+        kind = ErrorKind.NO_PROGRAM
+    else:
+        kind = ErrorKind.PROGRAM
     return _finish(
         job_id,
         status,

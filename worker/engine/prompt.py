@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-from producer.contracts import Turn
+from sandfleet.core.contracts import Turn
 
 STDERR_TAIL_CHARS = 2000
 STDOUT_TAIL_CHARS = 1000
@@ -16,7 +16,7 @@ STDOUT_TAIL_CHARS = 1000
 
 @cache
 def template(name: str) -> str:
-    return resources.files("worker.engine").joinpath("prompts", f"{name}.txt").read_text()
+    return resources.files("sandfleet.worker.engine").joinpath("prompts", f"{name}.txt").read_text()
 
 
 def system_message(tools_description: str, *, max_tool_calls: int, data_science: bool) -> str:

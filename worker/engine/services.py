@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from producer.config import SandboxConfig
-from producer.settings import Settings
-from worker.bridge.host import CallPolicy, allow_all
-from worker.llm.client import ModelClient, make_model_client
-from worker.runtime import ProgramRuntime
-from worker.sandbox.pool import SandboxPool
-from worker.tools.registry import ToolRegistry
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.settings import Settings
+from sandfleet.worker.bridge.host import CallPolicy, allow_all
+from sandfleet.worker.llm.client import ModelClient, make_model_client
+from sandfleet.worker.runtime import ProgramRuntime
+from sandfleet.worker.sandbox.pool import SandboxPool
+from sandfleet.worker.tools.registry import ToolRegistry
 
 
 class EngineServices:

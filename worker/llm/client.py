@@ -9,7 +9,7 @@ Model names are ``provider:model``:
   that needs none gets a placeholder. With neither a key nor a base URL there is nothing to call,
   so ``make_model_client`` refuses before any work starts.
 - ``replay:FILE`` (or ``replay:FILE?latency=SECONDS``) starts, or reuses, this process's replay
-  server for that script (see ``worker.llm.replay_registry``) and calls it through the same
+  server for that script (see ``sandfleet.worker.llm.replay_registry``) and calls it through the same
   ``openai`` client: the same code path as a real model.
 
 Retries are ours, not the SDK's (it gets ``max_retries=0``): rate limits (429), 5xx, timeouts and
@@ -29,10 +29,10 @@ from typing import Any, Protocol
 
 import openai
 
-from producer.errors import InvalidSpecError, ModelError, ModelUnavailableError
-from producer.settings import Settings
-from worker.llm.replay_registry import shared_replay_server
-from worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
+from sandfleet.core.errors import InvalidSpecError, ModelError, ModelUnavailableError
+from sandfleet.core.settings import Settings
+from sandfleet.worker.llm.replay_registry import shared_replay_server
+from sandfleet.worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
 
 __all__ = [
     "ModelClient",

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from worker.llm.replay_script import message_text
+from sandfleet.worker.llm.replay_script import message_text
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 3

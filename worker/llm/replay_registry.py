@@ -14,8 +14,8 @@ import threading
 from pathlib import Path
 from urllib.parse import parse_qs
 
-from producer.errors import InvalidSpecError
-from worker.llm.replay_server import ReplayServer
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.llm.replay_server import ReplayServer
 
 REPLAY_HOST = "127.0.0.1"
 _QUERY_KEYS = ("latency",)

@@ -37,7 +37,7 @@ from typing import Any, TypeGuard
 
 import yaml
 
-from producer.errors import InvalidSpecError
+from sandfleet.core.errors import InvalidSpecError
 
 DEFAULT_FAIL_STATUS = 429
 SIMULATED_ERROR_MESSAGE = "simulated error from the replay script"

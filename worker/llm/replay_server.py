@@ -2,7 +2,7 @@
 
 It lets tests, the offline demo and load tests run the fleet's real model path (the official
 ``openai`` client over HTTP) with no model behind it. What it answers is described in
-``worker.llm.replay_script``; the bodies it sends in ``worker.llm.replay_payloads``.
+``sandfleet.worker.llm.replay_script``; the bodies it sends in ``sandfleet.worker.llm.replay_payloads``.
 
 Endpoints (enough for the official client, unchanged):
 
@@ -37,9 +37,9 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlsplit
 
-from producer.errors import InvalidSpecError
-from worker.llm import replay_payloads as payloads
-from worker.llm.replay_script import (
+from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.llm import replay_payloads as payloads
+from sandfleet.worker.llm.replay_script import (
     ReplayScript,
     ScriptedResponse,
     count_assistant_messages,
@@ -283,7 +283,7 @@ class ReplayServer:
         self, script: ReplayScript, *, host: str = DEFAULT_HOST, port: int = 0, latency_s: float = 0.0
     ) -> None:
         """Args:
-        script: what to answer (see ``worker.llm.replay_script``).
+        script: what to answer (see ``sandfleet.worker.llm.replay_script``).
         host: the address to listen on.
         port: the TCP port; 0 picks a free one.
         latency_s: seconds every reply waits, unless its rule or response sets its own.

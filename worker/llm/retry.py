@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from producer.settings import Settings
+from sandfleet.core.settings import Settings
 
 HTTP_TOO_MANY_REQUESTS = 429
 DEFAULT_BACKOFF_BASE_S = 0.5

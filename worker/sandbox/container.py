@@ -14,11 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.config import SandboxConfig
-from producer.errors import SandboxError
-from worker.sandbox import engine
-from worker.sandbox.channel import AgentChannel, ChannelClosedError, ChannelError, ChannelTimeoutError
-from worker.sandbox.spec import Owner, agent_payload, command_env, container_kwargs
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.contracts import Limit
+from sandfleet.core.errors import SandboxError
+from sandfleet.worker.sandbox import engine
+from sandfleet.worker.sandbox.channel import (
+    AgentChannel,
+    ChannelClosedError,
+    ChannelError,
+    ChannelTimeoutError,
+)
+from sandfleet.worker.sandbox.spec import Owner, agent_payload, command_env, container_kwargs
 
 log = logging.getLogger("sandfleet.sandbox")
 
@@ -54,7 +60,7 @@ class ExecResult:
     forked: bool = False  # a Python program run in a fork of the agent (no new interpreter)
     survivors: int = 0
     protocol_error: str | None = None
-    limits_hit: list[str] = field(default_factory=list)
+    limits_hit: list[Limit] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,7 +140,7 @@ class SandboxContainer:
             channel = AgentChannel(engine.raw_socket(sock))
             client.api.start(container_id)
             if config.network == "restricted":
-                from worker.sandbox.network import install_restricted_filter
+                from sandfleet.worker.sandbox.network import install_restricted_filter
 
                 install_restricted_filter(client, container_id)
             channel.send_raw(agent_payload())
@@ -243,7 +249,7 @@ class SandboxContainer:
                         stderr="the sandbox ran out of memory and was killed",
                         exit_code=137,
                         oom_killed=True,
-                        limits_hit=["memory"],
+                        limits_hit=[Limit.MEMORY],
                         duration_s=time.monotonic() - began,
                     )
                 return self._lost(
@@ -295,20 +301,20 @@ class SandboxContainer:
         stderr = body[out_len : out_len + err_len].decode(errors="replace")
         result_line = body[out_len + err_len : out_len + err_len + result_len] or None
         timed_out = bool(h.get("timed_out"))
-        limits = []
+        limits: list[Limit] = []
         code = exit_code_of(int(h.get("exit_code", -1)))
         if h.get("spawn_error"):
             stderr = f"cannot start the command: {h['spawn_error']}"
         if timed_out:
             code = -1
             stderr = _timeout_note(stderr, timeout)
-            limits.append("timeout")
+            limits.append(Limit.TIMEOUT)
         if h.get("oom_killed"):
-            limits.append("memory")
+            limits.append(Limit.MEMORY)
         truncated_out = int(h.get("out_total", 0)) > out_len
         truncated_err = int(h.get("err_total", 0)) > err_len
         if truncated_out or truncated_err:
-            limits.append("output")
+            limits.append(Limit.OUTPUT)
         return ExecResult(
             stdout=stdout,
             stderr=stderr,
@@ -336,7 +342,7 @@ class SandboxContainer:
                 exit_code=-1,
                 timed_out=True,
                 duration_s=time.monotonic() - began,
-                limits_hit=["timeout"],
+                limits_hit=[Limit.TIMEOUT],
                 protocol_error=why,
             )
         return ExecResult(

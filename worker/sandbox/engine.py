@@ -9,7 +9,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from producer.errors import SandboxError, SandboxUnavailableError
+from sandfleet.core.errors import SandboxError, SandboxUnavailableError
 
 try:  # the producer-only install has no docker SDK; fail closed with the install hint
     import docker

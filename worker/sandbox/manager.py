@@ -15,9 +15,9 @@ import threading
 import time
 from typing import Any
 
-from producer.config import SandboxConfig
-from producer.errors import SandboxError
-from worker.sandbox.container import DEFAULT_OUTPUT_CAP, ExecResult, SandboxContainer
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.errors import SandboxError
+from sandfleet.worker.sandbox.container import DEFAULT_OUTPUT_CAP, ExecResult, SandboxContainer
 
 
 class SandboxSession:

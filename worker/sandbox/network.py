@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from typing import Any
 
-from producer.errors import SandboxError
+from sandfleet.core.errors import SandboxError
 
 ALLOWED_TCP_PORTS = (53, 80, 443)
 ALLOWED_UDP_PORTS = (53,)

@@ -2,35 +2,31 @@
 
 from __future__ import annotations
 
-from producer.config import SandboxConfig
-from producer.errors import PolicyViolationError
-from producer.settings import Settings
-from producer.sizes import format_size, parse_size
-
-
-def _names(csv: str) -> list[str]:
-    return [x.strip() for x in csv.split(",") if x.strip()]
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.errors import PolicyViolationError
+from sandfleet.core.settings import Settings
+from sandfleet.core.sizes import format_size
 
 
 def check_sandbox_policy(config: SandboxConfig, settings: Settings) -> None:
     """Raise PolicyViolationError naming the setting when ``config`` asks for more than allowed."""
-    networks = _names(settings.policy_networks) or ["none"]
+    networks = settings.policy_networks
     if config.network not in networks:
         raise PolicyViolationError(
             f"sandbox network {config.network!r} is not allowed by the operator (allowed: {', '.join(networks)})"
         )
-    ceiling = parse_size(settings.policy_max_memory)
+    ceiling = settings.policy_max_memory
     if config.memory_limit > ceiling:
         raise PolicyViolationError(
             f"sandbox memory_limit {format_size(config.memory_limit)} is above the operator's ceiling of "
             f"{format_size(ceiling)}"
         )
-    images = _names(settings.policy_images)
+    images = settings.policy_images
     if images and config.image not in images:
         raise PolicyViolationError(
             f"sandbox image {config.image!r} is not allowed by the operator (allowed: {', '.join(images)})"
         )
-    runtimes = _names(settings.policy_runtimes)
+    runtimes = settings.policy_runtimes
     if runtimes and config.docker_runtime not in runtimes:
         raise PolicyViolationError(
             f"sandbox runtime {config.docker_runtime!r} is not allowed by the operator (allowed: {', '.join(runtimes)})"

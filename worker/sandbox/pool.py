@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from producer.config import SandboxConfig
-from producer.errors import SandboxError, SandboxUnavailableError
-from worker.sandbox.container import SandboxContainer
-from worker.sandbox.spec import Owner
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.errors import SandboxError, SandboxUnavailableError
+from sandfleet.worker.sandbox.container import SandboxContainer
+from sandfleet.worker.sandbox.spec import Owner
 
 log = logging.getLogger("sandfleet.pool")
 

@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from worker.sandbox import engine
-from worker.sandbox.spec import Owner
+from sandfleet.worker.sandbox import engine
+from sandfleet.worker.sandbox.spec import Owner
 
 log = logging.getLogger("sandfleet.reaper")
 _CONTAINER_ID = re.compile(rb"\b[0-9a-f]{64}\b")

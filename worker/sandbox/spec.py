@@ -18,8 +18,8 @@ from importlib.util import MAGIC_NUMBER
 from pathlib import Path
 from typing import Any
 
-from producer.config import SandboxConfig
-from worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
+from sandfleet.core.config import SandboxConfig
+from sandfleet.worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
 
 SANDBOX_UID = 10001
 SANDBOX_GID = 10001

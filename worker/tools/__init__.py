@@ -4,8 +4,8 @@
 what may cross back to the program.
 """
 
-from worker.tools.registry import Tool, ToolRegistry, ToolWarning, side_effects
-from worker.tools.values import ValueConversionError, json_size, to_json_value
+from sandfleet.worker.tools.registry import Tool, ToolRegistry, ToolWarning, side_effects
+from sandfleet.worker.tools.values import ValueConversionError, json_size, to_json_value
 
 __all__ = [
     "Tool",

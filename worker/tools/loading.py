@@ -15,8 +15,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from producer.errors import ToolLoadError
-from worker.tools.tool import Tool, _is_langchain_shaped
+from sandfleet.core.errors import ToolLoadError
+from sandfleet.worker.tools.tool import Tool, _is_langchain_shaped
 
 FILE_MODULE_PREFIX = "sandfleet_tools_file_"
 

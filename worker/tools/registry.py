@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from producer.errors import InvalidSpecError, ToolLoadError
-from worker.tools.loading import import_tools_module, tools_of
-from worker.tools.tool import Tool, ToolWarning, side_effects
-from worker.tools.values import to_json_value
+from sandfleet.core.errors import InvalidSpecError, ToolLoadError
+from sandfleet.worker.tools.loading import import_tools_module, tools_of
+from sandfleet.worker.tools.tool import Tool, ToolWarning, side_effects
+from sandfleet.worker.tools.values import to_json_value
 
 __all__ = ["Tool", "ToolRegistry", "ToolWarning", "side_effects"]
 

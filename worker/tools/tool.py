@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from producer.errors import ToolLoadError
+from sandfleet.core.errors import ToolLoadError
 
 SIDE_EFFECTS_ATTR = "__sandfleet_side_effects__"
 MAX_TOOL_NAME_CHARS = 100

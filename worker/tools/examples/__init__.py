@@ -1,4 +1,4 @@
 """Example tools over the reference scenario's data folder: orders, confined file reading, a side effect.
 
-Load them with ``SANDFLEET_TOOLS=worker.tools.examples.orders,worker.tools.examples.files``.
+Load them with ``SANDFLEET_TOOLS=sandfleet.worker.tools.examples.orders,sandfleet.worker.tools.examples.files``.
 """

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producer.settings import Settings
+from sandfleet.core.settings import Settings
 
 DEFAULT_DATA_DIR = Settings.model_fields["data_dir"].default
 

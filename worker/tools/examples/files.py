@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from worker.tools.examples._data import data_dir
+from sandfleet.worker.tools.examples._data import data_dir
 
 __all__ = ["list_files", "read_text"]
 

@@ -1,12 +1,12 @@
-"""Tools over the reference orders (``orders.csv`` in the data folder, see ``worker.scenario``)."""
+"""Tools over the reference orders (``orders.csv`` in the data folder, see ``sandfleet.worker.scenario``)."""
 
 from __future__ import annotations
 
 import csv
 from typing import Any
 
-from worker.scenario import ORDERS_FILENAME
-from worker.tools.examples._data import data_dir
+from sandfleet.worker.scenario import ORDERS_FILENAME
+from sandfleet.worker.tools.examples._data import data_dir
 
 __all__ = ["get_order", "list_products", "load_orders"]
 
@@ -23,7 +23,7 @@ def load_orders() -> list[dict]:
             return [_typed(row) for row in csv.DictReader(source)]
     except FileNotFoundError:
         raise FileNotFoundError(
-            f"no orders file at {path}; write it with worker.scenario.write_reference_data() "
+            f"no orders file at {path}; write it with sandfleet.worker.scenario.write_reference_data() "
             "or point SANDFLEET_DATA_DIR at a folder that has one"
         ) from None
 

@@ -12,8 +12,8 @@ import re
 import threading
 import uuid
 
-from worker.tools.examples._data import data_dir
-from worker.tools.tool import side_effects
+from sandfleet.worker.tools.examples._data import data_dir
+from sandfleet.worker.tools.tool import side_effects
 
 __all__ = ["list_sent_emails", "send_email"]
 

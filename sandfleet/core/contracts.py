@@ -9,9 +9,9 @@ import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from producer.config import CodeActionSettings, SandboxConfig
+from sandfleet.core.config import CodeActionSettings, SandboxConfig
 
 SCHEMA_VERSION = 1
 MAX_QUESTION_CHARS = 20_000
@@ -22,7 +22,7 @@ MAX_TOOLS = 100
 
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 _MODEL_NAME = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
-_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 class JobStatus(StrEnum):
@@ -39,6 +39,45 @@ class JobStatus(StrEnum):
 
 
 FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.REFUSED})
+
+
+class ErrorKind(StrEnum):
+    """Why a job ended without an answer (``JobResult.error.kind``)."""
+
+    REFUSED = "refused"  # the job asked for something the worker's policy or tools refuse
+    INVALID_SPEC = "invalid_spec"  # the message's spec did not validate on the worker
+    MODEL = "model"  # the model endpoint failed for good (not a transient error)
+    SANDBOX = "sandbox"  # the sandbox could not run the program (not a transient error)
+    PROGRAM = "program"  # every attempt's program failed
+    NO_PROGRAM = "no_program"  # the last reply held no Python program
+    TIMEOUT = "timeout"  # the last attempt's program ran out of time
+    TIME_LIMIT = "time_limit"  # the job passed its Celery soft time limit
+    CRASH_LOOP = "crash_loop"  # the job killed its worker on every delivery
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # transient retries exhausted: no engine
+    MODEL_UNAVAILABLE = "model_unavailable"  # transient retries exhausted: no model endpoint
+    INTERNAL = "internal_error"  # a bug: the engine raised
+
+
+class AuditKind(StrEnum):
+    """What an audit event records (``AuditEvent.kind``)."""
+
+    STATE = "state"  # the job's status changed
+    MODEL_CALL = "model_call"  # one model request and its reply
+    PROGRAM = "program"  # the program of an attempt (or that the reply had none)
+    SANDBOX_RUN = "sandbox_run"  # how the program ran: exit code, limits, output tails, timings
+    TOOL_CALL = "tool_call"  # one bridged tool call and its result
+    LIMIT = "limit"  # a limit the run hit
+    ERROR = "error"  # the job was refused before any model call
+
+
+class Limit(StrEnum):
+    """A limit a program's run hit (``AttemptRecord.limits_hit``)."""
+
+    TIMEOUT = "timeout"  # the program's wall-clock deadline
+    MEMORY = "memory"  # the sandbox's memory limit (the kernel's OOM killer)
+    OUTPUT = "output"  # stdout/stderr past the sandbox's output cap
+    TOOL_CALLS = "tool_calls"  # the job's tool-call budget
+    RESULT_SIZE = "result_size"  # a RESULT payload past its size cap
 
 
 class _Strict(BaseModel):
@@ -110,7 +149,7 @@ class JobSpec(_Strict):
     @field_validator("batch_id")
     @classmethod
     def _batch_id(cls, v: str | None) -> str | None:
-        if v is not None and not _ID.match(v):
+        if v is not None and not ID_PATTERN.match(v):
             raise ValueError(f"batch_id must be 1-128 of letters, digits and _.:-, got {v!r}")
         return v
 
@@ -122,7 +161,7 @@ class JobSpec(_Strict):
 
 
 class ErrorInfo(_Strict):
-    kind: str
+    kind: ErrorKind
     message: str
 
 
@@ -169,7 +208,7 @@ class AttemptRecord(_Strict):
     stdout_tail: str = ""
     stderr_tail: str = ""
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
-    limits_hit: list[str] = Field(default_factory=list)
+    limits_hit: list[Limit] = Field(default_factory=list)
     failure: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -199,5 +238,14 @@ class AuditEvent(_Strict):
     ts: float
     job_id: str
     attempt: int = 0
-    kind: str
+    kind: AuditKind
     data: dict[str, Any] = Field(default_factory=dict)
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """``field: reason`` for each problem, joined by ``; ``."""
+    parts = []
+    for item in err.errors(include_url=False):
+        where = ".".join(str(p) for p in item["loc"]) or "spec"
+        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from worker.loadtest.phases import PHASES
+from sandfleet.fleet.loadtest.phases import PHASES
 
 FIGSIZE_IN = (11, 4.5)
 BIN_S = 1.0

@@ -7,10 +7,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from producer.queue import redact_url
-from worker.loadtest.driver import RunData
-from worker.loadtest.phases import PHASES
-from worker.loadtest.stats import (
+from sandfleet.core.queue import redact_url
+from sandfleet.fleet.loadtest.driver import RunData
+from sandfleet.fleet.loadtest.phases import PHASES
+from sandfleet.fleet.loadtest.stats import (
     command_delta,
     commands_per_job,
     completion_times,

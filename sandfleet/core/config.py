@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from producer.sizes import format_size, parse_size
+from sandfleet.core.sizes import format_size, parse_size
 
 DEFAULT_IMAGE = "sandfleet/sandbox:py3.11"
 DATA_SCIENCE_IMAGE = "sandfleet/sandbox-ds:py3.11"

@@ -1,4 +1,4 @@
-"""A job's audit stream, written as a hash chain (see :mod:`producer.records` for the scheme).
+"""A job's audit stream, written as a hash chain (see :mod:`sandfleet.core.records` for the scheme).
 
 Two deliveries of one job may write at once; each append is a compare-and-set on the chain tip
 (a Lua script), retried with the tip the other writer left, so the chain never forks.
@@ -12,11 +12,12 @@ from typing import Any
 
 import redis
 
-from producer.contracts import AuditEvent
-from producer.keys import FleetKeys
-from producer.records import GENESIS_HASH, RecordReader, chain_hash, encode_event
-from producer.settings import Settings
-from worker.store.scripts import AUDIT_APPEND
+from sandfleet.core.chain import GENESIS_HASH, chain_hash, encode_event
+from sandfleet.core.contracts import AuditEvent, AuditKind
+from sandfleet.core.keys import FleetKeys
+from sandfleet.core.lua import AUDIT_APPEND
+from sandfleet.core.records import RecordReader
+from sandfleet.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class RedisAuditSink:
         self._append = client.register_script(AUDIT_APPEND)
         self._head: str | None = None
 
-    def emit(self, kind: str, data: dict[str, Any], attempt: int = 0) -> None:
+    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
         event = AuditEvent(ts=time.time(), job_id=self.job_id, attempt=attempt, kind=kind, data=data)
         event_json = encode_event(event)
         keys = [self._keys.job(self.job_id), self._keys.audit(self.job_id)]

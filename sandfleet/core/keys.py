@@ -44,21 +44,19 @@ Fleet-wide:
 ``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
 
 The broker queue itself is a kombu list named after the prefix (``sandfleet``, see
-:mod:`producer.queue`); kombu's own bookkeeping (``unacked``, ``_kombu.*``) is not under the prefix. Keys are for one Redis (or a primary with replicas), not Redis Cluster: the Lua
+:mod:`sandfleet.core.queue`); kombu's own bookkeeping (``unacked``, ``_kombu.*``) is not under the prefix. Keys are for one Redis (or a primary with replicas), not Redis Cluster: the Lua
 scripts touch a job's keys and the fleet-wide indexes together.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from producer.contracts import JobStatus
+from sandfleet.core.contracts import ID_PATTERN, JobStatus
 
-# Job and batch ids become part of key names: keep them to a safe alphabet.
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+# Job and batch ids become part of key names: ID_PATTERN keeps them to a safe alphabet.
 REJECTED_STREAM_MAXLEN = 10_000
-HEARTBEAT_TTL_S = 30
+HEARTBEAT_TTL_S = 10  # a live worker refreshes its heartbeat every 2 s (worker/recovery.py)
 
 
 @dataclass(frozen=True)

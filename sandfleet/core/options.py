@@ -1,4 +1,5 @@
-"""Option parsing shared by every command: ``-o KEY=VALUE`` sandbox options and error display."""
+"""How the contracts are spelled on a command line, for every command of either side: ``-o KEY=VALUE``
+sandbox options and the display of validation errors."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from producer.config import SandboxConfig
+from sandfleet.core.config import SandboxConfig
 
 sandbox_option = click.option(
     "-o",

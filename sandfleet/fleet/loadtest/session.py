@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from producer.client import Client
-from producer.settings import Settings, get_settings
-from worker.loadtest.driver import LoadPlan, run_load
-from worker.loadtest.fleet import FleetConfig, LocalFleet, replay_model_name, replay_script
-from worker.loadtest.plot import write_plot
-from worker.loadtest.report import build_report, write_report
-from worker.loadtest.sampler import FleetSampler
-from worker.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
+from sandfleet.core.settings import Settings, get_settings
+from sandfleet.fleet.loadtest.driver import LoadPlan, run_load
+from sandfleet.fleet.loadtest.plot import write_plot
+from sandfleet.fleet.loadtest.report import build_report, write_report
+from sandfleet.fleet.loadtest.sampler import FleetSampler
+from sandfleet.fleet.local import FleetConfig, LocalFleet, replay_model_name, replay_script
+from sandfleet.producer.client import Client
+from sandfleet.worker.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
 
-DEFAULT_TOOLS_MODULE = "worker.tools.examples.orders"
+DEFAULT_TOOLS_MODULE = "sandfleet.worker.tools.examples.orders"
 
 
 @dataclass
@@ -52,7 +52,7 @@ class LoadTestOptions:
 
 def tool_names(module: str) -> list[str]:
     """The tools a module offers (what each job is allowed to call)."""
-    from worker.tools.registry import ToolRegistry
+    from sandfleet.worker.tools.registry import ToolRegistry
 
     return ToolRegistry.from_modules(module).names() if module else []
 

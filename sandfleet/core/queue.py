@@ -2,7 +2,7 @@
 
 Producers build an app from :func:`make_app` and enqueue by task name (``send_task``), so they never
 import worker code; workers add their own settings on top (``worker/celery_app.py``). Celery keeps
-no results: every outcome lives in the fleet's own records (:mod:`producer.keys`).
+no results: every outcome lives in the fleet's own records (:mod:`sandfleet.core.keys`).
 
 Time limits nest, outermost last::
 
@@ -17,12 +17,16 @@ Redis failures on either side read the same way (:func:`describe_redis_error`): 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
-from producer.config import CodeActionSettings, SandboxConfig
-from producer.contracts import JobSpec
-from producer.errors import InvalidSpecError
-from producer.settings import Settings
+import redis
+
+from sandfleet.core.config import CodeActionSettings, SandboxConfig
+from sandfleet.core.contracts import JobSpec
+from sandfleet.core.errors import InvalidSpecError, QueueUnavailableError
+from sandfleet.core.settings import Settings
 
 if TYPE_CHECKING:
     from celery import Celery
@@ -75,11 +79,18 @@ def celery_config(settings: Settings) -> dict[str, Any]:
     }
 
 
-def make_app(settings: Settings, *, main: str = APP_NAME) -> Celery:
-    """A Celery app with the shared configuration. Registers no tasks."""
+AppT = TypeVar("AppT", bound="Celery")
+
+
+@overload
+def make_app(settings: Settings, *, main: str = APP_NAME) -> Celery: ...
+@overload
+def make_app(settings: Settings, *, main: str = APP_NAME, app_class: type[AppT]) -> AppT: ...
+def make_app(settings: Settings, *, main: str = APP_NAME, app_class: type[Any] | None = None) -> Any:
+    """A Celery app (of ``app_class``, default Celery) with the shared configuration. Registers no tasks."""
     from celery import Celery
 
-    app = Celery(main, set_as_current=False)
+    app = (app_class or Celery)(main, set_as_current=False)
     app.conf.update(celery_config(settings))
     return app
 
@@ -118,6 +129,15 @@ def check_time_limits(settings: Settings, spec: JobSpec | None = None) -> tuple[
             f"the sandbox timeout"
         )
     return soft, hard
+
+
+@contextmanager
+def redis_errors(url: str) -> Iterator[None]:
+    """Redis failures inside become QueueUnavailableError with a message that says what to check."""
+    try:
+        yield
+    except redis.RedisError as e:
+        raise QueueUnavailableError(describe_redis_error(url, e)) from e
 
 
 def describe_redis_error(url: str, error: BaseException) -> str:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from worker.loadtest.local_redis import RedisServer
-from worker.sandbox.spec import Owner, process_start_ticks
-from worker.scenario import write_reference_data
+from sandfleet.fleet.local_redis import RedisServer
+from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
+from sandfleet.worker.scenario import write_reference_data
 
 WORKER_READY_TIMEOUT_S = 60.0
 WORKER_STOP_TIMEOUT_S = 60.0
@@ -48,7 +48,7 @@ class FleetConfig:
     workers: int = 1
     concurrency: int = 16
     sandboxes: int = 4
-    tools: str = "worker.tools.examples.orders"
+    tools: str = "sandfleet.worker.tools.examples.orders"
     program: str = ""
     model_latency_s: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
@@ -125,7 +125,7 @@ class LocalFleet:
         cmd = [
             sys.executable,
             "-c",
-            "from producer.cli import main; main(prog_name='sandfleet')",
+            "from sandfleet.cli import main; main(prog_name='sandfleet')",
             "worker",
             f"--concurrency={self.config.concurrency}",
             f"--sandboxes={self.config.sandboxes}",
@@ -145,8 +145,8 @@ class LocalFleet:
         Raises:
             RuntimeError: a worker exited or did not answer in time (the end of its log is quoted).
         """
-        from producer.queue import make_app
-        from producer.settings import Settings
+        from sandfleet.core.queue import make_app
+        from sandfleet.core.settings import Settings
 
         app = make_app(Settings(redis_url=self.redis_url))
         deadline = time.monotonic() + timeout_s
@@ -213,7 +213,7 @@ class LocalFleet:
 def _remove_containers_of(owners: set[str]) -> None:
     """Remove containers still labelled with one of ``owners`` (a worker killed mid-run)."""
     try:
-        from worker.sandbox.reaper import prune
+        from sandfleet.worker.sandbox.reaper import prune
 
         prune(owners=owners)
     except Exception as e:  # the engine is gone: nothing of ours can be running on it either

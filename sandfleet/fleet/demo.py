@@ -28,9 +28,9 @@ from typing import IO, Any
 
 import click
 
-from producer.settings import Settings, get_settings
+from sandfleet.core.settings import Settings, get_settings
 
-DEMO_TOOLS = "worker.tools.examples.orders"
+DEMO_TOOLS = "sandfleet.worker.tools.examples.orders"
 DEMO_TOOL_NAMES = ["load_orders"]
 FLOWER_PORT = 5555  # used when free, else any free port
 REDIS_PROBE_TIMEOUT_S = 1.0
@@ -38,12 +38,12 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 DEFAULT_TIMEOUT_S = 120.0
 CENT = 0.005
-SANDFLEET = "from producer.cli import main; main(prog_name='sandfleet')"  # the CLI, in this interpreter
+SANDFLEET = "from sandfleet.cli import main; main(prog_name='sandfleet')"  # the CLI, in this interpreter
 
 
 def demo_replay_script() -> dict[str, Any]:
     """The replay script: the reference question gets the reference program (deploy/demo/replay.json)."""
-    from worker.scenario import REFERENCE_PROGRAM
+    from sandfleet.worker.scenario import REFERENCE_PROGRAM
 
     reply = (
         "I will load the orders with the load_orders tool, keep July to September 2026, and sum "
@@ -132,9 +132,9 @@ def redis_answers(url: str) -> bool:
 
 def check_sandbox_ready() -> None:
     """Fail early (SandfleetError) without an engine or the sandbox image: the job would only wait."""
-    from producer.config import SandboxConfig
-    from producer.errors import SandboxUnavailableError
-    from worker.sandbox.engine import engine_info
+    from sandfleet.core.config import SandboxConfig
+    from sandfleet.core.errors import SandboxUnavailableError
+    from sandfleet.worker.sandbox.engine import engine_info
 
     image = SandboxConfig().image
     if image not in engine_info().images:
@@ -186,7 +186,7 @@ class DemoStack:
         return url
 
     def start_worker(self, data_dir: Path, model: str) -> None:
-        from worker.sandbox.spec import Owner, process_start_ticks
+        from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 
         env = self.child_env(
             SANDFLEET_TOOLS=DEMO_TOOLS, SANDFLEET_DATA_DIR=str(data_dir), SANDFLEET_MODEL=model
@@ -231,7 +231,7 @@ class DemoStack:
         self._stop(["redis"])
         if self.owner_label:  # a worker killed mid-run leaves containers: remove them by owner label
             try:
-                from worker.sandbox.reaper import prune
+                from sandfleet.worker.sandbox.reaper import prune
 
                 prune(owners={self.owner_label})
             except Exception as e:
@@ -285,9 +285,9 @@ def _http_ok(url: str) -> bool:
 def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: float, as_json: bool) -> None:
     """Run the reference question (Q3 2026 revenue per region) through the fleet; exit 0 when the fleet's
     RESULT matches the plain-Python totals."""
-    from producer.client import Client
-    from producer.errors import SandfleetError
-    from worker.scenario import REFERENCE_QUESTION, expected_q3_revenue, generate_orders
+    from sandfleet.core.errors import SandfleetError
+    from sandfleet.producer.client import Client
+    from sandfleet.worker.scenario import REFERENCE_QUESTION, expected_q3_revenue, generate_orders
 
     say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
     base = get_settings()
@@ -295,7 +295,7 @@ def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: floa
     try:
         check_sandbox_ready()
         if chosen and not chosen.startswith("replay:"):
-            from worker.llm.client import make_model_client
+            from sandfleet.worker.llm.client import make_model_client
 
             make_model_client(chosen, base)  # refuses a missing key now, not after the job ran
     except SandfleetError as e:
@@ -346,8 +346,8 @@ def _start(
     say: Any,
 ) -> None:
     """Start what is missing: Redis (only when the fleet's does not answer), the worker, Flower."""
-    from producer.queue import redact_url
-    from worker.scenario import write_reference_data
+    from sandfleet.core.queue import redact_url
+    from sandfleet.worker.scenario import write_reference_data
 
     if redis_answers(base.redis_url):
         report["redis_url"] = redact_url(base.redis_url)

@@ -1,63 +1,22 @@
-"""Job records as stored in Redis: their encoding, the audit hash chain, and every read.
+"""Job records as stored in Redis, read side: every read of records, audit streams and batches.
 
-Workers write records (``worker/store``); producers write only the queued record and read the rest,
-through :class:`RecordReader`. Both share key names (:mod:`producer.keys`) and the chain hash here.
-
-The audit stream is tamper-evident: each entry carries
-``hash = HMAC-SHA256(audit_secret, previous hash + canonical JSON of the event)``, starting from the
-empty string, and the record keeps the tip (``audit_head``, ``audit_count``), so an edited,
-reordered, inserted or removed entry breaks the chain at its index.
+Writes are in :mod:`sandfleet.core.store` (records) and :mod:`sandfleet.core.audit` (the audit
+stream); key names in :mod:`sandfleet.core.keys`; the chain's hash in :mod:`sandfleet.core.chain`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from producer.contracts import AuditEvent, JobResult, JobSpec, JobStatus
-from producer.errors import JobNotFoundError
-from producer.keys import FleetKeys, check_id
-
-GENESIS_HASH = ""
-
-
-def canonical_json(value: Any) -> str:
-    """One spelling per value: sorted keys, no spaces, UTF-8 kept."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def encode_event(event: AuditEvent) -> str:
-    """The canonical JSON of an audit event: what the stream stores and the chain hashes.
-
-    Values JSON cannot hold (a set, a path, an exception) are written as their ``str``.
-    """
-    return canonical_json(event.model_dump(mode="json", fallback=str))
-
-
-def chain_hash(secret: str, prev_hash: str, event_json: str) -> str:
-    """Hex HMAC-SHA256, keyed with ``secret``, of the previous hash followed by the event's JSON."""
-    return hmac.new(secret.encode(), (prev_hash + event_json).encode(), hashlib.sha256).hexdigest()
-
-
-def verify_entries(secret: str, entries: list[tuple[str, str]], head: str | None) -> tuple[bool, int | None]:
-    """``(True, None)`` if every ``(event_json, hash)`` chains and the last hash is ``head``.
-
-    Otherwise ``(False, index)``: the first entry whose hash does not hold, or ``len(entries)`` when
-    the stream is shorter than the record says (entries removed from the end).
-    """
-    prev = GENESIS_HASH
-    for index, (event_json, stored) in enumerate(entries):
-        if not hmac.compare_digest(chain_hash(secret, prev, event_json), stored):
-            return False, index
-        prev = stored
-    if head is not None and not hmac.compare_digest(prev, head):
-        return False, len(entries)
-    return True, None
+from sandfleet.core.chain import verify_entries
+from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, JobStatus
+from sandfleet.core.errors import JobNotFoundError
+from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.settings import Settings
 
 
 class JobRecord(BaseModel):
@@ -96,22 +55,6 @@ class JobRecord(BaseModel):
         )
 
 
-def queued_fields(job_id: str, spec: JobSpec, now: float) -> dict[str, str]:
-    """The record's fields when the producer enqueues the job."""
-    fields = {
-        "job_id": job_id,
-        "status": JobStatus.QUEUED.value,
-        "spec": spec.model_dump_json(),
-        "queued_at": repr(now),
-        "updated_at": repr(now),
-        "attempts": "0",
-        "deliveries": "0",
-    }
-    if spec.batch_id:
-        fields["batch_id"] = spec.batch_id
-    return fields
-
-
 class RecordReader:
     """Reads of job records, audit streams and batch counts. Raises redis errors as they come."""
 
@@ -119,6 +62,16 @@ class RecordReader:
         self._redis = client
         self._keys = keys
         self._secret = audit_secret
+
+    @classmethod
+    @contextmanager
+    def connect(cls, redis_url: str, settings: Settings) -> Iterator[RecordReader]:
+        """A reader on its own connection to ``redis_url``, closed on exit."""
+        client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=5.0)
+        try:
+            yield cls(client, FleetKeys(settings.key_prefix), settings.audit_secret)
+        finally:
+            client.close()
 
     def record(self, job_id: str) -> JobRecord:
         """The job's record, or JobNotFoundError (never submitted, or past retention)."""

@@ -20,10 +20,10 @@ from typing import Any, TextIO
 
 import redis
 
-from producer.client import Client, new_batch_id
-from worker.loadtest.phases import record_summary
-from worker.loadtest.sampler import FleetSampler, Samples
-from worker.loadtest.stats import parse_commandstats
+from sandfleet.fleet.loadtest.phases import record_summary
+from sandfleet.fleet.loadtest.sampler import FleetSampler, Samples
+from sandfleet.fleet.loadtest.stats import parse_commandstats
+from sandfleet.producer.client import Client, new_batch_id
 
 PROGRESS_INTERVAL_S = 0.5
 RATE_WINDOW_S = 5.0

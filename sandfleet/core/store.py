@@ -1,8 +1,10 @@
-"""The write side of job records: deliveries, state transitions and the one final record.
+"""The write side of job records: the queued records, deliveries, state transitions and the one
+final record. Every record is written here, by producers and workers alike.
 
-Every change is one Lua script (:mod:`worker.store.scripts`), so the record, the status indexes,
-the batch counts and the retention move together, and the final-record guard makes the first
-final write win: a redelivered or duplicated job ends exactly once.
+Submitting writes the queued records of a batch in one MULTI/EXEC (all or nothing). Every later
+change is one Lua script (:mod:`sandfleet.core.lua`), so the record, the status indexes, the batch
+counts and the retention move together, and the final-record guard makes the first final write win:
+a redelivered or duplicated job ends exactly once.
 """
 
 from __future__ import annotations
@@ -15,13 +17,37 @@ from typing import Any
 
 import redis
 
-from producer.contracts import ErrorInfo, JobResult, JobStatus
-from producer.keys import REJECTED_STREAM_MAXLEN, FleetKeys
-from producer.records import JobRecord, RecordReader
-from producer.settings import Settings
-from worker.store.scripts import COUNT_DELIVERY, TRANSITION
+from sandfleet.core.chain import GENESIS_HASH, chain_hash, encode_event
+from sandfleet.core.contracts import (
+    AuditEvent,
+    AuditKind,
+    ErrorInfo,
+    JobResult,
+    JobSpec,
+    JobStatus,
+)
+from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
+from sandfleet.core.lua import COUNT_DELIVERY, TRANSITION
+from sandfleet.core.records import JobRecord, RecordReader
+from sandfleet.core.settings import Settings
 
 log = logging.getLogger(__name__)
+
+
+def queued_fields(job_id: str, spec: JobSpec, now: float) -> dict[str, str]:
+    """The record's fields when the producer enqueues the job."""
+    fields = {
+        "job_id": job_id,
+        "status": JobStatus.QUEUED.value,
+        "spec": spec.model_dump_json(),
+        "queued_at": repr(now),
+        "updated_at": repr(now),
+        "attempts": "0",
+        "deliveries": "0",
+    }
+    if spec.batch_id:
+        fields["batch_id"] = spec.batch_id
+    return fields
 
 
 class Transition(StrEnum):
@@ -46,6 +72,56 @@ class JobStore:
     @classmethod
     def from_settings(cls, settings: Settings) -> JobStore:
         return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True), settings)
+
+    def record_queued(self, jobs: list[tuple[str, JobSpec]]) -> None:
+        """Write the queued records of ``jobs`` and their first audit event in one transaction.
+
+        Raises:
+            redis.RedisError: nothing of the transaction was applied (MULTI/EXEC).
+        """
+        now, ttl = time.time(), self.settings.retention_s
+        pipe = self.redis.pipeline(transaction=True)
+        for job_id, spec in jobs:
+            record = self.keys.job(job_id)
+            event = AuditEvent(
+                ts=now, job_id=job_id, kind=AuditKind.STATE, data={"status": JobStatus.QUEUED.value}
+            )
+            event_json = encode_event(event)
+            head = chain_hash(self.settings.audit_secret, GENESIS_HASH, event_json)
+            pipe.hset(
+                record, mapping={**queued_fields(job_id, spec, now), "audit_head": head, "audit_count": 1}
+            )
+            pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head})
+            pipe.zadd(self.keys.all_jobs, {job_id: now})
+            pipe.zadd(self.keys.status_index(JobStatus.QUEUED), {job_id: now})
+            for key in (record, self.keys.audit(job_id)):
+                pipe.expire(key, ttl)
+            if spec.batch_id:
+                pipe.rpush(self.keys.batch_jobs(spec.batch_id), job_id)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), JobStatus.QUEUED.value, 1)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), "total", 1)
+        for batch_id in {spec.batch_id for _, spec in jobs if spec.batch_id}:
+            pipe.expire(self.keys.batch_jobs(batch_id), ttl)
+            pipe.expire(self.keys.batch_counts(batch_id), ttl)
+        pipe.zremrangebyscore(self.keys.all_jobs, "-inf", now - ttl)
+        pipe.execute()
+
+    def withdraw(self, jobs: list[tuple[str, JobSpec]]) -> None:
+        """Undo :meth:`record_queued` for jobs whose message was never published (best effort:
+        if Redis is gone, the records expire with the retention and a worker ignores them)."""
+        pipe = self.redis.pipeline(transaction=True)
+        for job_id, spec in jobs:
+            pipe.delete(*self.keys.job_keys(job_id))
+            pipe.zrem(self.keys.all_jobs, job_id)
+            pipe.zrem(self.keys.status_index(JobStatus.QUEUED), job_id)
+            if spec.batch_id:
+                pipe.lrem(self.keys.batch_jobs(spec.batch_id), 1, job_id)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), JobStatus.QUEUED.value, -1)
+                pipe.hincrby(self.keys.batch_counts(spec.batch_id), "total", -1)
+        try:
+            pipe.execute()
+        except redis.RedisError as e:
+            log.warning("could not withdraw %d unpublished job record(s): %s", len(jobs), e)
 
     def count_delivery(self, job_id: str, retry: int = 0) -> int:
         """Count one delivery of the job's message for Celery retry number ``retry``.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from producer.cli.options import parse_options, sandbox_option
+from sandfleet.core.options import parse_options, sandbox_option
 
 
 @click.command()
@@ -115,8 +115,8 @@ def loadtest(
     and stopped afterwards. Each job runs the given program through the replay model. Progress goes
     to stderr; the summary to stdout; report.json and report.png into --out.
     """
-    from worker.loadtest.report import format_summary
-    from worker.loadtest.session import DEFAULT_TOOLS_MODULE, LoadTestOptions, run_loadtest
+    from sandfleet.fleet.loadtest.report import format_summary
+    from sandfleet.fleet.loadtest.session import DEFAULT_TOOLS_MODULE, LoadTestOptions, run_loadtest
 
     if sum((rate is not None, burst, batch)) > 1:
         raise click.UsageError("choose one of --rate, --burst and --batch")
@@ -142,7 +142,7 @@ def loadtest(
     )
     if program is not None:
         opts.program = program.read_text()
-    from producer.errors import SandfleetError
+    from sandfleet.core.errors import SandfleetError
 
     try:
         report = run_loadtest(opts)

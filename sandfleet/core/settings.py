@@ -1,0 +1,120 @@
+"""The one typed settings object. Environment prefix ``SANDFLEET_``; no other module reads os.environ.
+
+The model's key and base URL also come from the names every OpenAI-compatible tool uses
+(``OPENAI_API_KEY``, ``OPENAI_BASE_URL``).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, BeforeValidator, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from sandfleet.core.sizes import parse_size
+
+DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+DEFAULT_MODEL = "openai:gpt-5-mini"
+DEFAULT_RETENTION_S = 7 * 24 * 3600
+DEFAULT_VISIBILITY_TIMEOUT_S = 3600
+DEFAULT_MODEL_REQUEST_TIMEOUT_S = 60.0
+DEFAULT_MODEL_MAX_RETRIES = 4
+DEFAULT_POOL_SIZE = 2
+DEFAULT_MAX_SANDBOXES = 4
+DEFAULT_MAX_DELIVERIES = 3
+DEFAULT_CONCURRENCY = 32  # jobs in flight per worker; most wait on the model and hold no container
+DEFAULT_TRANSIENT_RETRIES = 5
+DEFAULT_TRANSIENT_BACKOFF_S = 5.0
+DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
+DEV_AUDIT_SECRET = "sandfleet-dev-audit-key"  # anyone can forge a chain keyed with this: set your own
+DEFAULT_POLICY_MAX_MEMORY = "8G"
+DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
+
+
+def _comma_list(value: Any) -> Any:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``: lists are comma-separated in the environment."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+# A list setting: comma-separated in the environment (not JSON), a list in Python.
+CommaList = Annotated[list[str], NoDecode, BeforeValidator(_comma_list)]
+
+
+class Settings(BaseSettings):
+    """Fleet settings, shared by producers and workers. Times are seconds."""
+
+    model_config = SettingsConfigDict(env_prefix="SANDFLEET_", extra="ignore", populate_by_name=True)
+
+    redis_url: str = DEFAULT_REDIS_URL
+    key_prefix: str = "sandfleet"
+    tools: CommaList = Field(default_factory=list, description="tool modules (import paths or files)")
+    data_dir: str = Field(
+        "~/.sandfleet/data", description="folder the example tools read (orders.csv, files)"
+    )
+    model: str = DEFAULT_MODEL
+    model_base_url: str | None = Field(
+        None, validation_alias=AliasChoices("SANDFLEET_MODEL_BASE_URL", "OPENAI_BASE_URL")
+    )
+    model_api_key: str | None = Field(
+        None, validation_alias=AliasChoices("SANDFLEET_MODEL_API_KEY", "OPENAI_API_KEY")
+    )
+    model_request_timeout_s: float = DEFAULT_MODEL_REQUEST_TIMEOUT_S
+    model_max_retries: int = DEFAULT_MODEL_MAX_RETRIES
+
+    pool_size: int = Field(DEFAULT_POOL_SIZE, ge=0, description="warm containers kept per sandbox config")
+    max_sandboxes: int = Field(DEFAULT_MAX_SANDBOXES, ge=1, description="live containers per worker")
+
+    retention_s: int = DEFAULT_RETENTION_S
+    visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
+    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    transient_retries: int = Field(
+        DEFAULT_TRANSIENT_RETRIES, ge=0, description="retries of a job whose sandbox or model was unavailable"
+    )
+    transient_backoff_s: float = Field(
+        DEFAULT_TRANSIENT_BACKOFF_S, gt=0, description="first retry delay; doubles each retry"
+    )
+    transient_backoff_max_s: float = Field(
+        DEFAULT_TRANSIENT_BACKOFF_MAX_S, gt=0, description="longest retry delay"
+    )
+    audit_secret: str = Field(DEV_AUDIT_SECRET, description="HMAC key of the audit hash chain")
+
+    # Operator policy: what a job may ask of its sandbox.
+    policy_networks: CommaList = Field(default_factory=lambda: ["none"], description="networks jobs may use")
+    policy_max_memory: Annotated[int, BeforeValidator(parse_size)] = Field(
+        parse_size(DEFAULT_POLICY_MAX_MEMORY),
+        description="the most memory a job's sandbox may ask for (bytes; 8G in the environment)",
+    )
+    policy_images: CommaList = Field(
+        default_factory=lambda: list(DEFAULT_POLICY_IMAGES), description="images jobs may use"
+    )
+    policy_runtimes: CommaList = Field(
+        default_factory=list, description="Docker runtimes jobs may use; empty: any"
+    )
+
+    @field_validator("policy_networks")
+    @classmethod
+    def _known_networks(cls, v: list[str]) -> list[str]:
+        unknown = [n for n in v if n not in ("none", "restricted", "full")]
+        if unknown:
+            raise ValueError(f"unknown network(s) {', '.join(unknown)}: use none, restricted or full")
+        return v or ["none"]
+
+    @property
+    def uses_dev_audit_secret(self) -> bool:
+        """Whether the audit chain is keyed with the published development key (anyone can forge it)."""
+        return self.audit_secret == DEV_AUDIT_SECRET
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The process's settings, read once from the environment."""
+    return Settings()
+
+
+DEV_AUDIT_SECRET_WARNING = (
+    "SANDFLEET_AUDIT_SECRET is not set: audit chains are keyed with the published development key, "
+    "so anyone can forge one. Set a secret of your own in production."
+)

@@ -1,0 +1,198 @@
+"""Everything one worker process owns, in one object, started in order and stopped in reverse.
+
+A worker process holds: the job store (Redis), its presence in the fleet (heartbeat, held
+messages, recovery sweeps, which also reap containers left by dead workers), the engine's
+services (sandbox pool, tools, model clients; started on the first job) and the count of
+deliveries running here. :class:`WorkerState` owns all of them, so no module keeps process state
+in globals; the Celery app made by :func:`sandfleet.worker.celery_app.create_app` carries one and
+calls :meth:`WorkerState.start` when the worker is ready and :meth:`WorkerState.stop` when it
+shuts down (after its pool drained), like arq's ``on_startup``/``on_shutdown``.
+
+Start order: store, presence. Stop order, the reverse of what was started: engine services
+(drain the sandbox pool) first, then presence (withdraw the heartbeat: a clean exit).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sandfleet.core.audit import RedisAuditSink
+from sandfleet.core.contracts import JobResult, JobSpec
+from sandfleet.core.keys import FleetKeys
+from sandfleet.core.publish import JobPublisher
+from sandfleet.core.queue import queue_name
+from sandfleet.core.settings import DEV_AUDIT_SECRET_WARNING, Settings
+from sandfleet.core.store import JobStore
+from sandfleet.worker.recovery import SweepReport, WorkerPresence
+
+log = logging.getLogger("sandfleet.worker")
+
+REAP_INTERVAL_S = 15.0  # at most one local reap of dead owners' containers this often
+
+# run(spec, job_id, audit) -> JobResult: the engine, bound to this process's services.
+JobRunner = Callable[[JobSpec, str, RedisAuditSink], JobResult]
+
+# The state of the worker running in this process, for the one caller kombu builds without any
+# context (the poison-safe broker channel). Set by WorkerState.start, cleared by stop.
+_current: WorkerState | None = None
+
+
+def current_state() -> WorkerState | None:
+    """The started WorkerState of this process, if any."""
+    return _current
+
+
+class RunningJobs:
+    """How many deliveries of each job run in this process right now (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count: dict[str, int] = {}
+
+    @contextmanager
+    def running(self, job_id: str) -> Iterator[None]:
+        with self._lock:
+            self._count[job_id] = self._count.get(job_id, 0) + 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._count[job_id] -= 1
+                if not self._count[job_id]:
+                    del self._count[job_id]
+
+    def count(self, job_id: str) -> int:
+        with self._lock:
+            return self._count.get(job_id, 0)
+
+
+class WorkerState:
+    """One worker process's resources. Constructing it starts nothing.
+
+    Args:
+        settings: the fleet's settings.
+        app: the worker's Celery app (recovery hands messages back through its broker connection).
+        max_sandboxes: live containers at most (``sandfleet worker --sandboxes``).
+    """
+
+    def __init__(self, settings: Settings, app: Any, *, max_sandboxes: int | None = None) -> None:
+        self.settings = settings
+        self.app = app
+        self.max_sandboxes = max_sandboxes or settings.max_sandboxes
+        self.running = RunningJobs()
+        self._lock = threading.Lock()
+        self._store: JobStore | None = None
+        self._presence: WorkerPresence | None = None
+        self._services: Any = None  # EngineServices, imported on first use
+        self._last_reap = 0.0
+
+    # -- start ----------------------------------------------------------------------------------
+
+    @property
+    def store(self) -> JobStore:
+        """The job store (made on first use: a prefork child makes its own connection)."""
+        with self._lock:
+            if self._store is None:
+                self._store = JobStore.from_settings(self.settings)
+            return self._store
+
+    def start(self, name: str) -> None:
+        """Announce this worker (heartbeat, recovery sweeps); called once the worker consumes."""
+        from sandfleet.worker.sandbox.spec import Owner
+
+        if self.settings.uses_dev_audit_secret:
+            log.warning(DEV_AUDIT_SECRET_WARNING)
+        store = self.store
+        publisher = JobPublisher(self.app, self.settings)
+        presence = WorkerPresence(
+            store.redis,
+            FleetKeys(self.settings.key_prefix),
+            name,
+            self.app,
+            queue_name(self.settings),
+            owner_label=Owner.current().label(),
+            on_sweep=self.reap_local_leftovers,
+            republish=lambda job_id: publisher.republish(store.reader, job_id),
+        )
+        global _current
+        with self._lock:
+            self._presence = presence
+        _current = self
+        presence.start()
+        log.info("worker %s announced (heartbeat every few seconds)", name)
+
+    def engine(self) -> JobRunner:
+        """``run_job`` bound to this process's EngineServices, started on first use."""
+        from sandfleet.worker.engine import EngineServices, run_job
+
+        with self._lock:
+            if self._services is None:
+                self._services = EngineServices.start(self.settings, max_sandboxes=self.max_sandboxes)
+            services = self._services
+
+        def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
+            return run_job(spec, job_id, services=services, audit=audit)
+
+        return run
+
+    # -- while running --------------------------------------------------------------------------
+
+    def running_elsewhere(self, job_id: str, worker: str) -> bool:
+        """Whether ``job_id`` runs right now on ``worker`` (another live worker, or another delivery here)."""
+        presence = self._presence
+        if presence is None:
+            return False
+        if worker == presence.name:
+            return self.running.count(job_id) > 1  # this delivery counts itself
+        return presence.holds(worker, job_id)
+
+    def hold(self, delivery_tag: str, job_id: str) -> None:
+        """Note a message this worker received, so recovery can hand it back if the worker dies."""
+        presence = self._presence
+        if presence is None:
+            return
+        try:
+            presence.hold(delivery_tag, job_id)
+        except Exception as e:  # never lose the message over bookkeeping; the orphan sweep covers it
+            log.warning("could not record held message %s: %s", delivery_tag, e)
+
+    def reap_local_leftovers(self, report: SweepReport | None = None) -> None:
+        """Remove containers on this host whose owner process died (every REAP_INTERVAL_S at most)."""
+        if time.monotonic() - self._last_reap < REAP_INTERVAL_S:
+            return
+        self._last_reap = time.monotonic()
+        from sandfleet.worker.sandbox.reaper import prune
+
+        try:
+            pruned = prune()
+        except Exception as e:  # the engine may be down: the next round tries again
+            log.warning("reaping leftover sandboxes failed: %s", e)
+            return
+        if pruned.removed:
+            log.warning("removed %d sandbox container(s) left by dead workers", len(pruned.removed))
+
+    # -- stop -----------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop what was started, in reverse: drain the sandbox pool, then withdraw the presence.
+
+        Safe to call more than once, and from a prefork child (which has no presence).
+        """
+        global _current
+        with self._lock:
+            services, self._services = self._services, None
+            presence, self._presence = self._presence, None
+        if _current is self:
+            _current = None
+        if services is not None:
+            try:
+                services.close()
+            except Exception:
+                log.exception("closing the engine services failed")
+        if presence is not None:
+            presence.stop(clean=True)
