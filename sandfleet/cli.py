@@ -25,6 +25,7 @@ COMMANDS = {
     "images": "sandfleet.worker.cli.images:images",
     "sandbox": "sandfleet.worker.cli.sandbox:sandbox",
     "run": "sandfleet.worker.cli.run:run",
+    "tools": "sandfleet.worker.cli.tools:tools",
     "ask": "sandfleet.worker.cli.ask:ask",
     "model-server": "sandfleet.worker.cli.model_server:model_server",
     "worker": "sandfleet.worker.cli.fleet:worker",

@@ -138,6 +138,7 @@ class ProgramRuntime:
             replay=replay,
             side_effect_memo=side_effect_memo,
             on_call=on_call,
+            call_timeout_s=settings.tool_timeout,
         )
         began = time.monotonic()
         lease = self.pool.acquire(config)
@@ -147,7 +148,7 @@ class ProgramRuntime:
             base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
             container.put_files(
                 {
-                    f"{base}/sandfleet_tools.py": stub_module(allowed).encode(),
+                    f"{base}/sandfleet_tools.py": stub_module(allowed, settings.max_request_bytes).encode(),
                     f"{base}/program.py": program.encode(),
                 }
             )
@@ -158,7 +159,7 @@ class ProgramRuntime:
                 timeout=min(settings.exec_timeout, config.timeout),  # the sandbox's own timeout bounds it too
                 max_output=settings.max_output_bytes,
                 max_result=settings.max_response_bytes,
-                on_call=bridge.handle,
+                on_call=bridge,
                 max_request=settings.max_request_bytes,
             )
             ended = time.monotonic()
@@ -185,7 +186,7 @@ class ProgramRuntime:
             result_text=done.result_line.decode(errors="replace")[len(RESULT_PREFIX) :].strip()
             if found
             else None,
-            tool_calls=bridge.records,
+            tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
             limits_hit=limits,
             oom_killed=done.oom_killed,
             error=error,

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from sandfleet.core.audit import RedisAuditSink
 from sandfleet.core.contracts import AuditKind, ErrorKind, JobSpec, JobStatus, describe_validation_error
-from sandfleet.core.errors import ModelUnavailableError, TransientError
+from sandfleet.core.errors import ModelUnavailableError, ToolServerUnavailableError, TransientError
 from sandfleet.core.keys import check_id
 from sandfleet.core.queue import TASK_NAME
 from sandfleet.core.settings import (
@@ -117,10 +117,8 @@ def run_delivery(
     try:
         result = run(spec, job_id, audit)
     except TransientError as e:
-        model = isinstance(e, ModelUnavailableError)
-        what = "model unavailable" if model else "sandbox unavailable"
+        what, kind = _unavailable(e)
         if last_try:
-            kind = ErrorKind.MODEL_UNAVAILABLE if model else ErrorKind.SANDBOX_UNAVAILABLE
             return finish(JobStatus.FAILED, kind, f"{what}: {e} (after {retries} retries)")
         audit.emit(AuditKind.STATE, {"status": "queued", "retry": retries + 1, "error": f"{what}: {e}"})
         store.mark_queued(job_id)
@@ -136,6 +134,15 @@ def run_delivery(
         audit.emit(AuditKind.STATE, {"status": result.status.value})
     store.finish(job_id, result, worker=worker)
     return result.status
+
+
+def _unavailable(error: TransientError) -> tuple[str, ErrorKind]:
+    """What was unavailable, in words and as the error kind recorded when retries run out."""
+    if isinstance(error, ModelUnavailableError):
+        return "model unavailable", ErrorKind.MODEL_UNAVAILABLE
+    if isinstance(error, ToolServerUnavailableError):
+        return "tool server unavailable", ErrorKind.TOOL_SERVER_UNAVAILABLE
+    return "sandbox unavailable", ErrorKind.SANDBOX_UNAVAILABLE
 
 
 def _ended(store: JobStore, job_id: str) -> bool:

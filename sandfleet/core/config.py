@@ -205,6 +205,7 @@ class CodeActionSettings(BaseModel):
     exec_timeout: float = Field(120.0, gt=0, le=3600)
     max_repairs: int = Field(1, ge=0, le=10)
     max_tool_calls: int = Field(50, ge=0, le=100_000)
+    tool_timeout: float = Field(60.0, gt=0, le=3600, description="seconds one tool call may take on the host")
     max_request_bytes: ByteSize = Field(1024**2, ge=1024, le=256 * 1024**2)
     max_response_bytes: ByteSize = Field(64 * 1024**2, ge=1024, le=1024**3)
     max_output_bytes: ByteSize = Field(1024**2, ge=1024, le=256 * 1024**2)

@@ -55,6 +55,7 @@ class ErrorKind(StrEnum):
     CRASH_LOOP = "crash_loop"  # the job killed its worker on every delivery
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # transient retries exhausted: no engine
     MODEL_UNAVAILABLE = "model_unavailable"  # transient retries exhausted: no model endpoint
+    TOOL_SERVER_UNAVAILABLE = "tool_server_unavailable"  # transient retries exhausted: an MCP server down
     INTERNAL = "internal_error"  # a bug: the engine raised
 
 

@@ -6,10 +6,12 @@
     ├── TransientError            infrastructure that may come back: retries key on this branch
     │   ├── SandboxUnavailableError   no Docker engine reachable right now
     │   ├── ModelUnavailableError     rate-limited, timed out or 5xx after the retries
-    │   └── QueueUnavailableError     Redis unreachable or full (noeviction)
+    │   ├── QueueUnavailableError     Redis unreachable or full (noeviction)
+    │   └── ToolServerUnavailableError   an MCP server whose tool a job names is down
     ├── SandboxError              a sandbox cannot be made as asked (missing runtime, image, filter)
     ├── ModelError                the model endpoint refused the request (4xx other than 429)
     ├── ToolLoadError             a tools module cannot be loaded
+    │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -47,6 +49,10 @@ class QueueUnavailableError(TransientError):
     """Redis is unreachable or refuses writes (out of memory with noeviction)."""
 
 
+class ToolServerUnavailableError(TransientError):
+    """An MCP server that serves a tool the job names is down (it is being restarted)."""
+
+
 class SandboxError(SandfleetError):
     """A sandbox cannot be made as configured; retrying will not help."""
 
@@ -57,6 +63,10 @@ class ModelError(SandfleetError):
 
 class ToolLoadError(SandfleetError):
     """A tools module or tool cannot be loaded."""
+
+
+class McpConfigError(ToolLoadError):
+    """The ``mcpServers`` config file cannot be used; the message names the line and the field."""
 
 
 class JobNotFoundError(SandfleetError, KeyError):

@@ -51,6 +51,9 @@ class Settings(BaseSettings):
     redis_url: str = DEFAULT_REDIS_URL
     key_prefix: str = "sandfleet"
     tools: CommaList = Field(default_factory=list, description="tool modules (import paths or files)")
+    mcp_config: str | None = Field(
+        None, description="an mcpServers JSON file: the MCP servers whose tools workers offer"
+    )
     data_dir: str = Field(
         "~/.sandfleet/data", description="folder the example tools read (orders.csv, files)"
     )

@@ -1,14 +1,22 @@
 """The host side of the tool bridge: every call a program makes passes here, and only here.
 
 Caps and limits live on this side, never in the stub: the allow-list, the call budget (every
-call counts, failed and unknown ones included), request and reply sizes, the operator's policy
-hook, and the audit record of each call. A program that rewrites its stub or writes bytes by
-hand gets nothing more than the stub would.
+call counts, failed and unknown ones included), request and reply sizes, the per-call timeout, the
+operator's policy hook, and the audit record of each call. A program that rewrites its stub or writes
+bytes by hand gets nothing more than the stub would.
+
+Calls may arrive from several of the program's threads at once: :meth:`ToolBridge.handle` is called
+on a thread per call and is thread-safe. Each call gets its sequence number (and its place in the
+budget) when it arrives; records are kept, and reported, as calls finish. The per-call timeout: an
+MCP call is cancelled at it; a Python function cannot be stopped, so the program's loop asks
+:meth:`ToolBridge.overdue` now and then, which answers a call past ``call_timeout_s`` with a
+``TimeoutError`` (recorded so) and drops the function's result when it comes.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -50,17 +58,33 @@ def allow_all(request: CallRequest) -> PolicyDecision:
     return PolicyDecision(True)
 
 
-def stub_module(registry: ToolRegistry) -> str:
+def stub_module(registry: ToolRegistry, max_request_bytes: int = 0) -> str:
     """The source of ``sandfleet_tools`` for a program allowed exactly ``registry``'s tools."""
     specs = [{"name": t.name, "signature": t.signature, "description": t.description} for t in registry]
-    source = STUB_SOURCE.read_text()
-    return source.replace("_TOOLS = []", f"_TOOLS = {json.dumps(specs)}", 1)
+    source = STUB_SOURCE.read_text().replace("_TOOLS = []", f"_TOOLS = {json.dumps(specs)}", 1)
+    return source.replace("_MAX_REQUEST = 0", f"_MAX_REQUEST = {int(max_request_bytes)}", 1)
 
 
 class _Refusal(Exception):
     def __init__(self, error_type: str, message: str) -> None:
         super().__init__(error_type, message)
         self.error_type, self.message = error_type, message
+
+
+class _AlreadyAnswered(Exception):
+    """The call was answered with a TimeoutError while its function ran: its result is dropped."""
+
+
+@dataclass(frozen=True)
+class _Running:
+    """A Python tool call in progress, for :meth:`ToolBridge.overdue`."""
+
+    deadline: float  # time.monotonic()
+    request_id: Any
+    tool: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    began: float  # time.perf_counter()
 
 
 @dataclass
@@ -76,13 +100,25 @@ class ToolBridge:
     replay: list[ToolCallRecord] | None = None
     side_effect_memo: dict[str, list[Any]] | None = None
     on_call: Callable[[ToolCallRecord], None] | None = None
+    call_timeout_s: float | None = None
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_time_s: float = 0.0
     budget_exceeded: bool = False
     protocol_errors: int = 0
+    _seq: int = field(default=0, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _record_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _running: dict[int, _Running] = field(default_factory=dict, init=False, repr=False)
+    _replayed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
 
-    def handle(self, header: dict[str, Any], body: bytes) -> bytes:
-        seq = len(self.records) + 1
+    def __call__(self, header: dict[str, Any], body: bytes) -> bytes | None:
+        return self.handle(header, body)
+
+    def handle(self, header: dict[str, Any], body: bytes) -> bytes | None:
+        """Serve one call frame; the reply bytes, or None when :meth:`overdue` answered it already."""
+        with self._lock:
+            self._seq += 1
+            seq = self._seq
         began = time.perf_counter()
         request_id: Any = None
         tool, args, kwargs = "?", [], {}
@@ -94,7 +130,7 @@ class ToolBridge:
                     f"{self.max_request_bytes}-byte limit",
                 )
             if header.get("malformed"):
-                self.protocol_errors += 1
+                self._protocol_error()
                 raise _Refusal("ConnectionError", str(header["malformed"]))
             if len(body) > self.max_request_bytes:
                 raise _Refusal(
@@ -118,7 +154,7 @@ class ToolBridge:
                     "PermissionError",
                     f"call to {tool} denied by policy" + (f": {decision.reason}" if decision.reason else ""),
                 )
-            value, replayed = self._run(seq, tool, args, kwargs)
+            value, replayed = self._run(seq, request_id, began, tool, args, kwargs)
             reply = _encode({"id": request_id, "ok": True, "value": value})
             if len(reply) > self.max_response_bytes:
                 raise _Refusal(
@@ -130,6 +166,8 @@ class ToolBridge:
                 seq, tool, args, kwargs, began, ok=True, value=value, size=len(reply), replayed=replayed
             )
             return reply
+        except _AlreadyAnswered:
+            return None
         except _Refusal as e:
             return self._fail(seq, request_id, tool, args, kwargs, began, e.error_type, e.message)
         except Exception as e:  # the tool's own exception reaches the program, type name and message kept
@@ -139,37 +177,95 @@ class ToolBridge:
         try:
             request = json.loads(body)
         except (ValueError, UnicodeDecodeError) as e:
-            self.protocol_errors += 1
+            self._protocol_error()
             raise _Refusal("ValueError", f"malformed tool request: {e}") from None
         if not isinstance(request, dict):
-            self.protocol_errors += 1
+            self._protocol_error()
             raise _Refusal("ValueError", "malformed tool request: not an object")
         tool, args, kwargs = request.get("tool"), request.get("args", []), request.get("kwargs", {})
         if not isinstance(tool, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
-            self.protocol_errors += 1
+            self._protocol_error()
             raise _Refusal(
                 "ValueError", "malformed tool request: needs tool (str), args (list), kwargs (object)"
             )
+        oversize = request.get("oversize")
+        if isinstance(oversize, int) and not isinstance(oversize, bool):  # the stub did not send it whole
+            raise _Refusal(
+                "ValueError",
+                f"tool request of {oversize} bytes exceeds the {self.max_request_bytes}-byte limit",
+            )
         return request.get("id"), tool[:200], args, kwargs
 
-    def _run(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[Any, bool]:
+    def _protocol_error(self) -> None:
+        with self._lock:
+            self.protocol_errors += 1
+
+    def _run(
+        self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[Any, bool]:
         if self.replay is not None:
             return self._replayed(seq, tool, args, kwargs), True
         if self.side_effect_memo and self.registry.get(tool).side_effects:
             key = call_key(tool, args, kwargs)
-            earlier = self.side_effect_memo.get(key)
-            if earlier:  # each earlier call stands in for one repeat, no more
-                return earlier.pop(0), True
-        began = time.perf_counter()
+            with self._lock:
+                earlier = self.side_effect_memo.get(key)
+                if earlier:  # each earlier call stands in for one repeat, no more
+                    return earlier.pop(0), True
+        timeout = self.call_timeout_s
+        watched = timeout is not None and not self.registry.get(tool).stops_at_timeout
+        if watched:
+            assert timeout is not None
+            running = _Running(time.monotonic() + timeout, request_id, tool, args, kwargs, began)
+            with self._lock:
+                self._running[seq] = running
+        started = time.perf_counter()
         try:
-            return self.registry.call(tool, args, kwargs), False
-        finally:
-            self.tool_time_s += time.perf_counter() - began
+            value = self.registry.call(tool, args, kwargs, timeout)
+        except Exception:
+            if self._finished(seq, watched, started):
+                raise _AlreadyAnswered() from None
+            raise
+        if self._finished(seq, watched, started):
+            raise _AlreadyAnswered()
+        return value, False
+
+    def _finished(self, seq: int, watched: bool, started: float) -> bool:
+        """Account for a call that returned; True when overdue() answered it meanwhile."""
+        with self._lock:
+            self.tool_time_s += time.perf_counter() - started
+            return watched and self._running.pop(seq, None) is None
+
+    def overdue(self) -> list[bytes]:
+        """Answer every Python tool call past its timeout with a TimeoutError (recorded so)."""
+        now = time.monotonic()
+        with self._lock:
+            late = {seq: r for seq, r in self._running.items() if r.deadline <= now}
+            for seq in late:
+                del self._running[seq]
+        replies = []
+        for seq, r in sorted(late.items()):
+            message = (
+                f"tool {r.tool} did not return within {self.call_timeout_s:g} s (the per-call timeout); "
+                "its result, if it comes, is dropped"
+            )
+            replies.append(
+                self._fail(seq, r.request_id, r.tool, r.args, r.kwargs, r.began, "TimeoutError", message)
+            )
+        return replies
 
     def _replayed(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """The recorded result of the same call, instead of calling the tool again."""
-        recorded = next((r for r in self.replay or [] if r.seq == seq), None)
-        if recorded is None or recorded.tool != tool or recorded.args != args or recorded.kwargs != kwargs:
+        """The recorded result of the same call, instead of calling the tool again.
+
+        The call recorded with this number, else the first not yet replayed with the same tool and
+        arguments: calls made from several threads may arrive in another order than they did.
+        """
+        with self._lock:
+            candidates = [r for r in self.replay or [] if r.seq not in self._replayed_seqs]
+            same = [r for r in candidates if r.tool == tool and r.args == args and r.kwargs == kwargs]
+            recorded = next((r for r in same if r.seq == seq), same[0] if same else None)
+            if recorded is not None:
+                self._replayed_seqs.add(recorded.seq)
+        if recorded is None:
             raise _Refusal("LookupError", f"replay: call {seq} ({tool}) differs from the recorded run")
         if not recorded.ok:
             raise _Refusal(recorded.error_type or "ToolError", recorded.error or "failed")
@@ -217,9 +313,10 @@ class ToolBridge:
             duration_ms=(time.perf_counter() - began) * 1000,
             replayed=replayed,
         )
-        self.records.append(record)
-        if self.on_call is not None:
-            self.on_call(record)
+        with self._record_lock:  # the audit sees calls in the order their records are kept
+            self.records.append(record)
+            if self.on_call is not None:
+                self.on_call(record)
 
 
 def call_key(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:

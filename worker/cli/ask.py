@@ -10,6 +10,7 @@ import click
 
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import describe_validation_error, parse_options, sandbox_option
+from sandfleet.worker.cli.common import mcp_config_option
 
 
 @click.command()
@@ -21,6 +22,7 @@ from sandfleet.core.options import describe_validation_error, parse_options, san
     metavar="FILE_OR_MODULE",
     help="Tools module(s) to load; the job may call all of their tools. Default: SANDFLEET_TOOLS.",
 )
+@mcp_config_option
 @click.option("--model", default=None, help="provider:model, e.g. openai:gpt-5-mini or replay:script.json.")
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint for this job.")
 @sandbox_option
@@ -32,6 +34,7 @@ from sandfleet.core.options import describe_validation_error, parse_options, san
 def ask(
     question,
     tool_modules,
+    mcp_config,
     model,
     base_url,
     options,
@@ -46,7 +49,7 @@ def ask(
 
     from sandfleet.core.contracts import JobSpec, JobStatus
     from sandfleet.core.settings import get_settings
-    from sandfleet.worker.cli.common import tool_specs
+    from sandfleet.worker.cli.common import mcp_config_path, mcp_sessions, tool_specs
     from sandfleet.worker.engine import EngineServices, NullAudit, run_job
     from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -61,23 +64,23 @@ def ask(
         if v is not None
     }
     try:
-        registry = ToolRegistry.from_modules(tool_specs(tool_modules, settings))
-        spec = JobSpec(
-            question=question,
-            tools=registry.names(),
-            model=model,
-            sandbox=parse_options(options),
-            code_action=code_action,
-        )
-    except ValidationError as e:
-        raise click.UsageError(describe_validation_error(e)) from None
-    except SandfleetError as e:
-        raise click.ClickException(str(e)) from None
-    try:
-        with EngineServices.start(settings, registry=registry, pool_size=0, max_sandboxes=1) as services:
-            services.model_client(
-                spec.model or settings.model, base_url
-            )  # refuse a missing key before any work
+        python_tools = ToolRegistry.from_modules(tool_specs(tool_modules, settings))
+        parse_options(options)  # refuse bad sandbox options before any MCP server starts
+        with (
+            mcp_sessions(mcp_config_path(mcp_config, settings)) as sessions,
+            EngineServices.start(
+                settings, registry=python_tools, mcp=sessions, pool_size=0, max_sandboxes=1
+            ) as services,
+        ):
+            spec = JobSpec(
+                question=question,
+                tools=services.registry.names(),  # the job may call every tool offered
+                model=model,
+                sandbox=parse_options(options),
+                code_action=code_action,
+            )
+            # refuse a missing key before any work
+            services.model_client(spec.model or settings.model, base_url)
             result = run_job(
                 spec,
                 f"local-{uuid.uuid4().hex[:12]}",
@@ -85,6 +88,8 @@ def ask(
                 audit=NullAudit(),
                 base_url=base_url,
             )
+    except ValidationError as e:
+        raise click.UsageError(describe_validation_error(e)) from None
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if show_program and result.final_program:

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from sandfleet.core.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sandfleet.worker.mcp.sessions import McpSessions
 
 tools_option = click.option(
     "--tools",
@@ -17,6 +22,38 @@ tools_option = click.option(
     help="Tools module(s) to load (import path or .py file; repeat or separate with commas). "
     "Default: SANDFLEET_TOOLS.",
 )
+
+
+mcp_config_option = click.option(
+    "--mcp-config",
+    "mcp_config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help='MCP servers whose tools to offer: a JSON file {"mcpServers": {...}}. Default: SANDFLEET_MCP_CONFIG.',
+)
+
+
+def mcp_config_path(mcp_config: str | None, settings: Settings | None = None) -> str | None:
+    """The MCP config file from --mcp-config, else from the settings (None: no MCP servers)."""
+    return mcp_config or (settings or get_settings()).mcp_config
+
+
+@contextmanager
+def mcp_sessions(path: str | None) -> Iterator[McpSessions | None]:
+    """The MCP servers of ``path``, started for the command and stopped after it (None without a file).
+
+    Raises:
+        McpConfigError: the file is malformed (line and field named); nothing was started.
+    """
+    if not path:
+        yield None
+        return
+    from sandfleet.worker.mcp.config import load_mcp_config
+    from sandfleet.worker.mcp.sessions import McpSessions
+
+    with McpSessions(load_mcp_config(path)) as sessions:
+        yield sessions
 
 
 def tool_specs(tool_modules: tuple[str, ...], settings: Settings | None = None) -> list[str]:

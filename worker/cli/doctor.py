@@ -149,6 +149,33 @@ def audit_secret_check(settings: Settings) -> Check:
     return Check("audit secret", True, "set (SANDFLEET_AUDIT_SECRET)", required=False)
 
 
+def mcp_checks(path: str) -> list[Check]:
+    """One row per configured MCP server: reachable (its tool count) or not (why, and the fix).
+
+    Informational (a worker still runs jobs that do not need a server that is down), except that a
+    malformed config file is a failure: a worker would refuse to start with it.
+    """
+    from sandfleet.worker.mcp.config import load_mcp_config
+    from sandfleet.worker.mcp.sessions import McpSessions
+
+    try:
+        config = load_mcp_config(path)
+    except SandfleetError as e:
+        return [Check("MCP config", False, str(e), "correct the file (the line and field are named)")]
+    with McpSessions(config) as sessions:
+        statuses = sessions.status()
+    return [
+        Check(
+            f"MCP server {s.name}",
+            s.up or s.disabled,
+            f"{s.where}: {s.detail}",
+            s.fix,
+            required=False,
+        )
+        for s in statuses
+    ]
+
+
 def hide_password(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
@@ -183,10 +210,19 @@ def exit_status(checks: list[Check]) -> int:
 )
 @click.option("--require-gvisor", is_flag=True, help="Fail when runsc is not registered (else a warning).")
 @click.option("--require-redis", is_flag=True, help="Fail when Redis is unreachable (else a warning).")
-def doctor(as_json: bool, require_gvisor: bool, require_redis: bool) -> None:
-    """Check the Docker engine, runtimes, images, Redis and the model endpoint.
+@click.option(
+    "--mcp-config",
+    "mcp_config",
+    type=click.Path(dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="Check the MCP servers of this file (default: SANDFLEET_MCP_CONFIG).",
+)
+def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config: str | None) -> None:
+    """Check the Docker engine, runtimes, images, Redis, the model endpoint and the MCP servers.
 
-    Exits 1 when the sandbox cannot run here (or a --require-* check fails).
+    Exits 1 when the sandbox cannot run here (or a --require-* check fails, or the MCP config is
+    malformed).
     """
     settings = get_settings()
     sdk = sdk_check()
@@ -198,6 +234,8 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool) -> None:
         model_check(settings),
         audit_secret_check(settings),
     ]
+    if mcp_config or settings.mcp_config:
+        checks += mcp_checks(mcp_config or settings.mcp_config or "")
     if as_json:
         click.echo(json.dumps([asdict(c) for c in checks], indent=2))
     else:

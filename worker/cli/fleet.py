@@ -6,6 +6,7 @@ import click
 
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.core.settings import DEFAULT_CONCURRENCY, get_settings
+from sandfleet.worker.cli.common import mcp_config_option
 
 
 @click.command()
@@ -37,17 +38,26 @@ from sandfleet.core.settings import DEFAULT_CONCURRENCY, get_settings
     default="info",
     show_default=True,
 )
+@mcp_config_option
 def worker(
-    concurrency: int, sandboxes: int | None, queues: str | None, hostname: str | None, loglevel: str
+    concurrency: int,
+    sandboxes: int | None,
+    queues: str | None,
+    hostname: str | None,
+    loglevel: str,
+    mcp_config: str | None,
 ) -> None:
     """Start a worker: takes jobs from Redis, runs them in sandboxes, writes their records.
 
-    Uses the thread pool: --concurrency jobs in flight share --sandboxes containers.
+    Uses the thread pool: --concurrency jobs in flight share --sandboxes containers. The MCP servers
+    of --mcp-config are started with the first job and stopped with the worker.
     """
     from sandfleet.core.queue import queue_name
     from sandfleet.worker.celery_app import create_app
 
     settings = get_settings()
+    if mcp_config:
+        settings = settings.model_copy(update={"mcp_config": mcp_config})
     try:  # building the app checks that the time limits nest, and refuses to start if they do not
         app = create_app(settings, max_sandboxes=sandboxes)
     except InvalidSpecError as e:
@@ -57,6 +67,10 @@ def worker(
 
     try:  # a worker that cannot load its tools would fail every job: refuse to start instead
         ToolRegistry.from_modules(settings.tools)
+        if settings.mcp_config:
+            from sandfleet.worker.mcp.config import load_mcp_config
+
+            load_mcp_config(settings.mcp_config)  # malformed: refused here, naming the line and field
     except SandfleetError as e:
         raise click.ClickException(f"refusing to start: {e}") from None
     argv = [

@@ -10,7 +10,8 @@ earlier call stands in for one repeat) and the call's record says ``replayed``; 
 attempts' calls. New calls (other arguments, or more repeats than before) run normally.
 
 A failing program is a result (failed / timed_out), never an exception. Only infrastructure raises:
-SandboxUnavailableError and ModelUnavailableError (transient: the job is retried later).
+SandboxUnavailableError, ModelUnavailableError and ToolServerUnavailableError (an MCP server the
+job's tools need is down): transient, the job is retried later.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def run_job(
     try:
         config = SandboxConfig.model_validate(spec.sandbox)
         check_sandbox_policy(config, settings)
+        services.require_tools(spec.tools)  # a tool whose MCP server is down: transient, raised
         allowed = services.registry.subset(spec.tools)
         model = services.model_client(model_name, base_url)
         preflight(config)

@@ -1,9 +1,11 @@
-"""What a worker process shares between its jobs: the sandbox pool, the tools, the model clients."""
+"""What a worker process shares between its jobs: the sandbox pool, the tools, the model clients,
+and the sessions of its MCP servers (started once, stopped with the services)."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.settings import Settings
@@ -13,17 +15,39 @@ from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
+if TYPE_CHECKING:
+    from sandfleet.worker.mcp.catalog import ToolCatalog
+    from sandfleet.worker.mcp.sessions import McpSessions
+
 
 class EngineServices:
     """One per worker process (or per ``sandfleet ask``). Constructing it starts nothing; ``start``
-    builds it from settings and begins warming the default sandbox config."""
+    builds it from settings, connects the MCP servers and begins warming the default sandbox config.
+
+    ``registry`` is every tool offered right now: the Python tools given, plus the tools of the MCP
+    servers in ``mcp`` that are up.
+    """
 
     def __init__(
-        self, settings: Settings, pool: SandboxPool, registry: ToolRegistry, policy: CallPolicy = allow_all
+        self,
+        settings: Settings,
+        pool: SandboxPool,
+        registry: ToolRegistry,
+        policy: CallPolicy = allow_all,
+        mcp: McpSessions | None = None,
+        *,
+        owns_mcp: bool = False,
     ) -> None:
         self.settings = settings
         self.pool = pool
-        self.registry = registry
+        self.mcp = mcp
+        self._owns_mcp = owns_mcp
+        self._catalog: ToolCatalog | None = None
+        if mcp is not None:
+            from sandfleet.worker.mcp.catalog import ToolCatalog
+
+            self._catalog = ToolCatalog(registry, mcp)
+        self._python_tools = registry
         self.runtime = ProgramRuntime(pool, registry, policy)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
         self._lock = threading.Lock()
@@ -38,17 +62,45 @@ class EngineServices:
         registry: ToolRegistry | None = None,
         policy: CallPolicy = allow_all,
         warm: bool = True,
+        mcp: McpSessions | None = None,
     ) -> EngineServices:
-        """Services from settings. Raises ToolLoadError when a tools module cannot be loaded."""
+        """Services from settings. With ``settings.mcp_config`` (and no ``mcp`` given) its servers are
+        started here and stopped by :meth:`close`.
+
+        Raises:
+            ToolLoadError: a tools module cannot be loaded, or the MCP config is malformed.
+        """
         registry = registry if registry is not None else ToolRegistry.from_modules(settings.tools)
+        owns_mcp = False
+        if mcp is None and settings.mcp_config:  # a malformed config is refused before anything starts
+            from sandfleet.worker.mcp.config import load_mcp_config
+            from sandfleet.worker.mcp.sessions import McpSessions
+
+            mcp, owns_mcp = McpSessions(load_mcp_config(settings.mcp_config)), True
         pool = SandboxPool(
             pool_size=settings.pool_size if pool_size is None else pool_size,
             max_live=max_sandboxes or settings.max_sandboxes,
         )
-        services = cls(settings, pool, registry, policy)
+        services = cls(settings, pool, registry, policy, mcp, owns_mcp=owns_mcp)
+        if owns_mcp and mcp is not None:
+            mcp.start()
         if warm and pool.pool_size:
             pool.warm(SandboxConfig())
         return services
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """Every tool offered now (the runtime serves programs from the same registry)."""
+        if self._catalog is None:
+            return self._python_tools
+        registry = self._catalog.registry()
+        self.runtime.registry = registry
+        return registry
+
+    def require_tools(self, names: Iterable[str]) -> None:
+        """Raises ToolServerUnavailableError when a named tool's MCP server is down (transient)."""
+        if self._catalog is not None:
+            self._catalog.require(names)
 
     def model_client(self, model: str, base_url: str | None = None) -> ModelClient:
         """A model client per (model, base URL), made once. Raises InvalidSpecError when unusable."""
@@ -61,8 +113,12 @@ class EngineServices:
             return client
 
     def close(self) -> None:
-        """Drain the pool: no container outlives the services."""
-        self.pool.close()
+        """Drain the pool (no container outlives the services), then stop the MCP servers started here."""
+        try:
+            self.pool.close()
+        finally:
+            if self.mcp is not None and self._owns_mcp:
+                self.mcp.stop()
 
     def __enter__(self) -> EngineServices:
         return self

@@ -78,6 +78,26 @@ class AgentChannel:
                 return frame
             self._fill(deadline)
 
+    def recv_or_wake(
+        self, deadline: float | None, max_body: int, wake_fd: int
+    ) -> tuple[bytes, dict[str, Any], bytes] | None:
+        """Like :meth:`recv`, but returns None as soon as ``wake_fd`` becomes readable first (the
+        caller has something to send: tool replies finished on other threads)."""
+        while True:
+            frame = self._next_frame(max_body)
+            if frame is not None:
+                return frame
+            if self.closed:
+                raise ChannelClosedError(self._closed_message())
+            timeout = None if deadline is None else deadline - time.monotonic()
+            if timeout is not None and timeout <= 0:
+                raise ChannelTimeoutError("the sandbox did not answer in time")
+            readable, _, _ = select.select([self._sock, wake_fd], [], [], timeout)
+            if wake_fd in readable:
+                return None
+            if readable:
+                self._fill(deadline)
+
     def _fill(self, deadline: float | None) -> None:
         if self.closed:
             raise ChannelClosedError(self._closed_message())

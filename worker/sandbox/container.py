@@ -18,6 +18,7 @@ from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import Limit
 from sandfleet.core.errors import SandboxError
 from sandfleet.worker.sandbox import engine
+from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, CallDispatcher
 from sandfleet.worker.sandbox.channel import (
     AgentChannel,
     ChannelClosedError,
@@ -36,8 +37,9 @@ MAX_FILE_BYTES = 256 * 1024**2
 TOOL_SUBSTEP_S = 5.0
 PING_FRESH_S = 1.0  # a successful ping vouches for the engine this long (jobs preflight twice each)
 
-# (header, body) of one tool call from the program -> the JSON reply bytes to send back.
-CallHandler = Callable[[dict[str, Any], bytes], bytes]
+# (header, body) of one tool call from the program -> the JSON reply bytes to send back (None: the
+# handler's ``overdue()`` answered it already, see sandfleet.worker.sandbox.calls).
+CallHandler = Callable[[dict[str, Any], bytes], bytes | None]
 
 
 @dataclass
@@ -193,8 +195,9 @@ class SandboxContainer:
         in a fork of its own interpreter instead, when the environment would start Python the
         same way; the result says ``forked``. It behaves as ``argv`` would, for less CPU.
 
-        With ``on_call`` the command gets the tool bridge: each call is handed to ``on_call`` and
-        its reply sent back. The deadline is enforced by the agent and, one second later, by the
+        With ``on_call`` the command gets the tool bridge: each call is handed to ``on_call`` on a
+        thread of its own (calls from a program's threads are served concurrently) and its reply sent
+        back as soon as it is ready. The deadline is enforced by the agent and, one second later, by the
         host, which then kills the container outright.
         """
         self.used = True
@@ -216,9 +219,31 @@ class SandboxContainer:
             stdin,
         )
         max_body = 2 * max_output + max_result + max_request + 1024
-        kill_sent = False
         hard_deadline = None if deadline is None else deadline + 3 * KILL_GRACE_S
+        calls = CallDispatcher(on_call) if on_call is not None else None
+        try:
+            return self._converse(began, timeout, deadline, hard_deadline, max_body, calls)
+        finally:
+            if calls is not None:
+                calls.close()
+
+    def _converse(
+        self,
+        began: float,
+        timeout: float | None,
+        deadline: float | None,
+        hard_deadline: float | None,
+        max_body: int,
+        calls: CallDispatcher | None,
+    ) -> ExecResult:
+        """Read the agent's frames until the command is done; serve tool calls through ``calls``."""
+        kill_sent = False
+        next_overdue = time.monotonic() + OVERDUE_POLL_S
         while True:
+            if calls is not None and time.monotonic() >= next_overdue:
+                for reply in calls.overdue():  # calls past their timeout (even while frames keep coming)
+                    self._send_quietly(b"T", {}, reply)
+                next_overdue = time.monotonic() + OVERDUE_POLL_S
             if hard_deadline is not None and time.monotonic() >= hard_deadline:
                 # Frames keep coming (a program flooding the bridge) but never "done": the host's
                 # deadline holds even when the channel never goes quiet long enough to time out.
@@ -227,9 +252,17 @@ class SandboxContainer:
                     began, timeout, "the sandbox did not stop at its deadline and was destroyed"
                 )
             wait_until = None if deadline is None else deadline + (2 if kill_sent else 1) * KILL_GRACE_S
+            poll_until = wait_until
+            if calls is not None and calls.busy:  # wake for calls past their timeout
+                poll_until = next_overdue if wait_until is None else min(wait_until, next_overdue)
             try:
-                kind, header, body = self.channel.recv(wait_until, max_body)
+                if calls is None:
+                    frame = self.channel.recv(wait_until, max_body)
+                else:
+                    frame = self.channel.recv_or_wake(poll_until, max_body, calls.wake_fd)
             except ChannelTimeoutError:
+                if calls is not None and (wait_until is None or time.monotonic() < wait_until):
+                    continue  # only the overdue check was due: done at the top of the loop
                 if not kill_sent:
                     kill_sent = True
                     self._send_quietly(b"K")
@@ -255,11 +288,16 @@ class SandboxContainer:
                 return self._lost(
                     began, timeout if deadline and time.monotonic() >= deadline else None, str(e)
                 )
+            if frame is None:  # woken: replies finished on the call threads
+                assert calls is not None
+                for reply in calls.ready():
+                    self._send_quietly(b"T", {}, reply)
+                continue
+            kind, header, body = frame
             if kind == b"D":
                 return self._finished(header, body, began, timeout)
-            if kind == b"C" and on_call is not None:
-                reply = on_call(header, body)
-                self._send_quietly(b"T", {}, reply)
+            if kind == b"C" and calls is not None:
+                calls.submit(header, body)
             elif kind == b"A":
                 continue  # a late answer to a command frame sent while busy
             else:

@@ -93,8 +93,10 @@ class ToolRegistry:
         """Every tool's signature and description, one after the other (for the prompt and the program)."""
         return "\n".join(tool.describe() for tool in self._tools.values())
 
-    def call(self, name: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+    def call(self, name: str, args: list[Any], kwargs: dict[str, Any], timeout_s: float | None = None) -> Any:
         """Call a tool as the program asked and return its result as a JSON value.
+
+        ``timeout_s`` reaches tools that stop themselves (``Tool.stops_at_timeout``: MCP calls).
 
         Raises:
             KeyError: no such tool.
@@ -103,7 +105,7 @@ class ToolRegistry:
             Exception: whatever the tool itself raises, unchanged.
         """
         tool = self.get(name)
-        return to_json_value(tool.call(args, kwargs), what=f"tool {name} returned")
+        return to_json_value(tool.call(args, kwargs, timeout_s), what=f"tool {name} returned")
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

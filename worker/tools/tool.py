@@ -19,7 +19,7 @@ import keyword
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from sandfleet.core.errors import ToolLoadError
 
@@ -55,7 +55,11 @@ class Tool:
     signature: str
     description: str
     side_effects: bool
-    module: str = ""
+    module: str = ""  # where it came from: a module spec, or ``mcp:SERVER`` for an MCP server's tool
+
+    # Whether ``call`` bounds itself by the ``timeout_s`` it is given (an MCP request is cancelled).
+    # A plain function cannot be stopped: the bridge runs it on a thread and stops waiting instead.
+    stops_at_timeout: ClassVar[bool] = False
 
     @classmethod
     def from_object(cls, obj: Any, *, name: str | None = None, module: str = "") -> Tool:
@@ -109,8 +113,9 @@ class Tool:
         self._checker(*args, **kwargs)
         return self._parameters.bind(*args, **kwargs)
 
-    def call(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """Bind, then call the function; its exceptions propagate unchanged."""
+    def call(self, args: list[Any], kwargs: dict[str, Any], timeout_s: float | None = None) -> Any:
+        """Bind, then call the function; its exceptions propagate unchanged. ``timeout_s`` is for
+        tools that stop themselves (``stops_at_timeout``); a plain function ignores it."""
         bound = self.bind(args, kwargs)
         return self.func(*bound.args, **bound.kwargs)
 

@@ -1,0 +1,106 @@
+"""MCP servers' tools as registry tools, side by side with the Python ones.
+
+An :class:`McpTool` is a :class:`~sandfleet.worker.tools.tool.Tool` (name, signature, description,
+side-effect mark, ``module`` = ``mcp:SERVER``), so the registry, the allow-list, the prompt and the
+bridge treat it like any other. Its call binds the program's arguments like a Python call, checks them
+against the tool's input schema on the host, sends them to the server under the per-call timeout
+(the lower of the job's and the server's) and turns the answer into the program's value.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from sandfleet.worker.mcp.names import server_prefixes, tool_names
+from sandfleet.worker.mcp.results import result_value
+from sandfleet.worker.mcp.schema import SchemaError, ToolSignature
+from sandfleet.worker.mcp.sessions import ListedTool, McpSessions
+from sandfleet.worker.tools.tool import Tool
+
+log = logging.getLogger("sandfleet.mcp")
+
+SOURCE_PREFIX = "mcp:"
+
+
+@dataclass(frozen=True)
+class McpTool(Tool):
+    """A tool served by an MCP server. ``remote`` is the server's own name for it."""
+
+    server: str = ""
+    remote: str = ""
+    shape: ToolSignature | None = None
+    sessions: McpSessions | None = None
+    timeout_s: float = 60.0
+
+    stops_at_timeout: ClassVar[bool] = True
+
+    def call(self, args: list[Any], kwargs: dict[str, Any], timeout_s: float | None = None) -> Any:
+        """Bind, validate, call the server, convert the answer.
+
+        Raises:
+            TypeError: the arguments do not fit the signature, or a value has the wrong type.
+            ValueError: a value breaks the schema otherwise (enum, pattern, a nested key missing).
+            TimeoutError, ToolServerError, ToolError: see :meth:`McpSessions.call` and
+                :func:`~sandfleet.worker.mcp.results.result_value`.
+        """
+        assert self.shape is not None and self.sessions is not None
+        arguments = self.shape.arguments(self.bind(args, kwargs))
+        self.shape.validate(self.name, arguments)
+        limit = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
+        result = self.sessions.call(self.server, self.remote, arguments, limit)
+        return result_value(result, tool=self.name, unwrap=self.shape.unwraps_result)
+
+
+def mcp_tools(sessions: McpSessions, taken: Iterable[str] = ()) -> list[McpTool]:
+    """The tools of every server that is up, named so that none clashes with ``taken`` or another.
+
+    A tool whose input schema is unusable is left out (and logged): the program could not call it
+    safely, and the host could not check its arguments.
+    """
+    config = sessions.config
+    listings = sessions.listings()
+    prefixes = server_prefixes(sessions.server_names())
+    names = tool_names({s: [t.name for t in tools] for s, (tools, _) in listings.items()}, prefixes, taken)
+    offered = []
+    for server, (tools, up) in listings.items():
+        if not up:
+            continue
+        settings = config.server(server)
+        for listed in tools:
+            name = names[(server, listed.name)]
+            try:
+                offered.append(
+                    _tool(name, listed, settings.marks_side_effects(listed.name), sessions, settings.timeout)
+                )
+            except SchemaError as e:
+                log.warning("MCP server %s: tool %r is not offered: %s", server, listed.name, e)
+    return offered
+
+
+def _tool(name: str, listed: ListedTool, marked: bool, sessions: McpSessions, timeout_s: float) -> McpTool:
+    shape = ToolSignature.from_schemas(listed.input_schema, listed.output_schema)
+
+    def func(*args: Any, **kwargs: Any) -> Any:  # the signature binding reads; McpTool.call does the work
+        raise RuntimeError(f"{name} is called through McpTool.call")
+
+    func.__signature__ = shape.python_signature()  # type: ignore[attr-defined]
+    return McpTool(
+        name=name,
+        func=func,
+        signature=shape.render(name),
+        description=_first_line(listed.description),
+        side_effects=marked,
+        module=f"{SOURCE_PREFIX}{listed.server}",
+        server=listed.server,
+        remote=listed.name,
+        shape=shape,
+        sessions=sessions,
+        timeout_s=timeout_s,
+    )
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
