@@ -40,6 +40,7 @@ missing_packages() {
   command -v redis-server >/dev/null || echo redis-server
   command -v debootstrap >/dev/null || echo debootstrap
   command -v iptables >/dev/null || echo iptables
+  command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server
   python3 -c 'import ensurepip, venv' 2>/dev/null || echo python3-venv
   # debootstrap verifies Debian's archive with Debian's key, which Ubuntu does not install.
   if is_ubuntu && [ ! -f "$DEBIAN_KEYRING" ]; then echo debian-archive-keyring; fi

@@ -10,7 +10,7 @@ import sys
 
 import click
 
-WORKER_EXTRA = ("docker", "openai", "psutil")  # what `pip install 'sandfleet[worker]'` adds
+WORKER_EXTRA = ("docker", "openai", "psutil", "mcp", "mcp_types", "jsonschema", "httpx2")  # what `pip install 'sandfleet[worker]'` adds
 
 # name -> "module:attribute"; the module is imported only when the command runs or shows help.
 COMMANDS = {

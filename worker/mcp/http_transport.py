@@ -27,16 +27,15 @@ class MessageTooLargeError(httpx2.StreamError):
 
 
 class _CappedStream(httpx2.AsyncByteStream):
-    def __init__(self, stream: Any, limit: int, wire: WireState) -> None:
-        self._stream, self._limit, self._wire = stream, limit, wire
+    def __init__(self, stream: Any, limit: int) -> None:
+        self._stream, self._limit = stream, limit
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         seen = 0
         async for chunk in self._stream:
             seen += len(chunk)
-            if seen > self._limit:
-                self._wire.problem = f"it answered with more than {self._limit} bytes (maxMessageBytes)"
-                raise MessageTooLargeError(self._wire.problem)
+            if seen > self._limit:  # the SDK answers the request with this error; the session goes on
+                raise MessageTooLargeError(f"it answered with more than {self._limit} bytes (maxMessageBytes)")
             yield chunk
 
     async def aclose(self) -> None:
@@ -46,9 +45,9 @@ class _CappedStream(httpx2.AsyncByteStream):
 class CappedTransport(httpx2.AsyncBaseTransport):
     """An HTTP transport whose non-streaming response bodies stop at ``limit`` bytes."""
 
-    def __init__(self, limit: int, wire: WireState) -> None:
+    def __init__(self, limit: int) -> None:
         self._inner = httpx2.AsyncHTTPTransport()
-        self._limit, self._wire = limit, wire
+        self._limit = limit
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._inner.handle_async_request(request)
@@ -57,7 +56,7 @@ class CappedTransport(httpx2.AsyncBaseTransport):
         return httpx2.Response(
             status_code=response.status_code,
             headers=response.headers,
-            stream=_CappedStream(response.stream, self._limit, self._wire),
+            stream=_CappedStream(response.stream, self._limit),
             extensions=response.extensions,
         )
 
@@ -67,11 +66,12 @@ class CappedTransport(httpx2.AsyncBaseTransport):
 
 @asynccontextmanager
 async def http_transport(server: McpServerConfig, wire: WireState) -> AsyncIterator[tuple[Any, Any]]:
-    """Yield the session's (read, write) streams to ``server.url``, with its headers."""
+    """Yield the session's (read, write) streams to ``server.url``, with its headers. (``wire`` is
+    the stdio transport's; over HTTP every failure comes back as the answer to its request.)"""
     assert server.url is not None
     timeout = httpx2.Timeout(CONNECT_TIMEOUT_S, read=STREAM_READ_TIMEOUT_S)
     client = httpx2.AsyncClient(
-        headers=server.headers, timeout=timeout, transport=CappedTransport(server.max_message_bytes, wire)
+        headers=server.headers, timeout=timeout, transport=CappedTransport(server.max_message_bytes)
     )
     async with (
         client,

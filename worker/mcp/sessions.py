@@ -244,17 +244,15 @@ class McpSessions:
         except MCPError as e:
             if e.code == types.REQUEST_TIMEOUT:
                 raise TimeoutError(_timeout_message(name, tool, timeout_s, wire)) from None
-            if e.code == types.CONNECTION_CLOSED or wire.problem:
-                if state.broken is not None:
-                    state.broken.set()  # reconnect (stdio: the process is restarted)
-                what = wire.describe() or "it crashed, exited or closed the connection"
+            if e.code == types.CONNECTION_CLOSED:
+                self._broken(state)
+                what = wire.describe() or e.message
+                again = "it is being restarted" if state.config.transport == "stdio" else "reconnecting"
                 raise ToolServerError(
-                    f"MCP server {name!r} failed during the call to {tool}: {what}; it is being restarted"
+                    f"MCP server {name!r} failed during the call to {tool}: {what}; {again}"
                 ) from None
             if e.code == types.PARSE_ERROR:
-                raise ToolServerError(
-                    f"MCP server {name!r} answered {tool} with garbage: {e.message}"
-                ) from None
+                raise ToolServerError(f"MCP server {name!r} answered {tool} unreadably: {e.message}") from None
             raise ToolError(
                 f"MCP server {name!r} refused the call to {tool}: {e.message} (code {e.code})"
             ) from None
@@ -266,8 +264,7 @@ class McpSessions:
         except RuntimeError as e:  # the SDK's check of structured content against the output schema
             raise ToolServerError(f"MCP server {name!r} answered {tool} wrongly: {e}") from None
         except (httpx2.HTTPError, OSError) as e:
-            if state.broken is not None:
-                state.broken.set()
+            self._broken(state)
             raise ToolServerError(f"MCP server {name!r} cannot be reached: {_one_line(e)}") from None
 
     # -- supervision (on the loop thread) -----------------------------------------------------------
@@ -331,6 +328,14 @@ class McpSessions:
                 state.client = None
                 self._bump()
         state.error, state.fix = (reason, fix) if not self._stopping.is_set() else ("stopped", "")
+
+    def _broken(self, state: _Server) -> None:
+        """A call found the connection gone: offer the server's tools no more, and reconnect."""
+        if state.client is not None:
+            state.client = None
+            self._bump()
+        if state.broken is not None:
+            state.broken.set()
 
     def _bump(self) -> None:
         with self._lock:
