@@ -49,7 +49,14 @@ class FleetWorker:
 
 
 def start_worker(
-    settings: Settings, folder: Path, *, tools: str = "", sandboxes: int = 2, concurrency: int = 8
+    settings: Settings,
+    folder: Path,
+    *,
+    tools: str = "",
+    sandboxes: int = 2,
+    concurrency: int = 8,
+    args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> FleetWorker:
     folder.mkdir(parents=True, exist_ok=True)
     env = {
@@ -61,6 +68,7 @@ def start_worker(
         "SANDFLEET_TOOLS": tools,
         "SANDFLEET_POOL_SIZE": "0",
         "SANDFLEET_DATA_DIR": str(folder / "data"),
+        **(env or {}),
     }
     log_path = folder / "worker.log"
     log = log_path.open("wb")
@@ -74,7 +82,7 @@ def start_worker(
         "--loglevel",
         "info",
     ]
-    cmd += ["--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"]
+    cmd += ["--hostname", f"test-{uuid.uuid4().hex[:6]}@%h", *args]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     log.close()
     worker = FleetWorker(process, log_path, settings, Client(settings=settings))

@@ -1,0 +1,224 @@
+"""MCP tools through the whole fleet: a real ``sandfleet worker --mcp-config`` on a real Redis, jobs
+submitted through the Client, programs written by the replay model (an HTTP server speaking the
+OpenAI API), run in Docker sandboxes, calling real MCP servers: mcp-server-time and mcp-server-git
+from PyPI over stdio, the tests' lab server over stdio (the reference orders) and streamable HTTP.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from sandfleet.core.contracts import JobStatus
+
+from fleet.helpers import fleet_settings_for, keys_under
+from fleet.test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
+from .helpers import LAB, HttpServer, git, make_repo, stdio, third_party, write_config
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis]
+
+TIME_QUESTION = "What time is it in UTC when it is noon in Tokyo?"
+COMMIT_QUESTION = "Commit the notes file"
+ALLOW_QUESTION = "Read the git log without being allowed to"
+BOTH_QUESTION = "Stats over HTTP beside the time"
+
+
+def block(source: str) -> str:
+    return f"```python\n{source.strip()}\n```"
+
+
+def script(repo: Path) -> dict[str, object]:
+    from sandfleet.worker.scenario import REFERENCE_PROGRAM
+
+    reference = REFERENCE_PROGRAM.replace("load_orders()", "orders__load_orders()")
+    commit = f"""
+from sandfleet_tools import git__git_add, git__git_commit
+git__git_add({str(repo)!r}, ["notes.txt"])
+print(git__git_commit({str(repo)!r}, "Add the notes"))
+raise RuntimeError("something failed after the commit")
+"""
+    repaired = f"""
+import json
+from sandfleet_tools import git__git_add, git__git_commit
+git__git_add({str(repo)!r}, ["notes.txt"])
+print("RESULT: " + json.dumps(git__git_commit({str(repo)!r}, "Add the notes")))
+"""
+    return {
+        "rules": [
+            {
+                "match": "noon in Tokyo",
+                "responses": [
+                    block("""
+import json
+from sandfleet_tools import time__convert_time
+r = time__convert_time(source_timezone="Asia/Tokyo", time="12:00", target_timezone="UTC")
+print("RESULT: " + json.dumps(r["target"]["datetime"][11:16]))
+""")
+                ],
+            },
+            {"match": "(?i)revenue per region", "responses": [block(reference)]},
+            {"match": "Commit the notes", "responses": [block(commit), block(repaired)]},
+            {
+                "match": "without being allowed",
+                "responses": [
+                    block(f"""
+import json
+from sandfleet_tools import _call
+try:
+    _call("git__git_log", [{str(repo)!r}], {{}})
+    outcome = "ran"
+except NameError as e:
+    outcome = str(e)
+print("RESULT: " + json.dumps(outcome))
+""")
+                ],
+            },
+            {
+                "match": "Stats over HTTP",
+                "responses": [
+                    block("""
+import json
+from sandfleet_tools import lab__stats, time__get_current_time
+print("RESULT: " + json.dumps([lab__stats([2, 4])["mean"], time__get_current_time("UTC")["timezone"]]))
+""")
+                ],
+            },
+        ],
+        "default": [block('print("RESULT: no rule matched")')],
+    }
+
+
+@pytest.fixture(scope="module")
+def mcp_fleet(
+    redis_server: str, docker_engine: object, lab_http: HttpServer, lab_data: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FleetWorker]:
+    folder = tmp_path_factory.mktemp("mcp-fleet")
+    repo = make_repo(folder / "repo")
+    (repo / "notes.txt").write_text("notes to commit\n")
+    config = write_config(
+        folder,
+        {
+            "time": third_party("mcp-server-time", "--local-timezone", "UTC"),
+            "git": third_party("mcp-server-git", "--repository", str(repo), sideEffects=["git_commit"]),
+            "orders": stdio(LAB, "--data", str(lab_data)),
+            "lab": {"url": lab_http.url},
+            "down": {"command": str(folder / "no-such-server")},
+        },
+    )
+    (folder / "script.json").write_text(json.dumps(script(repo)))
+    settings = fleet_settings_for(redis_server)
+    worker = start_worker(
+        settings,
+        folder,
+        args=("--mcp-config", str(config)),
+        env={"SANDFLEET_TRANSIENT_RETRIES": "1", "SANDFLEET_TRANSIENT_BACKOFF_S": "0.2"},
+    )
+    worker.model = f"replay:{folder / 'script.json'}"  # type: ignore[attr-defined]
+    worker.repo = repo  # type: ignore[attr-defined]
+    yield worker
+    stop_worker(worker)
+    r = redis.Redis.from_url(redis_server, decode_responses=True)
+    if leftovers := keys_under(r, settings.key_prefix):
+        r.delete(*leftovers)
+    r.close()
+
+
+def submit(fleet: FleetWorker, question: str, tools: list[str], **options: object) -> tuple[object, object]:
+    job = fleet.client.submit(question, tools=tools, model=fleet.model, **options)  # type: ignore[attr-defined]
+    return job, job.result(timeout=JOB_TIMEOUT_S)
+
+
+def test_a_pypi_servers_tool_answers_a_job_through_the_fleet(mcp_fleet: FleetWorker) -> None:
+    job, result = submit(mcp_fleet, TIME_QUESTION, ["time__convert_time"])
+    assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
+    assert result.result == "03:00"
+    [call] = [e for e in job.audit() if e.kind == "tool_call"]
+    assert call.data["tool"] == "time__convert_time" and call.data["ok"]
+    assert call.data["kwargs"] == {"source_timezone": "Asia/Tokyo", "time": "12:00", "target_timezone": "UTC"}
+    assert call.data["result"]["target"]["timezone"] == "UTC"
+    assert job.verify_audit() == (True, None)
+
+
+def test_the_reference_scenario_served_by_an_mcp_server_gives_the_exact_totals(mcp_fleet: FleetWorker) -> None:
+    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+
+    job, result = submit(mcp_fleet, REFERENCE_QUESTION, ["orders__load_orders"])
+    assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
+    assert result.result == REFERENCE_ANSWER and list(result.result) == list(REFERENCE_ANSWER)
+    assert result.result == {"North America": 108664.0, "LATAM": 81328.0, "EMEA": 77689.0, "APAC": 65023.0}
+    [call] = [e for e in job.audit() if e.kind == "tool_call"]
+    assert call.data["tool"] == "orders__load_orders" and len(call.data["result"]) == 500
+
+
+def test_the_finished_job_replays_from_its_audit_record(mcp_fleet: FleetWorker) -> None:
+    from sandfleet.worker.scenario import REFERENCE_QUESTION
+
+    job, result = submit(mcp_fleet, REFERENCE_QUESTION, ["orders__load_orders"])
+    assert result.status == JobStatus.SUCCEEDED
+    settings = mcp_fleet.settings
+    env = {
+        **os.environ,
+        "SANDFLEET_REDIS_URL": settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
+        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
+    }
+    done = subprocess.run(
+        [SANDFLEET, "replay", job.job_id, "--json"], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    replayed = json.loads(done.stdout)
+    assert replayed["match"] is True and replayed["replayed"] == result.result
+
+
+def test_a_side_effecting_mcp_tool_is_not_repeated_by_a_repair(mcp_fleet: FleetWorker) -> None:
+    repo: Path = mcp_fleet.repo  # type: ignore[attr-defined]
+    before = git(repo, "rev-list", "--count", "HEAD").strip()
+    job, result = submit(mcp_fleet, COMMIT_QUESTION, ["git__git_add", "git__git_commit"])
+    assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
+    assert result.repairs == 1
+    first, second = result.attempts
+    commits = [c for c in first.tool_calls + second.tool_calls if c.tool == "git__git_commit"]
+    assert [c.replayed for c in commits] == [False, True], "the repair got the earlier commit's result"
+    assert commits[0].result == commits[1].result == result.result
+    assert int(git(repo, "rev-list", "--count", "HEAD")) == int(before) + 1, "exactly one commit"
+    assert git(repo, "log", "-1", "--format=%s").strip() == "Add the notes"
+
+
+def test_an_mcp_tool_outside_the_jobs_allow_list_is_refused_on_the_host(mcp_fleet: FleetWorker) -> None:
+    job, result = submit(mcp_fleet, ALLOW_QUESTION, ["time__get_current_time"])
+    assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
+    assert result.result == (
+        "tool 'git__git_log' is not allowed for this job; allowed tools: time__get_current_time"
+    )
+    [call] = [e for e in job.audit() if e.kind == "tool_call"]
+    assert call.data["tool"] == "git__git_log" and call.data["error_type"] == "NameError"
+
+
+def test_stdio_and_http_servers_serve_one_job(mcp_fleet: FleetWorker) -> None:
+    job, result = submit(mcp_fleet, BOTH_QUESTION, ["lab__stats", "time__get_current_time"])
+    assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
+    assert result.result == [3.0, "UTC"]
+
+
+def test_a_job_naming_a_tool_of_a_server_that_is_down_fails_fast_naming_it(mcp_fleet: FleetWorker) -> None:
+    job, result = submit(mcp_fleet, TIME_QUESTION, ["time__convert_time", "down__anything"])
+    assert result.status == JobStatus.FAILED
+    assert result.error.kind == "tool_server_unavailable"
+    assert "MCP server 'down' (tool down__anything) is down: cannot start" in result.error.message
+    assert "(after 1 retries)" in result.error.message
+    events = job.audit()
+    retried = [e for e in events if e.kind == "state" and e.data.get("status") == "queued" and "retry" in e.data]
+    assert len(retried) == 1 and retried[0].data["error"].startswith("tool server unavailable: MCP server 'down'")
+    assert not [e for e in events if e.kind == "model_call"], "no model call: it failed before any work"
+
+
+def test_an_unknown_mcp_tool_of_a_server_that_is_up_is_refused(mcp_fleet: FleetWorker) -> None:
+    job, result = submit(mcp_fleet, TIME_QUESTION, ["time__no_such_tool"])
+    assert result.status == JobStatus.REFUSED
+    assert "unknown tool time__no_such_tool" in result.error.message
