@@ -27,6 +27,7 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"polling / bridge: median",
     ),
     "acquisition": (["--runs", "3"], r"cold / warm: median"),
+    "mcp_bridge": (["--calls", "20", "--rounds", "1"], r"\[http\][\s\S]*bridge adds: p50 [+-]\d"),
     "run_overhead": (["--runs", "3", "--cold-runs", "2"], r"through ProgramRuntime\.run"),
     "engine_overhead": (["--jobs", "10"], r"overhead share of total"),
     "cpu_per_job": (["--jobs", "6", "--rounds", "1", "--runs", "2"], r"runtime / raw churn throughput: \d"),

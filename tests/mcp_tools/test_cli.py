@@ -41,7 +41,10 @@ def test_tools_lists_python_and_mcp_tools_with_source_signature_and_description(
     done = sandfleet("tools", "--tools", ORDERS_MODULE, "--mcp-config", str(config))
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "load_orders  (python:sandfleet.worker.tools.examples.orders)\n    load_orders() -> list[dict]\n" in out
+    assert (
+        "load_orders  (python:sandfleet.worker.tools.examples.orders)\n    load_orders() -> list[dict]\n"
+        in out
+    )
     assert (
         "time__convert_time  (mcp:time)\n"
         "    time__convert_time(source_timezone: str, time: str, target_timezone: str) -> dict\n"
@@ -83,44 +86,62 @@ def test_doctor_shows_each_server_reachable_or_not(tmp_path: Path) -> None:
         tmp_path,
         {"time": third_party("mcp-server-time"), "closed": {"url": "http://127.0.0.1:9/mcp"}},
     )
-    done = sandfleet("doctor", "--mcp-config", str(path), "--json", SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0")
+    done = sandfleet(
+        "doctor", "--mcp-config", str(path), "--json", SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0"
+    )
     rows = {row["check"]: row for row in json.loads(done.stdout)}
     time, closed = rows["MCP server time"], rows["MCP server closed"]
     assert time["ok"] and "2 tools" in time["detail"] and time["detail"].startswith("stdio: ")
     assert not closed["ok"] and not closed["required"]
     assert "cannot connect to http://127.0.0.1:9/mcp" in closed["detail"]
-    assert closed["fix"] == "start the server at http://127.0.0.1:9/mcp, or correct its url in mcpServers.closed"
+    assert (
+        closed["fix"] == "start the server at http://127.0.0.1:9/mcp, or correct its url in mcpServers.closed"
+    )
     table = sandfleet("doctor", "--mcp-config", str(path), SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0")
     assert "MCP server closed" in table.stdout and "fix: start the server at" in table.stdout
 
 
 def test_doctor_and_worker_refuse_a_malformed_config_naming_line_and_field(tmp_path: Path) -> None:
     path = tmp_path / "mcp.json"
-    path.write_text('{\n  "mcpServers": {\n    "time": {\n      "command": "mcp-server-time",\n      "args": "--utc"\n    }\n  }\n}\n')
+    path.write_text(
+        '{\n  "mcpServers": {\n    "time": {\n      "command": "mcp-server-time",\n      "args": "--utc"\n    }\n  }\n}\n'
+    )
     expected = f"{path} line 5, mcpServers.time.args: input should be a valid list"
-    doctor = sandfleet("doctor", "--mcp-config", str(path), "--json", SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0")
+    doctor = sandfleet(
+        "doctor", "--mcp-config", str(path), "--json", SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0"
+    )
     [row] = [r for r in json.loads(doctor.stdout) if r["check"] == "MCP config"]
     assert doctor.returncode == 1 and expected in row["detail"]
-    worker = sandfleet("worker", "--mcp-config", str(path), timeout=60, SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0")
+    worker = sandfleet(
+        "worker", "--mcp-config", str(path), timeout=60, SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0"
+    )
     assert worker.returncode != 0
     assert f"refusing to start: {expected}" in worker.stderr
-    from_env = sandfleet("worker", timeout=60, SANDFLEET_MCP_CONFIG=str(path), SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0")
+    from_env = sandfleet(
+        "worker", timeout=60, SANDFLEET_MCP_CONFIG=str(path), SANDFLEET_REDIS_URL="redis://127.0.0.1:1/0"
+    )
     assert f"refusing to start: {expected}" in from_env.stderr
 
 
 @pytest.mark.docker
-def test_run_a_program_against_the_mcp_reference_orders(docker_engine: object, config: Path, tmp_path: Path) -> None:
+def test_run_a_program_against_the_mcp_reference_orders(
+    docker_engine: object, config: Path, tmp_path: Path
+) -> None:
     from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM
 
     program = tmp_path / "program.py"
     program.write_text(REFERENCE_PROGRAM.replace("load_orders()", "orders__load_orders()"))
     done = sandfleet("run", str(program), "--mcp-config", str(config))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == REFERENCE_ANSWER and list(json.loads(done.stdout)) == list(REFERENCE_ANSWER)
+    assert json.loads(done.stdout) == REFERENCE_ANSWER and list(json.loads(done.stdout)) == list(
+        REFERENCE_ANSWER
+    )
 
 
 @pytest.mark.docker
-def test_ask_with_an_mcp_config_from_the_settings(docker_engine: object, config: Path, tmp_path: Path) -> None:
+def test_ask_with_an_mcp_config_from_the_settings(
+    docker_engine: object, config: Path, tmp_path: Path
+) -> None:
     script = tmp_path / "script.json"
     program = (
         "import json\nfrom sandfleet_tools import *\n"
@@ -128,6 +149,12 @@ def test_ask_with_an_mcp_config_from_the_settings(docker_engine: object, config:
         'print("RESULT: " + json.dumps(r["target"]["datetime"][11:16]))\n'
     )
     script.write_text(json.dumps({"rules": [], "default": [f"```python\n{program}```"]}))
-    done = sandfleet("ask", "Noon in Tokyo is what in UTC?", "--model", f"replay:{script}", SANDFLEET_MCP_CONFIG=str(config))
+    done = sandfleet(
+        "ask",
+        "Noon in Tokyo is what in UTC?",
+        "--model",
+        f"replay:{script}",
+        SANDFLEET_MCP_CONFIG=str(config),
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == '"03:00"\n'

@@ -56,17 +56,47 @@ def test_secrets_are_not_in_the_repr_or_the_description() -> None:
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ('{"mcpServers": {\n "t": {\n  "command": "x",\n  "args": ["a", 5]\n }}}', "line 4, mcpServers.t.args[1]: input should be a valid string, got 5"),
-        ('{"mcpServers": {\n "t": {\n  "command": "x",\n  "autoApprove": []\n }}}', "line 4, mcpServers.t.autoApprove: unknown field; valid fields are: type, command, args, env, cwd, url, headers, timeout, sideEffects, disabled, maxMessageBytes"),
-        ('{"mcpServers": {\n "t": {\n  "url": "ftp://x"\n }}}', "line 3, mcpServers.t.url: url must start with http:// or https://, got 'ftp://x'"),
-        ('{"mcpServers": {\n "t": {\n  "url": "http://x",\n  "sideEffects": [1]\n }}}', "line 4, mcpServers.t.sideEffects[0]: input should be a valid string, got 1"),
-        ('{"mcpServers": {\n "t": {\n  "url": "http://x",\n  "timeout": 0\n }}}', "line 4, mcpServers.t.timeout: input should be greater than 0, got 0"),
-        ('{"mcpServers": {\n "t": {\n  "type": "sse",\n  "url": "http://x"\n }}}', "line 3, mcpServers.t.type: the SSE transport is not supported"),
-        ('{"mcpServers": {\n "t": {"command": "x", "url": "http://a"}\n}}', "line 2, mcpServers.t: give either command (stdio) or url (streamable HTTP), not both"),
+        (
+            '{"mcpServers": {\n "t": {\n  "command": "x",\n  "args": ["a", 5]\n }}}',
+            "line 4, mcpServers.t.args[1]: input should be a valid string, got 5",
+        ),
+        (
+            '{"mcpServers": {\n "t": {\n  "command": "x",\n  "autoApprove": []\n }}}',
+            "line 4, mcpServers.t.autoApprove: unknown field; valid fields are: type, command, args, env, cwd, url, headers, timeout, sideEffects, disabled, maxMessageBytes",
+        ),
+        (
+            '{"mcpServers": {\n "t": {\n  "url": "ftp://x"\n }}}',
+            "line 3, mcpServers.t.url: url must start with http:// or https://, got 'ftp://x'",
+        ),
+        (
+            '{"mcpServers": {\n "t": {\n  "url": "http://x",\n  "sideEffects": [1]\n }}}',
+            "line 4, mcpServers.t.sideEffects[0]: input should be a valid string, got 1",
+        ),
+        (
+            '{"mcpServers": {\n "t": {\n  "url": "http://x",\n  "timeout": 0\n }}}',
+            "line 4, mcpServers.t.timeout: input should be greater than 0, got 0",
+        ),
+        (
+            '{"mcpServers": {\n "t": {\n  "type": "sse",\n  "url": "http://x"\n }}}',
+            "line 3, mcpServers.t.type: the SSE transport is not supported",
+        ),
+        (
+            '{"mcpServers": {\n "t": {"command": "x", "url": "http://a"}\n}}',
+            "line 2, mcpServers.t: give either command (stdio) or url (streamable HTTP), not both",
+        ),
         ('{"mcpServers": {\n "t": {}\n}}', "line 2, mcpServers.t: needs command (a stdio server) or url"),
-        ('{"mcpServers": {\n "t": {"command": "x", "headers": {"a": "b"}}\n}}', "line 2, mcpServers.t: headers are for streamable HTTP servers"),
-        ('{"mcpServers": {\n "t": {"command": "x", "env": {"A": 1}}\n}}', "line 2, mcpServers.t.env.A: input should be a valid string, got 1"),
-        ('{"mcpServers": {\n "t": {"command": "x",}\n}}', "line 2 column 23: not valid JSON: Expecting property name"),
+        (
+            '{"mcpServers": {\n "t": {"command": "x", "headers": {"a": "b"}}\n}}',
+            "line 2, mcpServers.t: headers are for streamable HTTP servers",
+        ),
+        (
+            '{"mcpServers": {\n "t": {"command": "x", "env": {"A": 1}}\n}}',
+            "line 2, mcpServers.t.env.A: input should be a valid string, got 1",
+        ),
+        (
+            '{"mcpServers": {\n "t": {"command": "x",}\n}}',
+            "line 2 column 23: not valid JSON: Expecting property name",
+        ),
         ('{"mcpServers": []}', "line 1, mcpServers: must be an object"),
         ('{"servers": {}}', 'line 1, (the whole file): has no "mcpServers" object'),
         ("[]", "line 1, (the whole file): must be a JSON object"),

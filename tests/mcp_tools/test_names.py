@@ -9,7 +9,12 @@ from sandfleet.worker.mcp.names import identifier_part, server_of, server_prefix
 def test_names_are_identifiers_made_of_server_and_tool() -> None:
     prefixes = server_prefixes(["time", "my-db", "9lives", "über"])
     names = tool_names(
-        {"time": ["get_current_time"], "my-db": ["run query", "class"], "9lives": ["x"], "über": ["get-weather.now"]},
+        {
+            "time": ["get_current_time"],
+            "my-db": ["run query", "class"],
+            "9lives": ["x"],
+            "über": ["get-weather.now"],
+        },
         prefixes,
     )
     assert names == {

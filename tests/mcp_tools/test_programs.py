@@ -11,7 +11,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -56,7 +55,9 @@ def registry(sessions: McpSessions) -> ToolRegistry:
     return ToolCatalog(ToolRegistry.from_functions([add], module="tests"), sessions).registry()
 
 
-def run(pool: Any, registry: ToolRegistry, source: str, tools: list[str] | None = None, **settings: Any) -> Any:
+def run(
+    pool: Any, registry: ToolRegistry, source: str, tools: list[str] | None = None, **settings: Any
+) -> Any:
     from sandfleet.worker.runtime import ProgramRuntime
 
     settings.setdefault("exec_timeout", 60)
@@ -69,7 +70,9 @@ def run(pool: Any, registry: ToolRegistry, source: str, tools: list[str] | None 
     )
 
 
-def test_the_pypi_servers_tools_are_called_from_a_sandboxed_program(pool: Any, registry: ToolRegistry, sessions: McpSessions) -> None:
+def test_the_pypi_servers_tools_are_called_from_a_sandboxed_program(
+    pool: Any, registry: ToolRegistry, sessions: McpSessions
+) -> None:
     repo = sessions.repo  # type: ignore[attr-defined]
     done = run(
         pool,
@@ -91,7 +94,9 @@ def test_the_pypi_servers_tools_are_called_from_a_sandboxed_program(pool: Any, r
     assert all(c.ok for c in done.tool_calls)
 
 
-def test_structured_image_and_error_results_arrive_as_the_program_expects(pool: Any, registry: ToolRegistry) -> None:
+def test_structured_image_and_error_results_arrive_as_the_program_expects(
+    pool: Any, registry: ToolRegistry
+) -> None:
     done = run(
         pool,
         registry,
@@ -113,7 +118,10 @@ def test_structured_image_and_error_results_arrive_as_the_program_expects(pool: 
     stats, mime, magic, caught = done.result
     assert stats == {"count": 3, "mean": 4.0, "max": 8.0}
     assert mime == "image/png" and magic == "89504e470d0a1a0a"
-    assert caught == ["ToolError", "lab__fail failed: Error executing tool fail: failed on purpose: no reason"]
+    assert caught == [
+        "ToolError",
+        "lab__fail failed: Error executing tool fail: failed on purpose: no reason",
+    ]
     failed = done.tool_calls[-1]
     assert failed.tool == "lab__fail" and not failed.ok and failed.error_type == "ToolError"
 
@@ -191,10 +199,15 @@ def test_a_slow_python_tool_is_cut_at_the_same_timeout(pool: Any, sessions: McpS
     assert done.ok, (done.failure(), done.stderr)
     outcome, total = done.result
     assert outcome.startswith("tool nap did not return within 0.5 s (the per-call timeout)") and total == 2
-    assert [(c.tool, c.ok, c.error_type) for c in done.tool_calls] == [("nap", False, "TimeoutError"), ("add", True, None)]
+    assert [(c.tool, c.ok, c.error_type) for c in done.tool_calls] == [
+        ("nap", False, "TimeoutError"),
+        ("add", True, None),
+    ]
 
 
-def test_huge_results_are_refused_by_the_bridges_limit_and_the_servers(pool: Any, registry: ToolRegistry) -> None:
+def test_huge_results_are_refused_by_the_bridges_limit_and_the_servers(
+    pool: Any, registry: ToolRegistry
+) -> None:
     done = run(
         pool,
         registry,
@@ -223,7 +236,9 @@ def test_huge_results_are_refused_by_the_bridges_limit_and_the_servers(pool: Any
     assert small == 0
 
 
-def test_names_python_lacks_and_nested_schemas_work_and_are_checked_on_the_host(pool: Any, registry: ToolRegistry) -> None:
+def test_names_python_lacks_and_nested_schemas_work_and_are_checked_on_the_host(
+    pool: Any, registry: ToolRegistry
+) -> None:
     done = run(
         pool,
         registry,
@@ -249,10 +264,16 @@ def test_names_python_lacks_and_nested_schemas_work_and_are_checked_on_the_host(
     )
     assert done.ok, (done.failure(), done.stderr)
     weather, booked, odd_search, lab_search, bad_zip, no_address, bad_nights, unexpected = done.result
-    assert weather == {"tool": "get-weather.now", "arguments": {"city": "Oslo", "from": "2026-01-01", "user-id": 7, "2fa": False}}
+    assert weather == {
+        "tool": "get-weather.now",
+        "arguments": {"city": "Oslo", "from": "2026-01-01", "user-id": 7, "2fa": False},
+    }
     assert booked["arguments"] == {"guest": {"name": "Ana", "address": {"zip": "12345"}}, "nights": 2}
     assert (odd_search, lab_search) == ("search", "lab found x")
-    assert bad_zip == ["ValueError", "odd__book(): argument guest['address']['zip']: '12' does not match '^[0-9]{5}$'"]
+    assert bad_zip == [
+        "ValueError",
+        "odd__book(): argument guest['address']['zip']: '12' does not match '^[0-9]{5}$'",
+    ]
     assert no_address == ["ValueError", "odd__book(): argument guest: 'address' is a required property"]
     assert bad_nights == ["TypeError", "odd__book(): argument nights: '2' is not of type 'integer'"]
     assert unexpected == "odd__get_weather_now() got an unexpected keyword argument 'colour'"

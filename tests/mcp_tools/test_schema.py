@@ -86,10 +86,16 @@ def test_none_for_an_optional_argument_is_not_sent_unless_the_schema_takes_null(
 
 
 def test_return_types_come_from_the_output_schema_and_wrapped_results_unwrap() -> None:
-    wrapped = {"type": "object", "properties": {"result": {"type": "array", "items": {"type": "object"}}}, "required": ["result"]}
+    wrapped = {
+        "type": "object",
+        "properties": {"result": {"type": "array", "items": {"type": "object"}}},
+        "required": ["result"],
+    }
     shape = ToolSignature.from_schemas({"type": "object"}, wrapped)
     assert shape.render("lab__load_orders") == "lab__load_orders() -> list[dict]" and shape.unwraps_result
-    plain = ToolSignature.from_schemas({"type": "object"}, {"type": "object", "properties": {"n": {"type": "integer"}}})
+    plain = ToolSignature.from_schemas(
+        {"type": "object"}, {"type": "object", "properties": {"n": {"type": "integer"}}}
+    )
     assert plain.returns == "dict" and not plain.unwraps_result
 
 
@@ -99,9 +105,21 @@ def test_nested_objects_are_checked_all_the_way_down() -> None:
     good = {"name": "Ana", "address": {"zip": "12345"}}
     shape.validate("odd__book", call(shape, good, 2))
     cases = [
-        (({"name": "Ana", "address": {"zip": "12"}}, 2), ValueError, "argument guest['address']['zip']: '12' does not match '^[0-9]{5}$'"),
-        (({"name": "Ana", "address": {}}, 2), ValueError, "argument guest['address']: 'zip' is a required property"),
-        (({"name": 5, "address": {"zip": "12345"}}, 2), TypeError, "argument guest['name']: 5 is not of type 'string'"),
+        (
+            ({"name": "Ana", "address": {"zip": "12"}}, 2),
+            ValueError,
+            "argument guest['address']['zip']: '12' does not match '^[0-9]{5}$'",
+        ),
+        (
+            ({"name": "Ana", "address": {}}, 2),
+            ValueError,
+            "argument guest['address']: 'zip' is a required property",
+        ),
+        (
+            ({"name": 5, "address": {"zip": "12345"}}, 2),
+            TypeError,
+            "argument guest['name']: 5 is not of type 'string'",
+        ),
         ((good, 0), ValueError, "argument nights: 0 is less than the minimum of 1"),
         ((good, "2"), TypeError, "argument nights: '2' is not of type 'integer'"),
     ]
@@ -136,5 +154,9 @@ def test_an_unusable_schema_is_refused(schema: Any, problem: str) -> None:
 
 
 def test_a_recursive_reference_ends_as_any() -> None:
-    schema = {"type": "object", "properties": {"node": {"$ref": "#/$defs/N"}}, "$defs": {"N": {"$ref": "#/$defs/N"}}}
+    schema = {
+        "type": "object",
+        "properties": {"node": {"$ref": "#/$defs/N"}},
+        "$defs": {"N": {"$ref": "#/$defs/N"}},
+    }
     assert ToolSignature.from_schemas(schema).render("t") == "t(*, node: Any = None)"

@@ -33,7 +33,11 @@ def sessions_for(servers: dict[str, dict[str, Any]], **options: Any) -> McpSessi
 @pytest.fixture
 def lab_stdio(lab_data: Path) -> Iterator[McpSessions]:
     with sessions_for(
-        {"lab": stdio(LAB, "--data", str(lab_data), env={"LAB_SECRET": "only-for-the-lab"}, maxMessageBytes=1024**2)}
+        {
+            "lab": stdio(
+                LAB, "--data", str(lab_data), env={"LAB_SECRET": "only-for-the-lab"}, maxMessageBytes=1024**2
+            )
+        }
     ) as sessions:
         assert sessions.is_up("lab"), sessions.status()
         yield sessions
@@ -72,7 +76,14 @@ def test_mcp_server_time_from_pypi_answers_over_stdio() -> None:
     with sessions_for({"time": third_party("mcp-server-time", "--local-timezone", "UTC")}) as sessions:
         [(tools, up)] = sessions.listings().values()
         assert up and {t.name for t in tools} == {"get_current_time", "convert_time"}
-        converted = value(sessions, "time", "convert_time", source_timezone="Asia/Tokyo", time="12:00", target_timezone="UTC")
+        converted = value(
+            sessions,
+            "time",
+            "convert_time",
+            source_timezone="Asia/Tokyo",
+            time="12:00",
+            target_timezone="UTC",
+        )
         assert converted["target"]["datetime"][11:16] == "03:00" and converted["time_difference"] == "-9.0h"
         with pytest.raises(ToolError, match="Invalid timezone"):
             value(sessions, "time", "get_current_time", timezone="Mars/Olympus_Mons")
@@ -109,7 +120,10 @@ def test_http_structured_output_image_and_error_results(lab: McpSessions) -> Non
 def test_http_calls_from_many_threads_run_concurrently_on_one_session(lab: McpSessions) -> None:
     results: list[str] = []
     began = time.monotonic()
-    threads = [threading.Thread(target=lambda: results.append(value(lab, "lab", "wait", seconds=1.0))) for _ in range(6)]
+    threads = [
+        threading.Thread(target=lambda: results.append(value(lab, "lab", "wait", seconds=1.0)))
+        for _ in range(6)
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -121,7 +135,7 @@ def test_http_calls_from_many_threads_run_concurrently_on_one_session(lab: McpSe
 
 def test_http_a_slow_call_times_out_and_the_session_carries_on(lab: McpSessions) -> None:
     began = time.monotonic()
-    with pytest.raises(TimeoutError, match="MCP server 'lab' did not answer wait within 0.5 s"):
+    with pytest.raises(TimeoutError, match=r"MCP server 'lab' did not answer wait within 0\.5 s"):
         value(lab, "lab", "wait", timeout_s=0.5, seconds=30)
     assert time.monotonic() - began < 3
     assert value(lab, "lab", "stats", numbers=[2]) == {"count": 1, "mean": 2.0, "max": 2.0}
@@ -172,7 +186,9 @@ def test_stdio_garbage_lines_do_not_break_the_session(lab_stdio: McpSessions) ->
         ("shape", "MCP server 'lab' answered garbled with a malformed result: 3 validation errors"),
     ],
 )
-def test_stdio_a_garbled_answer_fails_its_call_at_once(lab_stdio: McpSessions, kind: str, message: str) -> None:
+def test_stdio_a_garbled_answer_fails_its_call_at_once(
+    lab_stdio: McpSessions, kind: str, message: str
+) -> None:
     began = time.monotonic()
     with pytest.raises(ToolServerError, match=message):
         value(lab_stdio, "lab", "garbled", timeout_s=30, kind=kind)
@@ -199,12 +215,16 @@ def test_stdio_env_reaches_the_server_and_nothing_else_of_the_workers(
 
 
 def test_stop_ends_every_stdio_server(lab_data: Path) -> None:
-    sessions = sessions_for({"a": stdio(LAB, "--data", str(lab_data)), "b": stdio(LAB, "--data", str(lab_data))})
+    sessions = sessions_for(
+        {"a": stdio(LAB, "--data", str(lab_data)), "b": stdio(LAB, "--data", str(lab_data))}
+    )
     sessions.start()
     processes = server_processes(str(LAB))
     assert len(processes) == 2
     sessions.stop()
-    assert wait_until(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes), 5)
+    assert wait_until(
+        lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in processes), 5
+    )
 
 
 # ---- servers that are down ----------------------------------------------------------------------------

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 import redis
+from fleet.helpers import fleet_settings_for, keys_under
+from fleet.test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
 
 from sandfleet.core.contracts import JobStatus
 
-from fleet.helpers import fleet_settings_for, keys_under
-from fleet.test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
 from .helpers import LAB, HttpServer, git, make_repo, stdio, third_party, write_config
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis]
@@ -96,7 +96,11 @@ print("RESULT: " + json.dumps([lab__stats([2, 4])["mean"], time__get_current_tim
 
 @pytest.fixture(scope="module")
 def mcp_fleet(
-    redis_server: str, docker_engine: object, lab_http: HttpServer, lab_data: Path, tmp_path_factory: pytest.TempPathFactory
+    redis_server: str,
+    docker_engine: object,
+    lab_http: HttpServer,
+    lab_data: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[FleetWorker]:
     folder = tmp_path_factory.mktemp("mcp-fleet")
     repo = make_repo(folder / "repo")
@@ -145,7 +149,9 @@ def test_a_pypi_servers_tool_answers_a_job_through_the_fleet(mcp_fleet: FleetWor
     assert job.verify_audit() == (True, None)
 
 
-def test_the_reference_scenario_served_by_an_mcp_server_gives_the_exact_totals(mcp_fleet: FleetWorker) -> None:
+def test_the_reference_scenario_served_by_an_mcp_server_gives_the_exact_totals(
+    mcp_fleet: FleetWorker,
+) -> None:
     from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     job, result = submit(mcp_fleet, REFERENCE_QUESTION, ["orders__load_orders"])
@@ -179,7 +185,7 @@ def test_the_finished_job_replays_from_its_audit_record(mcp_fleet: FleetWorker) 
 def test_a_side_effecting_mcp_tool_is_not_repeated_by_a_repair(mcp_fleet: FleetWorker) -> None:
     repo: Path = mcp_fleet.repo  # type: ignore[attr-defined]
     before = git(repo, "rev-list", "--count", "HEAD").strip()
-    job, result = submit(mcp_fleet, COMMIT_QUESTION, ["git__git_add", "git__git_commit"])
+    _job, result = submit(mcp_fleet, COMMIT_QUESTION, ["git__git_add", "git__git_commit"])
     assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
     assert result.repairs == 1
     first, second = result.attempts
@@ -201,7 +207,7 @@ def test_an_mcp_tool_outside_the_jobs_allow_list_is_refused_on_the_host(mcp_flee
 
 
 def test_stdio_and_http_servers_serve_one_job(mcp_fleet: FleetWorker) -> None:
-    job, result = submit(mcp_fleet, BOTH_QUESTION, ["lab__stats", "time__get_current_time"])
+    _job, result = submit(mcp_fleet, BOTH_QUESTION, ["lab__stats", "time__get_current_time"])
     assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
     assert result.result == [3.0, "UTC"]
 
@@ -213,12 +219,16 @@ def test_a_job_naming_a_tool_of_a_server_that_is_down_fails_fast_naming_it(mcp_f
     assert "MCP server 'down' (tool down__anything) is down: cannot start" in result.error.message
     assert "(after 1 retries)" in result.error.message
     events = job.audit()
-    retried = [e for e in events if e.kind == "state" and e.data.get("status") == "queued" and "retry" in e.data]
-    assert len(retried) == 1 and retried[0].data["error"].startswith("tool server unavailable: MCP server 'down'")
+    retried = [
+        e for e in events if e.kind == "state" and e.data.get("status") == "queued" and "retry" in e.data
+    ]
+    assert len(retried) == 1 and retried[0].data["error"].startswith(
+        "tool server unavailable: MCP server 'down'"
+    )
     assert not [e for e in events if e.kind == "model_call"], "no model call: it failed before any work"
 
 
 def test_an_unknown_mcp_tool_of_a_server_that_is_up_is_refused(mcp_fleet: FleetWorker) -> None:
-    job, result = submit(mcp_fleet, TIME_QUESTION, ["time__no_such_tool"])
+    _job, result = submit(mcp_fleet, TIME_QUESTION, ["time__no_such_tool"])
     assert result.status == JobStatus.REFUSED
     assert "unknown tool time__no_such_tool" in result.error.message

@@ -11,7 +11,6 @@ runc (the MCP side is host code, the same whatever the runtime). Outcomes go to
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -71,13 +70,16 @@ def notes(lab_data: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-RAW = program(
-    """
+RAW = (
+    program(
+        """
     import fcntl, json, os, struct
     os.environ.pop("SANDFLEET_BRIDGE_FDS", None)
     """
-) + FIND_BRIDGE_FDS + program(
-    """
+    )
+    + FIND_BRIDGE_FDS
+    + program(
+        """
     SEND, RECV = bridge_fds()
     def request(req):
         body = json.dumps(req).encode()
@@ -88,6 +90,7 @@ RAW = program(
             data += os.read(RECV, n - len(data))
         return json.loads(data)
     """
+    )
 )
 
 
@@ -172,7 +175,9 @@ def test_a_server_crashing_mid_call_fails_that_call_only_and_is_restarted(
     )
 
 
-def test_names_that_are_not_identifiers_and_wire_names_cannot_slip_past_the_schema(go: Callable[..., Any]) -> None:
+def test_names_that_are_not_identifiers_and_wire_names_cannot_slip_past_the_schema(
+    go: Callable[..., Any],
+) -> None:
     source = RAW + program(
         """
         out = {}
@@ -190,10 +195,15 @@ def test_names_that_are_not_identifiers_and_wire_names_cannot_slip_past_the_sche
     assert done.ok, (done.failure(), done.stderr)
     r = done.result
     assert r["renamed"]["value"]["arguments"] == {"city": "Oslo", "from": "x", "user-id": 3}
-    assert r["wire names"]["type"] == "TypeError" and "unexpected keyword argument 'from'" in r["wire names"]["message"]
+    assert (
+        r["wire names"]["type"] == "TypeError"
+        and "unexpected keyword argument 'from'" in r["wire names"]["message"]
+    )
     assert r["nested bad"]["type"] == "ValueError" and "guest['address']['zip']" in r["nested bad"]["message"]
     # Keys the schema does not forbid pass through as plain data, to the server that declared them.
-    assert r["nested extra"]["ok"] and r["nested extra"]["value"]["arguments"]["guest"]["address"]["__proto__"] == {"admin": True}
+    assert r["nested extra"]["ok"] and r["nested extra"]["value"]["arguments"]["guest"]["address"][
+        "__proto__"
+    ] == {"admin": True}
     assert r["deep"]["type"] == "TypeError" and "argument nights" in r["deep"]["message"]
     served = [c for c in done.tool_calls if c.ok]
     assert len(served) == 2, "only the two calls that fit the schema reached the server"
@@ -238,7 +248,9 @@ def test_garbage_and_megabytes_from_a_server_are_bounded_errors(go: Callable[...
     assert r["huge"][0] == "ToolServerError" and "more than 1048576 bytes (maxMessageBytes)" in r["huge"][1]
     assert r["after"] == {"count": 1, "mean": 1.0, "max": 1.0}
     assert done.timings["run_s"] < 30, "no call waited for a timeout"
-    assert grown_kib < 64 * 1024, f"the worker's peak memory grew by {grown_kib / 1024:.0f} MiB for a 200 MB answer"
+    assert grown_kib < 64 * 1024, (
+        f"the worker's peak memory grew by {grown_kib / 1024:.0f} MiB for a 200 MB answer"
+    )
     record(
         "MCP: garbage, a garbled answer and a 200 MB answer from a stdio server",
         RUNTIME,

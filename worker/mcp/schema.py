@@ -20,6 +20,7 @@ argument and where inside it (``address['zip']``). Pure, apart from jsonschema.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import keyword
 import re
@@ -145,7 +146,9 @@ class ToolSignature:
                 type 'string'``.
             ValueError: any other violation (enum, pattern, range, a nested required key ...).
         """
-        validator = jsonschema.validators.validator_for(self.input_schema)(self.input_schema)
+        validator = self._validator
+        if validator.is_valid(arguments):  # the common case, without collecting errors
+            return
         error = best_match(validator.iter_errors(arguments))
         if error is None:
             return
@@ -158,6 +161,12 @@ class ToolSignature:
             subject = "arguments"
         kind = TypeError if error.validator == "type" else ValueError
         raise kind(f"{tool}(): {subject}: {error.message}")
+
+
+    @functools.cached_property
+    def _validator(self) -> Any:
+        """The schema's validator, made once (building one costs more than most checks)."""
+        return jsonschema.validators.validator_for(self.input_schema)(self.input_schema)
 
 
 def type_text(schema: Any, defs: dict[str, Any], depth: int = 0) -> str:

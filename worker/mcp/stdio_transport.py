@@ -148,6 +148,13 @@ async def _stop(process: Process, wire: WireState) -> None:
         if pipe is not None:
             with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
                 await pipe.aclose()
+    # anyio's pipe streams do not close asyncio's subprocess transport, which then keeps the stdout
+    # pipe open until garbage collection; nothing public reaches it (the SDK's stdio client does the same).
+    transport = getattr(getattr(process, "_process", None), "_transport", None)
+    close = getattr(transport, "close", None)
+    if callable(close):
+        with suppress(PermissionError):
+            close()
 
 
 def _error_for_request(line: bytes, problem: Exception) -> types.JSONRPCError | None:

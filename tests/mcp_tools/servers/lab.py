@@ -21,11 +21,11 @@ import sys
 import time
 import zlib
 from pathlib import Path
-from typing_extensions import TypedDict
 
 import anyio
 from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from typing_extensions import TypedDict
 
 server = MCPServer("lab", log_level="WARNING")
 DATA = Path(os.environ.get("LAB_DATA_DIR", "."))
@@ -141,7 +141,12 @@ def _png(width: int, height: int) -> bytes:
 
     rows = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
     header = struct.pack("!IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(rows))
+        + chunk(b"IEND", b"")
+    )
 
 
 def main() -> None:

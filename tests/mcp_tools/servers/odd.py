@@ -54,7 +54,9 @@ BOOK = {
 }
 SEARCH = {"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}
 TOOLS = [
-    types.Tool(name="get-weather.now", description="The weather now.\nMore lines here.", input_schema=WEATHER),
+    types.Tool(
+        name="get-weather.now", description="The weather now.\nMore lines here.", input_schema=WEATHER
+    ),
     types.Tool(name="book", description="Book a room for a guest.", input_schema=BOOK),
     types.Tool(name="search", description="The odd server's search.", input_schema=SEARCH),
 ]
