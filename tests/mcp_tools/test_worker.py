@@ -232,3 +232,26 @@ def test_an_unknown_mcp_tool_of_a_server_that_is_up_is_refused(mcp_fleet: FleetW
     _job, result = submit(mcp_fleet, TIME_QUESTION, ["time__no_such_tool"])
     assert result.status == JobStatus.REFUSED
     assert "unknown tool time__no_such_tool" in result.error.message
+
+
+def test_stopping_the_worker_stops_its_mcp_servers(mcp_fleet: FleetWorker) -> None:
+    import time
+
+    import psutil
+
+    _job, result = submit(
+        mcp_fleet, TIME_QUESTION, ["time__convert_time"]
+    )  # the servers start with a first job
+    assert result.status == JobStatus.SUCCEEDED
+    worker = psutil.Process(mcp_fleet.process.pid)
+    servers = [p for p in worker.children(recursive=True) if len(p.cmdline()) > 1]
+    names = sorted(Path(p.cmdline()[1]).name for p in servers)
+    assert names == ["lab.py", "mcp-server-git", "mcp-server-time"], names  # lab over HTTP is the test's own
+    stop_worker(mcp_fleet)
+    deadline = time.monotonic() + 10
+    while (
+        any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in servers)
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert not [p for p in servers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]

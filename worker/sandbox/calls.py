@@ -1,124 +1,170 @@
-"""Serving a running program's tool calls concurrently, while one thread owns the channel.
+"""Serving a running program's tool calls concurrently, without a thread hop on any call's path.
 
-The loop in :meth:`SandboxContainer.execute` reads the agent's frames and is the only writer to the
-channel. Each call frame is handed to a worker thread here (up to ``max_concurrent`` at once, the
-agent's own cap on calls in flight); a finished reply is queued and a byte written to a wake pipe,
-which the loop watches beside the channel, so it sends the reply as soon as it is ready. A program
-calling tools from several threads has them served side by side instead of one after another.
-While calls are being served the loop also wakes every ``OVERDUE_POLL_S`` to ask the handler for
-replies to calls past their timeout (a Python function cannot be interrupted; its caller can stop
-waiting).
+One thread at a time leads: it reads the agent's frames and keeps the command's deadlines (the
+``step`` it is given). When a frame is a tool call, the leader hands leadership to an idle thread
+(or starts one), serves the call itself and sends the reply; then it waits to lead again. A program
+calling from one thread gets each call read, served and answered by one thread, as when calls were
+served inline; a program calling from several threads has them served side by side. The caller of
+:meth:`CallConversation.run` (the job's thread) leads until the first call, then only waits for the
+end, so a tool that hangs never holds it: the leader answers such a call at its timeout (the
+handler's ``overdue()``, asked now and then while calls are served) and the run ends on time.
 
-:meth:`CallDispatcher.close` (the command ended) gives the calls the program sent before it ended a
-short grace to finish, so they are recorded with the run as before, when calls were served one by
-one; then it cancels what has not started and drops every reply not yet sent.
+At the end (the command finished, or was lost) the calls sent before it get a short grace to finish,
+so that they are recorded with the run; then every thread still here leaves, and replies are dropped.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import os
 import threading
+from collections import deque
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("sandfleet.sandbox")
 
 MAX_CONCURRENT_CALLS = 16  # the agent forwards at most this many calls before it has their replies
+MAX_SERVING = 2 * MAX_CONCURRENT_CALLS  # past this (an agent that ignores its cap), calls wait their turn
 OVERDUE_POLL_S = 0.1  # how late a per-call timeout may fire, at most (seconds)
 CLOSE_GRACE_S = 2.0  # how long the calls sent before the command ended get to finish
 
 # (header, body) of one call -> the reply bytes, or None when the handler answered it already
 # (through its optional ``overdue()``: replies for calls past their timeout).
 Handler = Callable[[dict[str, Any], bytes], bytes | None]
+T = TypeVar("T")
 
 
-class CallDispatcher:
-    """Runs ``handler(header, body) -> reply`` for each call on a thread; replies come back in
-    :meth:`ready` after the wake pipe (:attr:`wake_fd`) becomes readable."""
+@dataclass(frozen=True)
+class Call:
+    """A tool call frame the leader read."""
 
-    def __init__(self, handler: Handler, max_concurrent: int = MAX_CONCURRENT_CALLS) -> None:
+    header: dict[str, Any]
+    body: bytes
+
+
+class CallConversation(Generic[T]):
+    """Drives one command: ``step(busy)`` reads one frame and returns the final result (a ``T``), a
+    :class:`Call` to serve, or None (nothing to do yet); ``busy`` says whether calls are being served
+    (the step then wakes in time to answer overdue ones). Only the leader calls ``step``."""
+
+    def __init__(
+        self,
+        step: Callable[[bool], T | Call | None],
+        handler: Handler,
+        send_reply: Callable[[bytes], None],
+        grace_s: float = CLOSE_GRACE_S,
+    ) -> None:
+        self._step = step
         self._handler = handler
-        self._threads = concurrent.futures.ThreadPoolExecutor(
-            max_concurrent, thread_name_prefix="sandfleet-call"
-        )
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._lock = threading.Lock()
-        self._replies: list[bytes] = []
-        self._pending: set[concurrent.futures.Future[None]] = set()
-        self._closed = False
+        self._send_reply = send_reply
+        self._grace_s = grace_s
+        self._cond = threading.Condition()
+        self._leading = False
+        self._idle = 0  # threads waiting to lead
+        self._serving = 0
+        self._waiting: deque[Call] = deque()  # calls past MAX_SERVING, served as threads free up
+        self._done = False
+        self._result: T | None = None
+        self._error: BaseException | None = None
 
-    @property
-    def wake_fd(self) -> int:
-        return self._wake_r
+    def run(self) -> T:
+        """Lead until the first call, then wait for the end. Raises what ``step`` raised."""
+        with self._cond:
+            self._leading = True
+        call = self._lead()
+        if call is not None:
+            self._start(self._serve_then_follow, call)
+            with self._cond:
+                while not self._done:
+                    self._cond.wait()
+        with self._cond:  # the grace: calls sent before the end are recorded with the run
+            self._cond.wait_for(lambda: self._serving == 0, timeout=self._grace_s)
+            self._waiting.clear()
+        if self._error is not None:
+            raise self._error
+        return self._result  # type: ignore[return-value]
 
-    def submit(self, header: dict[str, Any], body: bytes) -> None:
-        """Start serving one call (returns at once)."""
-        future = self._threads.submit(self._serve, header, body)
-        with self._lock:
-            self._pending.add(future)
-        future.add_done_callback(self._done)
+    # -- the threads --------------------------------------------------------------------------------
 
-    def _done(self, future: concurrent.futures.Future[None]) -> None:
-        with self._lock:
-            self._pending.discard(future)
-
-    @property
-    def busy(self) -> bool:
-        """Whether calls are being served (the loop then asks :meth:`overdue` now and then)."""
-        with self._lock:
-            return bool(self._pending)
-
-    def overdue(self) -> list[bytes]:
-        """Replies the handler gives for calls past their timeout (none if it has no ``overdue``)."""
-        overdue = getattr(self._handler, "overdue", None)
-        return overdue() if overdue is not None else []
-
-    def ready(self) -> list[bytes]:
-        """The replies finished since the last time, in the order they finished."""
-        try:
-            while os.read(self._wake_r, 4096):
-                pass
-        except BlockingIOError:
-            pass
-        with self._lock:
-            replies, self._replies = self._replies, []
-        return replies
-
-    def close(self, grace_s: float = CLOSE_GRACE_S) -> None:
-        """Wait up to ``grace_s`` for the calls submitted, then cancel those not started, drop unsent
-        replies and free the pipe. A call still running finishes on its thread (the bridge bounds it
-        by its timeout) unwaited for."""
-        with self._lock:
-            pending = list(self._pending)
-        if pending:
-            concurrent.futures.wait(pending, timeout=grace_s)
-        with self._lock:
-            self._closed = True
-            self._replies.clear()
-        self._threads.shutdown(wait=False, cancel_futures=True)
-        for fd in (self._wake_r, self._wake_w):
+    def _lead(self) -> Call | None:
+        """Step until a call comes (returned, leadership given up) or the end (None)."""
+        while True:
             try:
-                os.close(fd)
-            except OSError:
-                pass
+                outcome = self._step(self._busy())
+            except BaseException as e:  # the caller of run() gets it
+                self._end(error=e)
+                return None
+            if isinstance(outcome, Call):
+                with self._cond:
+                    self._leading = False
+                    if self._serving >= MAX_SERVING:
+                        self._waiting.append(outcome)
+                        self._leading = True  # keep leading; a thread that frees up serves it
+                        continue
+                    self._serving += 1
+                    self._hand_over()
+                return outcome
+            if outcome is not None:
+                self._end(result=outcome)
+                return None
 
-    def _serve(self, header: dict[str, Any], body: bytes) -> None:
+    def _serve_then_follow(self, call: Call) -> None:
+        while call is not None:
+            self._serve(call)
+            call = self._follow()
+
+    def _follow(self) -> Call | None:
+        """The next call this thread serves: one that waited, or one it reads once it leads."""
+        with self._cond:
+            while True:
+                if self._done:
+                    return None
+                if self._waiting:
+                    self._serving += 1
+                    return self._waiting.popleft()
+                if not self._leading:
+                    self._leading = True
+                    break
+                self._idle += 1
+                self._cond.wait()
+                self._idle -= 1
+        return self._lead()
+
+    def _serve(self, call: Call) -> None:
         try:
-            reply = self._handler(header, body)
-        except Exception:  # the bridge answers every call; this is a bug, and the program's deadline holds
+            reply = self._handler(call.header, call.body)
+        except Exception:  # the bridge answers every call; this is a bug, and the deadline holds
             log.exception("a tool call handler raised instead of replying")
-            return
-        if reply is None:
-            return
-        with self._lock:
-            if self._closed:
-                return
-            self._replies.append(reply)
-            try:
-                os.write(self._wake_w, b"!")
-            except BlockingIOError:
-                pass  # the pipe is full of wake-ups already: the loop will look
+            reply = None
+        finally:
+            with self._cond:
+                self._serving -= 1
+                self._cond.notify_all()
+        if reply is not None and not self._done:
+            self._send_reply(reply)
+
+    def _hand_over(self) -> None:
+        """Someone else leads now (called with the lock held, after giving up leadership)."""
+        if self._idle:
+            self._cond.notify_all()
+        else:
+            self._start(self._follow_to_the_end)
+
+    def _follow_to_the_end(self) -> None:
+        call = self._follow()
+        if call is not None:
+            self._serve_then_follow(call)
+
+    def _start(self, target: Callable[..., None], *args: Any) -> None:
+        threading.Thread(target=target, args=args, name="sandfleet-call", daemon=True).start()
+
+    def _busy(self) -> bool:
+        with self._cond:
+            return self._serving > 0
+
+    def _end(self, *, result: T | None = None, error: BaseException | None = None) -> None:
+        with self._cond:
+            self._done, self._result, self._error = True, result, error
+            self._leading = False
+            self._cond.notify_all()

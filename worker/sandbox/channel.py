@@ -14,6 +14,7 @@ import marshal
 import select
 import socket
 import struct
+import threading
 import time
 from typing import Any
 
@@ -54,21 +55,42 @@ class AgentChannel:
         self.stderr_tail = bytearray()
         self.closed = False
         self._broken: str | None = None  # why a write failed, if one did
+        self._send_lock = threading.Lock()
 
-    def send(self, kind: bytes, header: dict[str, Any] | None = None, body: bytes = b"") -> None:
-        self.send_raw(encode(kind, header, body))
+    def send(
+        self,
+        kind: bytes,
+        header: dict[str, Any] | None = None,
+        body: bytes = b"",
+        wait_s: float | None = None,
+    ) -> None:
+        self.send_raw(encode(kind, header, body), wait_s=wait_s)
 
-    def send_raw(self, data: bytes) -> None:
+    def send_raw(self, data: bytes, wait_s: float | None = None) -> None:
+        """Write one frame whole; frames from several threads never interleave.
+
+        ``wait_s``: how long to wait for another thread's write to finish first (None: as long as it
+        takes); past it this write fails like a broken channel, and later ones still try.
+        """
         # Once a write failed (or timed out: the agent stopped reading its stdin), every later one fails
         # at once; trying again would block for the socket's timeout each time.
         if self.closed:
             raise ChannelClosedError(self._closed_message())
+        if not self._send_lock.acquire(timeout=-1 if wait_s is None else wait_s):
+            raise ChannelClosedError("another write to the sandbox has not finished")
         try:
             self._sock.sendall(data)
         except OSError as e:
             self.closed = True
             self._broken = f"cannot write to the sandbox: {e}"
             raise ChannelClosedError(self._broken) from e
+        finally:
+            self._send_lock.release()
+
+    def share(self) -> None:
+        """From now on threads write while another reads (with :meth:`recv_polled`): the socket goes
+        blocking, since a timeout set for a read would also cut a concurrent write short."""
+        self._sock.settimeout(None)
 
     def recv(self, deadline: float | None, max_body: int) -> tuple[bytes, dict[str, Any], bytes]:
         """The next frame (kind, header, body); waits until ``deadline`` (time.monotonic())."""
@@ -78,11 +100,8 @@ class AgentChannel:
                 return frame
             self._fill(deadline)
 
-    def recv_or_wake(
-        self, deadline: float | None, max_body: int, wake_fd: int
-    ) -> tuple[bytes, dict[str, Any], bytes] | None:
-        """Like :meth:`recv`, but returns None as soon as ``wake_fd`` becomes readable first (the
-        caller has something to send: tool replies finished on other threads)."""
+    def recv_polled(self, deadline: float | None, max_body: int) -> tuple[bytes, dict[str, Any], bytes]:
+        """Like :meth:`recv`, waiting in select() instead of a socket timeout (see :meth:`share`)."""
         while True:
             frame = self._next_frame(max_body)
             if frame is not None:
@@ -92,11 +111,9 @@ class AgentChannel:
             timeout = None if deadline is None else deadline - time.monotonic()
             if timeout is not None and timeout <= 0:
                 raise ChannelTimeoutError("the sandbox did not answer in time")
-            readable, _, _ = select.select([self._sock, wake_fd], [], [], timeout)
-            if wake_fd in readable:
-                return None
+            readable, _, _ = select.select([self._sock], [], [], timeout)
             if readable:
-                self._fill(deadline)
+                self._read_available()
 
     def _fill(self, deadline: float | None) -> None:
         if self.closed:
@@ -112,6 +129,18 @@ class AgentChannel:
         except OSError as e:
             self.closed = True
             raise ChannelClosedError(f"{self._closed_message()} ({e})") from e
+        self._received(data)
+
+    def _read_available(self) -> None:
+        """Read what select() said is there (the socket is blocking: this returns at once)."""
+        try:
+            data = self._sock.recv(RECV_BYTES)
+        except OSError as e:
+            self.closed = True
+            raise ChannelClosedError(f"{self._closed_message()} ({e})") from e
+        self._received(data)
+
+    def _received(self, data: bytes) -> None:
         if not data:
             self.closed = True
             raise ChannelClosedError(self._closed_message())

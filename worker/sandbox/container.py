@@ -18,7 +18,7 @@ from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import Limit
 from sandfleet.core.errors import SandboxError
 from sandfleet.worker.sandbox import engine
-from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, CallDispatcher
+from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, Call, CallConversation
 from sandfleet.worker.sandbox.channel import (
     AgentChannel,
     ChannelClosedError,
@@ -195,10 +195,10 @@ class SandboxContainer:
         in a fork of its own interpreter instead, when the environment would start Python the
         same way; the result says ``forked``. It behaves as ``argv`` would, for less CPU.
 
-        With ``on_call`` the command gets the tool bridge: each call is handed to ``on_call`` on a
-        thread of its own (calls from a program's threads are served concurrently) and its reply sent
-        back as soon as it is ready. The deadline is enforced by the agent and, one second later, by the
-        host, which then kills the container outright.
+        With ``on_call`` the command gets the tool bridge: each call is handed to ``on_call`` and
+        its reply sent back, calls from the program's threads side by side (calls.py: the thread
+        that reads a call serves it while another reads on). The deadline is enforced by the agent
+        and, one second later, by the host, which then kills the container outright.
         """
         self.used = True
         began = time.monotonic()
@@ -219,90 +219,17 @@ class SandboxContainer:
             stdin,
         )
         max_body = 2 * max_output + max_result + max_request + 1024
-        hard_deadline = None if deadline is None else deadline + 3 * KILL_GRACE_S
-        calls = CallDispatcher(on_call) if on_call is not None else None
-        try:
-            return self._converse(began, timeout, deadline, hard_deadline, max_body, calls)
-        finally:
-            if calls is not None:
-                calls.close()
-
-    def _converse(
-        self,
-        began: float,
-        timeout: float | None,
-        deadline: float | None,
-        hard_deadline: float | None,
-        max_body: int,
-        calls: CallDispatcher | None,
-    ) -> ExecResult:
-        """Read the agent's frames until the command is done; serve tool calls through ``calls``."""
-        kill_sent = False
-        next_overdue = time.monotonic() + OVERDUE_POLL_S
-        while True:
-            if calls is not None and time.monotonic() >= next_overdue:
-                for reply in calls.overdue():  # calls past their timeout (even while frames keep coming)
-                    self._send_quietly(b"T", {}, reply)
-                next_overdue = time.monotonic() + OVERDUE_POLL_S
-            if hard_deadline is not None and time.monotonic() >= hard_deadline:
-                # Frames keep coming (a program flooding the bridge) but never "done": the host's
-                # deadline holds even when the channel never goes quiet long enough to time out.
-                self.destroy()
-                return self._lost(
-                    began, timeout, "the sandbox did not stop at its deadline and was destroyed"
-                )
-            wait_until = None if deadline is None else deadline + (2 if kill_sent else 1) * KILL_GRACE_S
-            poll_until = wait_until
-            if calls is not None and calls.busy:  # wake for calls past their timeout
-                poll_until = next_overdue if wait_until is None else min(wait_until, next_overdue)
-            try:
-                if calls is None:
-                    frame = self.channel.recv(wait_until, max_body)
-                else:
-                    frame = self.channel.recv_or_wake(poll_until, max_body, calls.wake_fd)
-            except ChannelTimeoutError:
-                if calls is not None and (wait_until is None or time.monotonic() < wait_until):
-                    continue  # only the overdue check was due: done at the top of the loop
-                if not kill_sent:
-                    kill_sent = True
-                    self._send_quietly(b"K")
-                    continue
-                self.destroy()
-                return self._lost(
-                    began, timeout, "the sandbox did not stop at its deadline and was destroyed"
-                )
-            except ChannelError as e:
-                try:
-                    oom = self._died_of_oom()  # raises SandboxUnavailableError when the engine went away
-                finally:
-                    self.destroy()
-                if oom:
-                    return ExecResult(
-                        stdout="",
-                        stderr="the sandbox ran out of memory and was killed",
-                        exit_code=137,
-                        oom_killed=True,
-                        limits_hit=[Limit.MEMORY],
-                        duration_s=time.monotonic() - began,
-                    )
-                return self._lost(
-                    began, timeout if deadline and time.monotonic() >= deadline else None, str(e)
-                )
-            if frame is None:  # woken: replies finished on the call threads
-                assert calls is not None
-                for reply in calls.ready():
-                    self._send_quietly(b"T", {}, reply)
-                continue
-            kind, header, body = frame
-            if kind == b"D":
-                return self._finished(header, body, began, timeout)
-            if kind == b"C" and calls is not None:
-                calls.submit(header, body)
-            elif kind == b"A":
-                continue  # a late answer to a command frame sent while busy
-            else:
-                self.destroy()
-                return self._lost(began, None, f"the sandbox broke the protocol (frame {kind!r})")
+        frames = _CommandFrames(self, began, timeout, deadline, max_body, on_call)
+        if on_call is None:
+            while True:
+                outcome = frames.step(busy=False)
+                if isinstance(outcome, ExecResult):
+                    return outcome
+        self.channel.share()  # calls are answered from several threads from now on
+        conversation: CallConversation[ExecResult] = CallConversation(
+            frames.step, on_call, lambda reply: self._send_quietly(b"T", {}, reply)
+        )
+        return conversation.run()
 
     def _died_of_oom(self) -> bool:
         """Whether the container itself was OOM-killed (under gVisor the whole sandbox goes at once).
@@ -323,9 +250,15 @@ class SandboxContainer:
             time.sleep(0.05)
         return False
 
-    def _send_quietly(self, kind: bytes, header: dict[str, Any] | None = None, body: bytes = b"") -> None:
+    def _send_quietly(
+        self,
+        kind: bytes,
+        header: dict[str, Any] | None = None,
+        body: bytes = b"",
+        wait_s: float | None = None,
+    ) -> None:
         try:
-            self.channel.send(kind, header, body)
+            self.channel.send(kind, header, body, wait_s=wait_s)
         except ChannelClosedError:
             pass  # the next recv reports it
 
@@ -559,3 +492,89 @@ def _remove(client: Any, container_id: str) -> None:
 
 def dumps(value: Any) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode()
+
+
+class _CommandFrames:
+    """The host's side of one running command, one frame at a time: deadlines kept, the kill sent,
+    the sandbox destroyed when it does not stop, tool calls handed out (see calls.py)."""
+
+    def __init__(
+        self,
+        container: SandboxContainer,
+        began: float,
+        timeout: float | None,
+        deadline: float | None,
+        max_body: int,
+        on_call: CallHandler | None,
+    ) -> None:
+        self.container = container
+        self.began, self.timeout, self.deadline, self.max_body = began, timeout, deadline, max_body
+        self.hard_deadline = None if deadline is None else deadline + 3 * KILL_GRACE_S
+        self.bridge = on_call is not None
+        self.overdue: Callable[[], list[bytes]] | None = getattr(on_call, "overdue", None)
+        self.kill_sent = False
+        self.next_overdue = time.monotonic() + OVERDUE_POLL_S
+
+    def step(self, busy: bool) -> ExecResult | Call | None:
+        """Read one frame: the command's result when it ended, a tool call, or None (go on).
+
+        Raises:
+            SandboxUnavailableError: the channel broke because the engine went away.
+        """
+        c = self.container
+        if self.overdue is not None and time.monotonic() >= self.next_overdue:
+            for reply in self.overdue():  # calls past their timeout (even while frames keep coming)
+                c._send_quietly(b"T", {}, reply)
+            self.next_overdue = time.monotonic() + OVERDUE_POLL_S
+        if self.hard_deadline is not None and time.monotonic() >= self.hard_deadline:
+            # Frames keep coming (a program flooding the bridge) but never "done": the host's
+            # deadline holds even when the channel never goes quiet long enough to time out.
+            c.destroy()
+            return c._lost(
+                self.began, self.timeout, "the sandbox did not stop at its deadline and was destroyed"
+            )
+        deadline = self.deadline
+        wait_until = None if deadline is None else deadline + (2 if self.kill_sent else 1) * KILL_GRACE_S
+        poll_until = wait_until
+        if busy and self.overdue is not None:  # wake for calls past their timeout
+            poll_until = self.next_overdue if wait_until is None else min(wait_until, self.next_overdue)
+        try:
+            if self.bridge:
+                kind, header, body = c.channel.recv_polled(poll_until, self.max_body)
+            else:
+                kind, header, body = c.channel.recv(wait_until, self.max_body)
+        except ChannelTimeoutError:
+            if poll_until != wait_until and (wait_until is None or time.monotonic() < wait_until):
+                return None  # only the overdue check was due
+            if not self.kill_sent:
+                self.kill_sent = True
+                c._send_quietly(b"K", wait_s=KILL_GRACE_S)
+                return None
+            c.destroy()
+            return c._lost(
+                self.began, self.timeout, "the sandbox did not stop at its deadline and was destroyed"
+            )
+        except ChannelError as e:
+            try:
+                oom = c._died_of_oom()  # raises SandboxUnavailableError when the engine went away
+            finally:
+                c.destroy()
+            if oom:
+                return ExecResult(
+                    stdout="",
+                    stderr="the sandbox ran out of memory and was killed",
+                    exit_code=137,
+                    oom_killed=True,
+                    limits_hit=[Limit.MEMORY],
+                    duration_s=time.monotonic() - self.began,
+                )
+            late = deadline is not None and time.monotonic() >= deadline
+            return c._lost(self.began, self.timeout if late else None, str(e))
+        if kind == b"D":
+            return c._finished(header, body, self.began, self.timeout)
+        if kind == b"C" and self.bridge:
+            return Call(header, body)
+        if kind == b"A":
+            return None  # a late answer to a command frame sent while busy
+        c.destroy()
+        return c._lost(self.began, None, f"the sandbox broke the protocol (frame {kind!r})")
