@@ -35,7 +35,9 @@ class _CappedStream(httpx2.AsyncByteStream):
         async for chunk in self._stream:
             seen += len(chunk)
             if seen > self._limit:  # the SDK answers the request with this error; the session goes on
-                raise MessageTooLargeError(f"it answered with more than {self._limit} bytes (maxMessageBytes)")
+                raise MessageTooLargeError(
+                    f"it answered with more than {self._limit} bytes (maxMessageBytes)"
+                )
             yield chunk
 
     async def aclose(self) -> None:

@@ -162,7 +162,6 @@ class ToolSignature:
         kind = TypeError if error.validator == "type" else ValueError
         raise kind(f"{tool}(): {subject}: {error.message}")
 
-
     @functools.cached_property
     def _validator(self) -> Any:
         """The schema's validator, made once (building one costs more than most checks)."""

@@ -9,9 +9,9 @@ SIGKILL to their process group).
 
 :meth:`McpSessions.call` is thread-safe and does not serialise: calls from many bridge threads run
 concurrently over one session (JSON-RPC requests are multiplexed by id). A call is bounded by its
-timeout (the SDK then sends the server a cancellation), and every SDK error becomes one of ours,
-here and nowhere else: ``TimeoutError``, :class:`ToolServerError` (down, crashed mid-call, garbage,
-too large) or :class:`ToolError` (the server refused the call).
+timeout (the SDK then sends the server a cancellation); the SDK's errors become ours in
+:mod:`~sandfleet.worker.mcp.failures`: ``TimeoutError``, :class:`ToolServerError` (down, crashed
+mid-call, garbage, too large) or :class:`ToolError` (the server refused the call).
 """
 
 from __future__ import annotations
@@ -26,14 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import httpx2
 import mcp_types as types
 from mcp import Client
-from mcp.shared.exceptions import MCPError
-from pydantic import ValidationError
 
 from sandfleet.worker.mcp.config import McpConfig, McpServerConfig
-from sandfleet.worker.mcp.errors import ToolError, ToolServerError
+from sandfleet.worker.mcp.errors import ToolServerError
+from sandfleet.worker.mcp.failures import call_failure, connect_failure, timeout_message
 from sandfleet.worker.mcp.http_transport import http_transport
 from sandfleet.worker.mcp.stdio_transport import stdio_transport
 from sandfleet.worker.mcp.wire import WireState
@@ -233,39 +231,20 @@ class McpSessions:
             return future.result(timeout_s + CALL_GRACE_S)
         except concurrent.futures.TimeoutError:
             future.cancel()
-            raise TimeoutError(_timeout_message(server, tool, timeout_s, state.wire)) from None
+            raise TimeoutError(timeout_message(server, tool, timeout_s, state.wire)) from None
 
     async def _call(
         self, state: _Server, client: Client, tool: str, arguments: dict[str, Any], timeout_s: float
     ) -> types.CallToolResult:
-        name, wire = state.config.name, state.wire
         try:
             return await client.call_tool(tool, arguments, read_timeout_seconds=timeout_s)
-        except MCPError as e:
-            if e.code == types.REQUEST_TIMEOUT:
-                raise TimeoutError(_timeout_message(name, tool, timeout_s, wire)) from None
-            if e.code == types.CONNECTION_CLOSED:
+        except Exception as e:
+            failure = call_failure(e, state.config, tool, timeout_s, state.wire)
+            if failure is None:
+                raise
+            if failure.connection_lost:
                 self._broken(state)
-                what = wire.describe() or e.message
-                again = "it is being restarted" if state.config.transport == "stdio" else "reconnecting"
-                raise ToolServerError(
-                    f"MCP server {name!r} failed during the call to {tool}: {what}; {again}"
-                ) from None
-            if e.code == types.PARSE_ERROR:
-                raise ToolServerError(f"MCP server {name!r} answered {tool} unreadably: {e.message}") from None
-            raise ToolError(
-                f"MCP server {name!r} refused the call to {tool}: {e.message} (code {e.code})"
-            ) from None
-        except ValidationError as e:
-            problem = str(e).splitlines()[0][:300]
-            raise ToolServerError(
-                f"MCP server {name!r} answered {tool} with a malformed result: {problem}"
-            ) from None
-        except RuntimeError as e:  # the SDK's check of structured content against the output schema
-            raise ToolServerError(f"MCP server {name!r} answered {tool} wrongly: {e}") from None
-        except (httpx2.HTTPError, OSError) as e:
-            self._broken(state)
-            raise ToolServerError(f"MCP server {name!r} cannot be reached: {_one_line(e)}") from None
+            raise failure.error from None
 
     # -- supervision (on the loop thread) -----------------------------------------------------------
 
@@ -322,7 +301,7 @@ class McpSessions:
                 if not self._stopping.is_set():
                     reason = wire.describe() or "the connection ended"
         except Exception as e:  # anything the SDK or the server throws ends this attempt, never the loop
-            reason, fix = _connect_failure(e, config, wire)
+            reason, fix = connect_failure(e, config, wire)
         finally:
             if state.client is not None:
                 state.client = None
@@ -367,64 +346,6 @@ async def _first_of(*waits: Callable[[], Awaitable[Any]]) -> None:
 
         for wait in waits:
             tasks.start_soon(one, wait)
-
-
-def _connect_failure(error: BaseException, config: McpServerConfig, wire: WireState) -> tuple[str, str]:
-    """Why a connection attempt failed and what the operator can do, from the SDK's exception."""
-    cause = _leaf(error)
-    trace = wire.describe()
-    if isinstance(cause, FileNotFoundError | PermissionError | NotADirectoryError):
-        return (
-            f"cannot start {config.command!r}: {cause.strerror or cause}",
-            f"install the server (e.g. pip install it) or correct its command/cwd in {_where(config)}",
-        )
-    if isinstance(cause, httpx2.ConnectError | httpx2.ConnectTimeout):
-        return (
-            f"cannot connect to {config.url}: {_one_line(cause)}",
-            f"start the server at {config.url}, or correct its url in {_where(config)}",
-        )
-    if isinstance(cause, httpx2.HTTPStatusError) and cause.response.status_code in (401, 403):
-        return (
-            f"{config.url} refused the client: HTTP {cause.response.status_code}",
-            f"check the server's headers (e.g. Authorization) in {_where(config)}",
-        )
-    if isinstance(cause, MCPError) and cause.code == types.REQUEST_TIMEOUT:
-        return (
-            f"no answer to the handshake within the connect timeout{'; ' + trace if trace else ''}",
-            "run the server's command by hand to see whether it starts and speaks MCP on stdout",
-        )
-    text = _one_line(cause)
-    return (
-        f"{text}{'; ' + trace if trace else ''}" if text else trace or type(cause).__name__,
-        "run the server's command by hand to see why it stops"
-        if config.transport == "stdio"
-        else f"check that {config.url} serves MCP (streamable HTTP)",
-    )
-
-
-def _leaf(error: BaseException) -> BaseException:
-    """The first real exception inside (nested) exception groups."""
-    while isinstance(error, BaseExceptionGroup) and error.exceptions:
-        error = next(
-            (e for e in error.exceptions if not isinstance(e, asyncio.CancelledError)), error.exceptions[0]
-        )
-    return error
-
-
-def _timeout_message(server: str, tool: str, timeout_s: float, wire: WireState) -> str:
-    extra = wire.describe()
-    return f"MCP server {server!r} did not answer {tool} within {timeout_s:g} s" + (
-        f"; {extra}" if extra else ""
-    )
-
-
-def _one_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
-    return text[0][:300] if text else type(error).__name__
-
-
-def _where(config: McpServerConfig) -> str:
-    return f"mcpServers.{config.name}"
 
 
 def _version() -> str:
