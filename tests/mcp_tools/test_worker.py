@@ -27,6 +27,7 @@ TIME_QUESTION = "What time is it in UTC when it is noon in Tokyo?"
 COMMIT_QUESTION = "Commit the notes file"
 ALLOW_QUESTION = "Read the git log without being allowed to"
 BOTH_QUESTION = "Stats over HTTP beside the time"
+BREAK_QUESTION = "Break the orders server"
 
 
 def block(source: str) -> str:
@@ -76,6 +77,23 @@ try:
 except NameError as e:
     outcome = str(e)
 print("RESULT: " + json.dumps(outcome))
+""")
+                ],
+            },
+            {
+                "match": "Break the orders server",
+                "responses": [
+                    block("""
+import json
+from sandfleet_tools import orders__crash, orders__garbled, orders__wait, ToolError
+out = {}
+for name, call in (("garbled", orders__garbled), ("hang", lambda: orders__wait(30)), ("crash", orders__crash)):
+    try:
+        call()
+        out[name] = "returned"
+    except (ToolError, TimeoutError) as e:
+        out[name] = type(e).__name__
+print("RESULT: " + json.dumps(out))
 """)
                 ],
             },
@@ -234,6 +252,21 @@ def test_an_unknown_mcp_tool_of_a_server_that_is_up_is_refused(mcp_fleet: FleetW
     assert "unknown tool time__no_such_tool" in result.error.message
 
 
+def test_a_misbehaving_server_gives_the_program_bounded_errors_and_the_audit_a_record(
+    mcp_fleet: FleetWorker,
+) -> None:
+    tools = ["orders__crash", "orders__garbled", "orders__wait"]
+    job, result = submit(mcp_fleet, BREAK_QUESTION, tools, code_action={"tool_timeout": 2})
+    assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
+    assert result.result == {"garbled": "ToolServerError", "hang": "TimeoutError", "crash": "ToolServerError"}
+    calls = {e.data["tool"]: e.data for e in job.audit() if e.kind == "tool_call"}
+    assert "answered garbled unreadably" in calls["orders__garbled"]["error"]
+    assert calls["orders__wait"]["error"].startswith("MCP server 'orders' did not answer wait within 2 s")
+    assert "MCP server 'orders' failed during the call to crash" in calls["orders__crash"]["error"]
+    assert all(not c["ok"] for c in calls.values()) and mcp_fleet.alive()
+    assert result.timings["run_s"] < 15, "nothing waited past the per-call timeout"
+
+
 def test_stopping_the_worker_stops_its_mcp_servers(mcp_fleet: FleetWorker) -> None:
     import time
 
@@ -244,9 +277,9 @@ def test_stopping_the_worker_stops_its_mcp_servers(mcp_fleet: FleetWorker) -> No
     )  # the servers start with a first job
     assert result.status == JobStatus.SUCCEEDED
     worker = psutil.Process(mcp_fleet.process.pid)
-    servers = [p for p in worker.children(recursive=True) if len(p.cmdline()) > 1]
-    names = sorted(Path(p.cmdline()[1]).name for p in servers)
+    names = sorted(Path(p.cmdline()[1]).name for p in worker.children() if len(p.cmdline()) > 1)
     assert names == ["lab.py", "mcp-server-git", "mcp-server-time"], names  # lab over HTTP is the test's own
+    servers = worker.children(recursive=True)  # with theirs (mcp-server-git's `git cat-file`)
     stop_worker(mcp_fleet)
     deadline = time.monotonic() + 10
     while (
