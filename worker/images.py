@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from sandfleet.core.errors import SandboxError
 
@@ -355,13 +356,16 @@ def _import_tree(step: ImageStep, rootfs: Path) -> None:
 
 
 def _run(
-    cmd: list[str], check: bool = True, env: Mapping[str, str] | None = None, stdin: object = None
+    cmd: list[str],
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    stdin: IO[Any] | int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command, output captured; a failure raises SandboxError with its last lines."""
     try:
         proc = subprocess.run(
             cmd,
-            stdin=stdin,  # type: ignore[arg-type]
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

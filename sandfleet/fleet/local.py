@@ -131,8 +131,10 @@ class LocalFleet:
     @property
     def settings(self) -> Settings:
         """Settings of a producer (or reader) of this fleet."""
-        extra = {"audit_secret": self.audit_secret} if self.audit_secret else {}
-        return Settings(redis_url=self.redis_url, key_prefix=self.key_prefix, **extra)
+        settings = Settings(redis_url=self.redis_url, key_prefix=self.key_prefix)
+        if self.audit_secret:
+            settings = settings.model_copy(update={"audit_secret": self.audit_secret})
+        return settings
 
     def client(self) -> Client:
         return Client(settings=self.settings)
