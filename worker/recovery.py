@@ -13,7 +13,7 @@ gives it back only after the whole visibility timeout. So each worker:
   worker killed between receiving a message and recording it) go back too.
 
 The job itself is idempotent by id: a redelivered job records a new delivery and ends with exactly
-one final record (worker/store). Containers of the dead worker are removed by the local reaper
+one final record (sandfleet/core/store.py). Containers of the dead worker are removed by the local reaper
 (their owner process is gone).
 """
 
