@@ -85,7 +85,8 @@ class WorkerProcess:
         return self.process.poll() is None
 
     def log(self) -> str:
-        self.log_file.flush()
+        if not self.log_file.closed:  # still running: what it wrote so far
+            self.log_file.flush()
         return self.log_path.read_text(errors="replace")
 
     def log_tail(self, chars: int = 2000) -> str:
