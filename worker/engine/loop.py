@@ -40,7 +40,6 @@ from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.runtime import RunResult
-from sandfleet.worker.sandbox.container import preflight
 from sandfleet.worker.sandbox.policy import check_sandbox_policy
 
 log = logging.getLogger("sandfleet.engine")
@@ -82,7 +81,7 @@ def run_job(
         check_sandbox_policy(config, settings)
         allowed = services.registry.subset(spec.tools)
         model = services.model_client(model_name, base_url)
-        preflight(config)
+        services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
         message = str(e) if isinstance(e, InvalidSpecError) else _validation_text(e)
         audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
