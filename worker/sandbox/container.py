@@ -34,9 +34,9 @@ MAX_FILE_BYTES = 256 * 1024**2
 TOOL_SUBSTEP_S = 5.0
 SIGKILL_EXIT = 128 + 9
 AGENT_KILLED = (
-    "the program killed the sandbox's own agent process (its main process, which runs the program): "
-    "it died of SIGKILL, not of the memory limit (no out-of-memory kill) nor from outside the "
-    "sandbox, and the sandbox ended with it; the program's output was lost"
+    "the program killed the sandbox's own agent process (its main process, which runs the program) "
+    "with SIGKILL, and the sandbox ended with it: no limit was hit (neither the kernel's OOM killer "
+    "nor anything outside the sandbox sent that signal); the program's output was lost"
 )
 
 # (header, body) of one tool call from the program -> the JSON reply bytes to send back.

@@ -2,7 +2,7 @@
 
 Every setting that makes the sandbox safe is decided here, in one place:
 no network (unless configured), read-only root, all capabilities dropped, no-new-privileges,
-pids/memory(+swap)/CPU limits, tmpfs workdir and /tmp, an init that reaps zombies, nofile and core
+pids/memory(+swap)/CPU limits, tmpfs workdir and /tmp, the agent as init (pid 1), nofile and core
 ulimits, the unprivileged user, and only the configured environment.
 """
 
@@ -175,7 +175,11 @@ def container_kwargs(
         "mem_limit": config.memory_limit,
         "memswap_limit": config.memory_limit,  # memory + swap = memory: swap off
         "nano_cpus": int(min(config.cpu_limit, host_ncpu) * 1e9),
-        "init": True,
+        # No init in front of the agent: as pid 1 it is out of the program's reach under runc (the
+        # kernel drops signals sent to init from inside) and it reaps orphans itself (agent.reap).
+        # Ignoring SIGTERM as init does, it is stopped with SIGKILL (which comes from outside).
+        "init": False,
+        "stop_signal": "SIGKILL",
         "ulimits": [
             {"name": "nofile", "soft": NOFILE_LIMIT, "hard": NOFILE_LIMIT},
             {"name": "core", "soft": 0, "hard": 0},
