@@ -19,7 +19,7 @@ program's reach where the kernel allows: Linux drops every signal sent to a pid 
 from inside that namespace unless init handles it, and the agent handles none (SIGINT goes back to
 the default; SIGPIPE and SIGXFSZ are ignored). gVisor's kernel does not drop them, so under runsc a
 program can still kill the agent; the host then tells that from an out-of-memory kill
-(engine.DockerBackend.exit_status). As init the agent also reaps the orphans the program leaves.
+(engine.DockerSandbox.ended). As init the agent also reaps the orphans the program leaves.
 
 Start-up is paid once per job, so the agent imports only built-in modules: json (through re and
 enum), selectors and signal would cost a sandbox ~12 ms of CPU, about 4% of a trivial job.
