@@ -42,7 +42,7 @@ if "sandfleet_protocol" in sys.modules:  # in the sandbox: shipped with this fil
 else:  # this file loaded on the host, as the tests do
     from sandfleet.worker.sandbox import protocol, syscall_filter
 
-to_json = protocol.to_json
+to_json = protocol.to_json  # how the agent writes its headers (protocol.agent_frame uses it)
 CALL_LENGTH = protocol.CALL_LENGTH
 CHUNK = 65536
 # A command has exited but something it started still holds its stdout/stderr open (a daemonised
