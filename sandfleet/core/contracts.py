@@ -51,6 +51,7 @@ class ErrorKind(StrEnum):
     PROGRAM = "program"  # every attempt's program failed
     NO_PROGRAM = "no_program"  # the last reply held no Python program
     TIMEOUT = "timeout"  # the last attempt's program ran out of time
+    AGENT_KILLED = "agent_killed"  # the last attempt's program killed its sandbox's agent (no limit hit)
     TIME_LIMIT = "time_limit"  # the job passed its Celery soft time limit
     CRASH_LOOP = "crash_loop"  # the job killed its worker on every delivery
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # transient retries exhausted: no engine

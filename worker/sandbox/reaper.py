@@ -40,7 +40,7 @@ def prune(
     *, everything: bool = False, owners: set[str] | None = None, client: Any | None = None
 ) -> PruneReport:
     """Remove Sandfleet containers whose owner is gone, or that sat created or exited for over a minute
-    (or, with ``everything``, all of them).
+    (or, with ``everything``, all of them). Raises SandboxUnavailableError (no engine) or SandboxError.
 
     ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt
     from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``.
@@ -48,7 +48,10 @@ def prune(
     client = client or engine.docker_client()
     report = PruneReport()
     # ignore_removed: the SDK inspects each listed container; others' may be removed meanwhile.
-    listed = client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}, ignore_removed=True)
+    try:
+        listed = client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}, ignore_removed=True)
+    except engine.DockerError as e:
+        raise engine.translate(e, "list the sandboxes") from e
     for container in listed:
         labels = container.labels or {}
         owner_label = labels.get(engine.LABEL_OWNER, "")
@@ -128,7 +131,10 @@ def kill_orphan_runtime_processes(client: Any) -> list[int]:
         ids = {m.decode() for m in _CONTAINER_ID.findall(cmdline)}
         if ids and b"moby" in cmdline and DEFAULT_EXEC_ROOT in cmdline:
             candidates[int(entry.name)] = ids
-    known = {c["Id"] for c in client.api.containers(all=True)}
+    try:
+        known = {c["Id"] for c in client.api.containers(all=True)}
+    except engine.DockerError as e:
+        raise engine.translate(e, "list the containers") from e
     killed = []
     for pid, ids in candidates.items():
         if not ids & known:

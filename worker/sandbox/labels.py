@@ -1,0 +1,8 @@
+"""The labels on every Sandfleet container: its role, and its owner (a process), so that a reaper
+can tell the leftovers of dead processes from the containers of live ones."""
+
+LABEL_ROLE = "sandfleet.role"
+LABEL_OWNER = "sandfleet.owner"
+LABEL_CONFIG = "sandfleet.config"
+LABEL_JOB = "sandfleet.job"
+LABEL_PERSISTENT = "sandfleet.persistent"
