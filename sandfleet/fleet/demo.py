@@ -189,7 +189,10 @@ class DemoStack:
         from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 
         env = self.child_env(
-            SANDFLEET_TOOLS=DEMO_TOOLS, SANDFLEET_DATA_DIR=str(data_dir), SANDFLEET_MODEL=model
+            SANDFLEET_TOOLS=DEMO_TOOLS,
+            SANDFLEET_DATA_DIR=str(data_dir),
+            SANDFLEET_MODEL=model,
+            SANDFLEET_WORKER_STATE_DIR=str(self.folder / "worker-state"),
         )
         name = f"demo-{self.folder.name[-8:]}@%h"
         options = f"--concurrency=4 --sandboxes=2 --loglevel=info --hostname={name}"

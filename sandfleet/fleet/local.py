@@ -114,6 +114,7 @@ class LocalFleet:
                 "SANDFLEET_TOOLS": self.config.tools,
                 "SANDFLEET_MODEL": self.model,
                 "SANDFLEET_MAX_SANDBOXES": str(self.config.sandboxes),
+                "SANDFLEET_WORKER_STATE_DIR": str(self.folder / "worker-state"),  # its signing keys
                 **self.config.env,
             }
         )

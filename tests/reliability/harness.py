@@ -22,7 +22,6 @@ from sandfleet.producer.client import Client
 
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
 WORKER_START_TIMEOUT_S = 60.0
-AUDIT_SECRET = "reliability-secret"
 
 
 def sleeper_script(folder: Path, seconds: float) -> Path:
@@ -60,7 +59,7 @@ class Fleet:
 
     @property
     def settings(self) -> Settings:
-        return Settings(redis_url=self.redis_url, key_prefix=self.prefix, audit_secret=AUDIT_SECRET)
+        return Settings(redis_url=self.redis_url, key_prefix=self.prefix)
 
     def client(self) -> Client:
         return Client(settings=self.settings)
@@ -72,7 +71,7 @@ class Fleet:
             **os.environ,
             "SANDFLEET_REDIS_URL": self.redis_url,
             "SANDFLEET_KEY_PREFIX": self.prefix,
-            "SANDFLEET_AUDIT_SECRET": AUDIT_SECRET,
+            "SANDFLEET_WORKER_STATE_DIR": str(self.folder / "worker-state"),
             "SANDFLEET_POOL_SIZE": "0",
             "SANDFLEET_TOOLS": "",
             **self.env,
