@@ -160,9 +160,14 @@ class JobHandle:
         done_key = self.client.keys.done(self.job_id)
         with self.client.redis_errors():
             while True:
-                found = self.client.reader.result(self.job_id)
-                if found is not None:
-                    return self.checked().result if verify else found  # type: ignore[return-value]
+                if self.client.reader.ended(self.job_id):
+                    if not verify:
+                        found = self.client.reader.result(self.job_id)
+                        assert found is not None
+                        return found
+                    checked = self.checked()
+                    assert checked.result is not None  # a verified final record
+                    return checked.result
                 left = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     status = self.client.reader.status(self.job_id)

@@ -101,6 +101,14 @@ class RecordReader:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
         return JobResult.model_validate_json(raw) if raw else None
 
+    def ended(self, job_id: str) -> bool:
+        """Whether the record holds a final result (nothing is parsed: a damaged one still counts)."""
+        check_id(job_id)
+        status, raw = self._redis.hmget(self._keys.job(job_id), ["status", "result"])
+        if status is None:
+            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        return bool(raw)
+
     def audit_entries(self, job_id: str) -> list[ChainEntry]:
         """Every audit entry as stored, oldest first."""
         check_id(job_id)
