@@ -48,11 +48,9 @@ class FleetWorker:
         return self.process.poll() is None
 
 
-def start_worker(
-    settings: Settings, folder: Path, *, tools: str = "", sandboxes: int = 2, concurrency: int = 8
-) -> FleetWorker:
-    folder.mkdir(parents=True, exist_ok=True)
-    env = {
+def worker_env(settings: Settings, folder: Path, tools: str = "") -> dict[str, str]:
+    """The environment of a test worker: the settings, its tools, its data and state folders."""
+    return {
         **os.environ,
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
@@ -62,6 +60,19 @@ def start_worker(
         "SANDFLEET_POOL_SIZE": "0",
         "SANDFLEET_DATA_DIR": str(folder / "data"),
     }
+
+
+def start_worker(
+    settings: Settings,
+    folder: Path,
+    *,
+    tools: str = "",
+    sandboxes: int = 2,
+    concurrency: int = 8,
+    hostname: str | None = None,
+) -> FleetWorker:
+    folder.mkdir(parents=True, exist_ok=True)
+    env = worker_env(settings, folder, tools)
     log_path = folder / "worker.log"
     log = log_path.open("wb")
     cmd = [
@@ -74,7 +85,7 @@ def start_worker(
         "--loglevel",
         "info",
     ]
-    cmd += ["--hostname", f"test-{uuid.uuid4().hex[:6]}@%h"]
+    cmd += ["--hostname", hostname or f"test-{uuid.uuid4().hex[:6]}@%h"]
     process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     log.close()
     worker = FleetWorker(process, log_path, settings, Client(settings=settings))
