@@ -187,6 +187,7 @@ def test_a_failed_publish_withdraws_the_record(
 def test_importing_the_producer_pulls_in_neither_docker_nor_openai() -> None:
     code = (
         "import producer, sandfleet.producer.client, sandfleet.producer.cli.jobs, sys; "
+        "import sandfleet.producer.cli.audit, sandfleet.producer.cli.keys; "
         "bad = [m for m in ('docker', 'openai', 'worker') if m in sys.modules]; "
         "assert not bad, bad"
     )
