@@ -17,6 +17,7 @@ from sandfleet.core.chain import GENESIS_HASH, ChainEntry, encode_event, link_ha
 from sandfleet.core.contracts import AuditEvent, AuditKind
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.lua import AUDIT_APPEND
+from sandfleet.core.replies import text_or_none
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import ChainSigner
 
@@ -58,7 +59,7 @@ class RedisAuditSink:
         ]
         head = self._head
         if head is None:
-            head = self._redis.hget(keys[0], "audit_head") or GENESIS_HASH
+            head = text_or_none(self._redis.hget(keys[0], "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
             entry = signed_entry(self._signer, self.job_id, head, event_json)
             args = [head, entry.event, entry.hash, entry.sig, entry.key, self._ttl_s]

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MAX_QUESTION_CHARS = 20_000
 MAX_HISTORY_TURNS = 50
 MAX_HISTORY_CHARS = 100_000

@@ -16,6 +16,7 @@ from sandfleet.core.chain import ChainEntry
 from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import JobNotFoundError
 from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
 from sandfleet.core.verify import JobEvidence
 
@@ -81,7 +82,7 @@ class RecordReader:
     def record(self, job_id: str) -> JobRecord:
         """The job's record, or JobNotFoundError (never submitted, or past retention)."""
         check_id(job_id)
-        fields = self._redis.hgetall(self._keys.job(job_id))
+        fields = text_map(self._redis.hgetall(self._keys.job(job_id)))
         if not fields or "status" not in fields:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
         return JobRecord.from_hash(fields)
@@ -91,7 +92,7 @@ class RecordReader:
         value = self._redis.hget(self._keys.job(job_id), "status")
         if value is None:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
-        return JobStatus(value)
+        return JobStatus(text(value))
 
     def result(self, job_id: str) -> JobResult | None:
         """The final result, or None while the job has not ended."""
@@ -112,8 +113,8 @@ class RecordReader:
     def audit_entries(self, job_id: str) -> list[ChainEntry]:
         """Every audit entry as stored, oldest first."""
         check_id(job_id)
-        stream = self._redis.xrange(self._keys.audit(job_id))
-        return [ChainEntry.from_fields(fields) for _entry_id, fields in stream]
+        stream = self._redis.xrange(self._keys.audit(job_id)) or []
+        return [ChainEntry.from_fields(text_map(fields or {})) for _entry_id, fields in stream]
 
     def audit(self, job_id: str) -> list[AuditEvent]:
         """The job's audit events, oldest first."""
@@ -137,14 +138,18 @@ class RecordReader:
             pipe.xrange(self._keys.audit(job_id))
         replies = pipe.execute()
         return [
-            JobEvidence(job_id, fields or {}, [ChainEntry.from_fields(f) for _entry_id, f in stream])
+            JobEvidence(
+                job_id,
+                text_map(fields or {}),
+                [ChainEntry.from_fields(text_map(f or {})) for _entry_id, f in stream or []],
+            )
             for job_id, fields, stream in zip(job_ids, replies[::2], replies[1::2], strict=True)
         ]
 
     def batch_counts(self, batch_id: str) -> dict[str, int]:
         """``{"total": n, "queued": ..., "running": ..., ...}``: one HGETALL."""
         check_id(batch_id, "batch id")
-        raw = self._redis.hgetall(self._keys.batch_counts(batch_id))
+        raw = text_map(self._redis.hgetall(self._keys.batch_counts(batch_id)))
         counts = {s.value: 0 for s in JobStatus}
         counts.update({k: int(v) for k, v in raw.items()})
         counts.setdefault("total", 0)
@@ -152,7 +157,7 @@ class RecordReader:
 
     def batch_job_ids(self, batch_id: str) -> list[str]:
         check_id(batch_id, "batch id")
-        return list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
+        return text_list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
 
     def job_ids(
         self, batch_id: str | None = None, status: JobStatus | str | None = None, limit: int = 1000
@@ -165,17 +170,17 @@ class RecordReader:
                 ids = [i for i, s in zip(ids, statuses, strict=True) if s == JobStatus(status).value]
             return ids[:limit]
         key = self._keys.status_index(status) if status is not None else self._keys.all_jobs
-        return list(self._redis.zrevrange(key, 0, limit - 1))
+        return text_list(self._redis.zrevrange(key, 0, limit - 1))
 
     def records(self, job_ids: list[str]) -> list[JobRecord]:
         """Records of many jobs in one round trip; ids without a record are left out."""
         pipe = self._redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hgetall(self._keys.job(job_id))
-        return [JobRecord.from_hash(f) for f in pipe.execute() if f and "status" in f]
+        return [JobRecord.from_hash(text_map(f)) for f in pipe.execute() if f and "status" in f]
 
     def _statuses(self, job_ids: list[str]) -> list[str | None]:
         pipe = self._redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hget(self._keys.job(job_id), "status")
-        return pipe.execute()
+        return [text_or_none(status) for status in pipe.execute()]

@@ -18,6 +18,7 @@ from enum import StrEnum
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, signed_entry
 from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, record_commitment, sha256_hex
@@ -32,15 +33,16 @@ from sandfleet.core.contracts import (
 from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
 from sandfleet.core.lua import COUNT_DELIVERY, TRANSITION
 from sandfleet.core.records import JobRecord, RecordReader
+from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import ChainSigner
 
 log = logging.getLogger(__name__)
 
 
-def queued_fields(job_id: str, spec_json: str, spec: JobSpec, now: float) -> dict[str, str]:
+def queued_fields(job_id: str, spec_json: str, spec: JobSpec, now: float) -> dict[FieldT, EncodableT]:
     """The record's fields when the producer enqueues the job (``spec_json``: the spec as stored)."""
-    fields = {
+    fields: dict[FieldT, EncodableT] = {
         "job_id": job_id,
         "status": JobStatus.QUEUED.value,
         "spec": spec_json,
@@ -108,10 +110,12 @@ class JobStore:
             data = {"status": JobStatus.QUEUED.value, "spec_sha256": sha256_hex(spec_json)}
             event_json = encode_event(AuditEvent(ts=now, job_id=job_id, kind=AuditKind.STATE, data=data))
             head = link_hash(GENESIS_HASH, event_json)
-            pipe.hset(
-                record,
-                mapping={**queued_fields(job_id, spec_json, spec, now), "audit_head": head, "audit_count": 1},
-            )
+            fields: dict[FieldT, EncodableT] = {
+                **queued_fields(job_id, spec_json, spec, now),
+                "audit_head": head,
+                "audit_count": 1,
+            }
+            pipe.hset(record, mapping=fields)
             pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head, "sig": "", "key": ""})
             pipe.zadd(self.keys.all_jobs, {job_id: now})
             pipe.zadd(self.keys.status_index(JobStatus.QUEUED), {job_id: now})
@@ -155,13 +159,13 @@ class JobStore:
 
     def record(self, job_id: str) -> JobRecord | None:
         """The job's record, or None if there is none."""
-        fields = self.redis.hgetall(self.keys.job(job_id))
+        fields = text_map(self.redis.hgetall(self.keys.job(job_id)))
         return JobRecord.from_hash(fields) if fields and "status" in fields else None
 
     def status(self, job_id: str) -> JobStatus | None:
         """The job's status alone (one HGET, no record to parse), or None if there is no record."""
         value = self.redis.hget(self.keys.job(job_id), "status")
-        return None if value is None else JobStatus(value)
+        return None if value is None else JobStatus(text(value))
 
     def mark_running(self, job_id: str, worker: str) -> Transition:
         """queued (or running, on a redelivery) -> running; counts one more attempt."""
@@ -192,7 +196,7 @@ class JobStore:
             data["error"] = result.error.model_dump(mode="json")
         data["record"] = record_commitment(result_json)
         seal_json = encode_event(AuditEvent(ts=time.time(), job_id=job_id, kind=AuditKind.STATE, data=data))
-        head = self.redis.hget(self.keys.job(job_id), "audit_head") or GENESIS_HASH
+        head = text_or_none(self.redis.hget(self.keys.job(job_id), "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
             entry = signed_entry(signer, job_id, head, seal_json)
             seal = [head, entry.event, entry.hash, entry.sig, entry.key]
@@ -218,7 +222,7 @@ class JobStore:
 
     def record_rejected(self, reason: str, **details: Any) -> None:
         """Note a discarded message in the fleet's capped ``rejected`` stream (never raises)."""
-        fields = {
+        fields: dict[FieldT, EncodableT] = {
             "ts": repr(time.time()),
             "reason": reason,
             "details": json.dumps(details, default=str)[:4096],
@@ -239,7 +243,7 @@ class JobStore:
         seal: list[str] | None = None,
     ) -> tuple[str, str]:
         """Run the TRANSITION script; ``(outcome, detail)`` as it returns them."""
-        batch_id = self.redis.hget(self.keys.job(job_id), "batch_id") or "-"
+        batch_id = text_or_none(self.redis.hget(self.keys.job(job_id), "batch_id")) or "-"
         keys = [
             self.keys.job(job_id),
             self.keys.final_guard(job_id),
@@ -262,7 +266,7 @@ class JobStore:
             *(seal or ["", "", "", "", ""]),
             *(s.value for s in JobStatus),
         ]
-        outcome, detail = self._transition(keys=keys, args=args)
+        outcome, detail = text_list(self._transition(keys=keys, args=args))
         if outcome == Transition.ALREADY_FINAL:
             log.info("job %s already ended (%s): %s not recorded", job_id, detail, status)
         elif outcome == Transition.MISSING:

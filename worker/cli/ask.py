@@ -37,7 +37,7 @@ def ask(
     options,
     exec_timeout,
     max_repairs,
-    max_tool_calls,  # type: ignore[no-untyped-def]
+    max_tool_calls,
     show_program,
     as_json,
 ) -> None:
