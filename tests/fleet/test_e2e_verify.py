@@ -19,8 +19,16 @@ from sandfleet.core.errors import UnverifiedResultError
 from sandfleet.core.settings import Settings
 from sandfleet.producer.cli.jobs import write_results
 
-from .helpers import fleet_settings_for, free_port, keys_under
-from .test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker, worker_env
+from .helpers import (
+    JOB_TIMEOUT_S,
+    SANDFLEET,
+    FleetWorker,
+    fleet_settings_for,
+    free_port,
+    keys_under,
+    start_worker,
+    stop_worker,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis]
 
@@ -195,9 +203,11 @@ def test_an_exported_bundle_verifies_offline(two: TwoWorkers, batch_id: str, tmp
 def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: object, tmp_path: Path) -> None:
     settings = fleet_settings_for(redis_server)
     model = write_script(tmp_path, 0.0)
-    name = f"rotating-{free_port()}@tests"
-    worker = start_worker(settings, tmp_path / "w", concurrency=2, sandboxes=1, hostname=name)
-    env = {"SANDFLEET_WORKER_STATE_DIR": worker_env(settings, tmp_path / "w")["SANDFLEET_WORKER_STATE_DIR"]}
+    worker = start_worker(
+        settings, tmp_path / "w", concurrency=2, sandboxes=1, name=f"rotating-{free_port()}"
+    )
+    name = worker.worker.name  # name@host, as the worker signs
+    env = {"SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "w" / "worker-state")}
     client = worker.client
     try:
 
@@ -242,7 +252,7 @@ def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: obje
         stop_worker(worker)
     restart = subprocess.run(
         [SANDFLEET, "worker", "--hostname", name],
-        env=worker_env(settings, tmp_path / "w"),
+        env=worker.fleet.worker_env(),
         capture_output=True,
         text=True,
         timeout=60,

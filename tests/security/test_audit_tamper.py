@@ -73,8 +73,8 @@ class TamperFleet:
 def fleet(
     redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TamperFleet]:
-    from fleet.helpers import fleet_settings_for, keys_under
-    from fleet.test_e2e_worker import replay_script, start_worker, stop_worker
+    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
+    from fleet.test_e2e_worker import replay_script
 
     from sandfleet.worker.scenario import REFERENCE_QUESTION, write_reference_data
 
@@ -434,7 +434,7 @@ def test_two_jobs_records_swapped_are_refused(fleet: TamperFleet, what: str) -> 
 
 # -- the scenario, on the command line ------------------------------------------------------
 def cli(fleet: TamperFleet, *args: str) -> subprocess.CompletedProcess[str]:
-    from fleet.test_e2e_worker import SANDFLEET
+    from fleet.helpers import SANDFLEET
 
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
