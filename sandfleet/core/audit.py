@@ -62,7 +62,7 @@ class RedisAuditSink:
             head = text_or_none(self._redis.hget(keys[0], "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
             entry = signed_entry(self._signer, self.job_id, head, event_json)
-            args = [head, entry.event, entry.hash, entry.sig, entry.key, self._ttl_s]
+            args: list[str | int] = [head, entry.event, entry.hash, entry.sig, entry.key, self._ttl_s]
             appended, tip = self._append(keys=keys, args=args)
             if appended == 1:
                 self._head = entry.hash
