@@ -37,7 +37,6 @@ from sandfleet.core.errors import (
     InvalidSpecError,
     JobNotFoundError,
     QueueUnavailableError,
-    UnverifiedResultError,
 )
 from sandfleet.core.key_registry import KeyRegistry, verification_ring
 from sandfleet.core.keys import FleetKeys, check_id
@@ -47,7 +46,8 @@ from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.store import JobStore
-from sandfleet.core.verify import BatchVerdict, JobEvidence, Verdict, verify_job, verify_jobs
+from sandfleet.core.verify import BatchVerdict, Verdict, VerdictState, verify_job, verify_jobs
+from sandfleet.producer.checked import CheckedResult, checked_result, unverified_error
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
 # Waiting for results: BLPOP in slices this long, re-reading the record between slices.
@@ -93,38 +93,6 @@ class BatchProgress:
     def __str__(self) -> str:
         parts = [f"{k} {v}" for k, v in self.counts.items() if v and k != "total"]
         return f"{self.done}/{self.total} done ({', '.join(parts) or 'nothing yet'})"
-
-
-@dataclass(frozen=True)
-class CheckedResult:
-    """A job's final result together with its verdict; ``result`` is None unless it is verified."""
-
-    job_id: str
-    verdict: Verdict
-    result: JobResult | None
-
-    @property
-    def verified(self) -> bool:
-        return self.verdict.verified
-
-
-def checked_result(evidence: JobEvidence, ring: KeyRing) -> CheckedResult:
-    """Verify one job's evidence; its result is parsed from the very bytes that were verified."""
-    verdict = verify_job(evidence, ring)
-    result = JobResult.model_validate_json(evidence.record["result"]) if verdict.verified else None
-    return CheckedResult(evidence.job_id, verdict, result)
-
-
-def unverified_error(checked: list[CheckedResult]) -> UnverifiedResultError:
-    """The error for final records that their chains do not prove (each job and why)."""
-    bad = [c for c in checked if c.verdict.state == "mismatched"]
-    problems = [f"{c.job_id}: {p}" for c in bad for p in c.verdict.problems]
-    what = f"job {bad[0].job_id}" if len(bad) == 1 else f"{len(bad)} jobs"
-    return UnverifiedResultError(
-        f"{what}: the final record is not proven by the audit chain, refusing to serve it: "
-        + "; ".join(problems[:MAX_ERRORS_SHOWN]),
-        problems,
-    )
 
 
 class JobHandle:
@@ -183,9 +151,9 @@ class JobHandle:
         with self.client.redis_errors():
             evidence = self.client.reader.evidence(self.job_id)
         checked = checked_result(evidence, self.client.key_ring())
-        if checked.verdict.state == "missing":
+        if checked.verdict.state == VerdictState.MISSING:
             raise JobNotFoundError(f"no record for job {self.job_id!r} (never submitted, or past retention)")
-        if checked.verdict.state == "mismatched":
+        if checked.verdict.state == VerdictState.MISMATCHED:
             raise unverified_error([checked])
         return checked
 
@@ -240,7 +208,7 @@ class BatchHandle:
             UnverifiedResultError: a finished job's record is not proven by its audit chain.
         """
         checked = self.checked_results()
-        if any(c.verdict.state == "mismatched" for c in checked):
+        if any(c.verdict.state == VerdictState.MISMATCHED for c in checked):
             raise unverified_error(checked)
         return [c.result for c in checked]
 

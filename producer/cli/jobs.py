@@ -31,7 +31,9 @@ from sandfleet.core.errors import (
 )
 from sandfleet.core.options import parse_options, sandbox_option
 from sandfleet.core.settings import get_settings
-from sandfleet.producer.client import BatchProgress, CheckedResult, Client, build_spec
+from sandfleet.core.verify import VerdictState
+from sandfleet.producer.checked import CheckedResult
+from sandfleet.producer.client import BatchProgress, Client, build_spec
 
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -247,7 +249,7 @@ def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]
                 status = result.status.value if result else _row_status(checked)
                 value = "" if result is None or result.result is None else payload_text(result.result)
                 error = f"{result.error.kind}: {result.error.message}" if result and result.error else ""
-                if checked.verdict.state == "mismatched":
+                if checked.verdict.state == VerdictState.MISMATCHED:
                     error = "not proven by the audit chain: " + "; ".join(checked.verdict.problems)
                 writer.writerow(
                     [number, job_id, spec.question, status, str(checked.verified).lower(), value, error]
@@ -258,7 +260,7 @@ def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]
                 data = {**checked.result.model_dump(mode="json"), "verified": True}
             else:
                 data = {"job_id": job_id, "status": _row_status(checked), "verified": False}
-                if checked.verdict.state == "mismatched":
+                if checked.verdict.state == VerdictState.MISMATCHED:
                     data["problems"] = checked.verdict.problems
             f.write(
                 json.dumps({"line": number, "question": spec.question, **data}, ensure_ascii=False) + "\n"
@@ -267,9 +269,9 @@ def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]
 
 def _row_status(checked: CheckedResult) -> str:
     """A row's status when there is no verified result: unfinished, or the state of the verdict."""
-    if checked.verdict.state == "unfinished":
+    if checked.verdict.state == VerdictState.UNFINISHED:
         return "unfinished"
-    return "unverified" if checked.verdict.state == "mismatched" else "missing"
+    return "unverified" if checked.verdict.state == VerdictState.MISMATCHED else "missing"
 
 
 @click.command()
@@ -309,7 +311,7 @@ def batch(file: Path, out: Path | None, wait: bool, timeout: float | None, batch
     finished = [c.result for c in checked if c.result is not None]
     counts = {s.value: sum(r.status == s for r in finished) for s in JobStatus}
     click.echo(str(BatchProgress(total=len(handle), counts=counts)), err=True)
-    unverified = [c for c in checked if c.verdict.state == "mismatched"]
+    unverified = [c for c in checked if c.verdict.state == VerdictState.MISMATCHED]
     if unverified:
         click.echo(f"{len(unverified)} result(s) not proven by their audit chains (not shown)", err=True)
         sys.exit(EXIT_UNVERIFIED)

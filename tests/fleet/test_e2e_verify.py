@@ -262,3 +262,10 @@ def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: obje
     if leftovers := keys_under(r, settings.key_prefix):
         r.delete(*leftovers)
     r.close()
+
+
+def test_the_replay_command_and_the_python_api_default_to_the_same_concurrency() -> None:
+    from sandfleet.worker.cli import replay as command
+    from sandfleet.worker.replay_batch import DEFAULT_REPLAY_CONCURRENCY
+
+    assert command.DEFAULT_REPLAY_CONCURRENCY == DEFAULT_REPLAY_CONCURRENCY

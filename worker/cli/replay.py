@@ -10,7 +10,10 @@ from pathlib import Path
 import click
 
 from sandfleet.core.errors import SandfleetError
-from sandfleet.worker.replay_batch import DEFAULT_REPLAY_CONCURRENCY
+
+# As sandfleet.worker.replay_batch.DEFAULT_REPLAY_CONCURRENCY, which is not imported here: the
+# sandbox modules load only when a replay runs, not for --help.
+DEFAULT_REPLAY_CONCURRENCY = 4
 
 
 @click.command()
@@ -52,6 +55,7 @@ def replay(
     from sandfleet.core.queue import redis_errors
     from sandfleet.core.records import RecordReader
     from sandfleet.core.settings import get_settings
+    from sandfleet.worker.replay import ReplayState
     from sandfleet.worker.replay_batch import replay_many, replay_pool
 
     if (job_id is None) == (batch_id is None):
@@ -77,11 +81,11 @@ def replay(
     if job_id is not None:
         [outcome] = report.outcomes
         click.echo(json.dumps(outcome.to_json(), ensure_ascii=False) if as_json else outcome.describe())
-        sys.exit(0 if outcome.matches else (3 if outcome.state == "missing" else 1))
+        sys.exit(0 if outcome.matches else (3 if outcome.state == ReplayState.MISSING else 1))
     for outcome in report.outcomes:
         if as_json:
             click.echo(json.dumps(outcome.to_json(), ensure_ascii=False))
-        elif not outcome.matches and outcome.state != "skipped":
+        elif not outcome.matches and outcome.state != ReplayState.SKIPPED:
             click.echo(f"{outcome.job_id}  {outcome.describe()}")
     summary = report.summary()
     click.echo(json.dumps({"summary": summary, "seconds": report.seconds}) if as_json else summary)
