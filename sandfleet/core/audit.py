@@ -33,6 +33,13 @@ def signed_entry(signer: ChainSigner, job_id: str, prev_hash: str, event_json: s
     return ChainEntry(event_json, link, sig, key_id)
 
 
+def key_info_json(signer: ChainSigner, entry: ChainEntry) -> str:
+    """The KeyInfo JSON of the key that signed ``entry``, for the scripts to register if missing
+    ("" in the rare case the key changed between signing and asking: a rotation registers it)."""
+    info = signer.key_info()
+    return info.model_dump_json() if info.key_id == entry.key else ""
+
+
 class RedisAuditSink:
     """The engine's ``AuditSink`` for one job: ``emit`` appends one signed, chained event to its stream.
 
@@ -56,13 +63,15 @@ class RedisAuditSink:
             self._keys.job(self.job_id),
             self._keys.audit(self.job_id),
             self._keys.final_guard(self.job_id),
+            self._keys.signing_keys,
         ]
         head = self._head
         if head is None:
             head = text_or_none(self._redis.hget(keys[0], "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
             entry = signed_entry(self._signer, self.job_id, head, event_json)
-            args: list[str | int] = [head, entry.event, entry.hash, entry.sig, entry.key, self._ttl_s]
+            info = key_info_json(self._signer, entry)
+            args: list[str | int] = [head, entry.event, entry.hash, entry.sig, entry.key, self._ttl_s, info]
             appended, tip = self._append(keys=keys, args=args)
             if appended == 1:
                 self._head = entry.hash

@@ -108,6 +108,10 @@ class ChainSigner(Protocol):
 
     def sign(self, message: bytes) -> tuple[str, str]: ...
 
+    def key_info(self) -> KeyInfo:
+        """The public half of the key it signs with now (registered with what it writes)."""
+        ...
+
 
 # -- key files on the worker host -------------------------------------------------------------------
 def key_path(state_dir: str | Path, worker: str) -> Path:
@@ -175,6 +179,9 @@ class FileSigner:
         """``(signature, key id)`` of ``message`` with the file's current key."""
         key = self.key
         return key.sign(message), key.key_id
+
+    def key_info(self) -> KeyInfo:
+        return self.key.info
 
     def _file_stamp(self) -> tuple[int, int, int]:
         st = self.path.stat()

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
-from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, signed_entry
+from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, key_info_json, signed_entry
 from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, record_commitment, sha256_hex
 from sandfleet.core.contracts import (
     AuditEvent,
@@ -199,7 +199,7 @@ class JobStore:
         head = text_or_none(self.redis.hget(self.keys.job(job_id), "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
             entry = signed_entry(signer, job_id, head, seal_json)
-            seal = [head, entry.event, entry.hash, entry.sig, entry.key]
+            seal = [head, entry.event, entry.hash, entry.sig, entry.key, key_info_json(signer, entry)]
             outcome, detail = self._apply(
                 job_id,
                 result.status,
@@ -252,6 +252,7 @@ class JobStore:
             self.keys.batch_jobs(batch_id),
             self.keys.audit(job_id),
             self.keys.deliveries(job_id),
+            self.keys.signing_keys,
             *self.keys.status_indexes(),
         ]
         args = [
@@ -263,7 +264,7 @@ class JobStore:
             token or "final",
             result_json,
             worker,
-            *(seal or ["", "", "", "", ""]),
+            *(seal or ["", "", "", "", "", ""]),
             *(s.value for s in JobStatus),
         ]
         outcome, detail = text_list(self._transition(keys=keys, args=args))

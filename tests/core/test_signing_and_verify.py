@@ -26,7 +26,16 @@ from sandfleet.core.chain import (
 )
 from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import SigningKeyError
-from sandfleet.core.signing import FileSigner, KeyRing, KeyStatus, WorkerKey, key_path, read_key, write_key
+from sandfleet.core.signing import (
+    FileSigner,
+    KeyInfo,
+    KeyRing,
+    KeyStatus,
+    WorkerKey,
+    key_path,
+    read_key,
+    write_key,
+)
 from sandfleet.core.verify import JobEvidence, VerdictState, verify_job
 
 WORKER = "w1@host"
@@ -113,6 +122,9 @@ class Signer:
 
     def sign(self, message: bytes) -> tuple[str, str]:
         return self.key.sign(message), self.key.key_id
+
+    def key_info(self) -> KeyInfo:
+        return self.key.info
 
 
 def evidence(key: WorkerKey, *, finish: bool = True) -> JobEvidence:

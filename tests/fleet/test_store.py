@@ -14,7 +14,7 @@ from sandfleet.core.chain import encode_event, link_hash, signed_message
 from sandfleet.core.contracts import AuditEvent, JobResult, JobStatus
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.settings import Settings
-from sandfleet.core.signing import ChainSigner, WorkerKey
+from sandfleet.core.signing import ChainSigner, KeyStatus, WorkerKey
 from sandfleet.core.store import JobStore, Transition
 from sandfleet.producer.client import Client
 
@@ -252,3 +252,23 @@ def test_finish_requires_a_final_status(client: Client, store: JobStore) -> None
     job = client.submit("Not final")
     with pytest.raises(ValueError, match="final status"):
         store.finish(job.job_id, JobResult(job_id=job.job_id, status=JobStatus.RUNNING))
+
+
+def test_a_key_register_that_lost_its_data_gets_the_key_back_with_the_next_entry(
+    client: Client, store: JobStore
+) -> None:
+    """A Redis restarted without persistence forgets the register; a worker's entries bring their key
+    back (never over a revoked one)."""
+    job = client.submit("After a Redis wipe")
+    store.redis.delete(store.keys.signing_keys)
+    start_job(store, job.job_id)
+    assert job.verify().holds and client.registry.get(store.signer.key_info().key_id) is not None
+    store.redis.delete(store.keys.signing_keys)
+    store.finish(job.job_id, succeeded(job.job_id))
+    assert job.verify().verified
+
+    other = client.submit("Revoked meanwhile")
+    client.registry.set_status(store.signer.key_info().key_id, KeyStatus.REVOKED)
+    start_job(store, other.job_id)
+    assert client.registry.get(store.signer.key_info().key_id).status == KeyStatus.REVOKED
+    assert "is revoked" in other.verify().problems[0]
