@@ -18,7 +18,8 @@ COMMANDS = {
     "submit": "sandfleet.producer.cli.jobs:submit",
     "batch": "sandfleet.producer.cli.jobs:batch",
     "result": "sandfleet.producer.cli.jobs:result",
-    "audit": "sandfleet.producer.cli.jobs:audit",
+    "audit": "sandfleet.producer.cli.audit:audit",
+    "keys": "sandfleet.producer.cli.keys:keys",
     "jobs": "sandfleet.producer.cli.jobs:jobs",
     # worker side (needs the worker extra)
     "doctor": "sandfleet.worker.cli.doctor:doctor",

@@ -1,7 +1,11 @@
-"""``sandfleet submit | batch | result | audit | jobs``: the producer's commands.
+"""``sandfleet submit | batch | result | jobs``: the producer's commands (``audit`` is in audit.py).
 
 Exit codes: 0 done (the job succeeded), 1 the job ended otherwise or Redis failed, 2 bad input
-(nothing enqueued), 3 the job has not ended yet (or did not within --timeout).
+(nothing enqueued), 3 the job has not ended yet (or did not within --timeout), 4 the final record
+is not the one its audit chain proves (it is not shown).
+
+Every result shown or exported is verified first (``Client``, ``JobHandle.checked``): with the key
+set pinned by ``--keys``/``SANDFLEET_TRUSTED_KEYS``, else with the fleet's key register in Redis.
 """
 
 from __future__ import annotations
@@ -18,13 +22,23 @@ from typing import Any
 import click
 
 from sandfleet.core.contracts import JobResult, JobSpec, JobStatus
-from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.errors import (
+    InvalidSpecError,
+    JobNotFoundError,
+    QueueUnavailableError,
+    SigningKeyError,
+    UnverifiedResultError,
+)
 from sandfleet.core.options import parse_options, sandbox_option
+from sandfleet.core.settings import get_settings
+from sandfleet.core.verify import VerdictState
+from sandfleet.producer.checked import CheckedResult
 from sandfleet.producer.client import BatchProgress, Client, build_spec
 
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NOT_DONE = 3
+EXIT_UNVERIFIED = 4
 MAX_ERRORS_SHOWN = 20
 # CSV cells of these JobSpec fields hold JSON; ``tools`` is comma-separated; the rest are text.
 JSON_COLUMNS = ("history", "sandbox", "code_action", "metadata")
@@ -41,8 +55,35 @@ def cli_errors() -> Iterator[None]:
         yield
     except InvalidSpecError as e:
         raise BadInputError(f"{e}\nnothing was enqueued") from None
+    except SigningKeyError as e:  # a key set that cannot be read
+        raise BadInputError(str(e)) from None
     except (QueueUnavailableError, JobNotFoundError) as e:
         raise click.ClickException(str(e)) from None
+
+
+def client_for(keys: Path | None) -> Client:
+    """A client that verifies with the key set in ``keys`` when given (else the settings' choice)."""
+    settings = get_settings()
+    if keys is not None:
+        settings = settings.model_copy(update={"trusted_keys": str(keys)})
+    return Client(settings=settings)
+
+
+keys_option = click.option(
+    "--keys",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Verify with this key set only (from `sandfleet keys export`); default: SANDFLEET_TRUSTED_KEYS, "
+    "else the keys registered in Redis.",
+)
+
+
+def refuse_unverified(job_id: str, error: UnverifiedResultError, as_json: bool) -> None:
+    """Say why a record is not served, and exit 4."""
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "verified": False, "problems": error.problems}))
+    click.echo(f"refused: {error}", err=True)
+    sys.exit(EXIT_UNVERIFIED)
 
 
 def payload_text(value: Any) -> str:
@@ -51,9 +92,9 @@ def payload_text(value: Any) -> str:
 
 
 def show_result(result: JobResult, as_json: bool) -> None:
-    """Print a final result and exit 0 if it succeeded, else 1 with the error on stderr."""
+    """Print a verified final result and exit 0 if it succeeded, else 1 with the error on stderr."""
     if as_json:
-        click.echo(result.model_dump_json())
+        click.echo(json.dumps({**result.model_dump(mode="json"), "verified": True}, ensure_ascii=False))
     elif result.result is not None:
         click.echo(payload_text(result.result))
     if result.status != JobStatus.SUCCEEDED:
@@ -115,6 +156,8 @@ def submit(
         except TimeoutError as e:
             click.echo(str(e), err=True)
             sys.exit(EXIT_NOT_DONE)
+        except UnverifiedResultError as e:
+            refuse_unverified(job.job_id, e, as_json)
     show_result(result, as_json)
 
 
@@ -193,23 +236,42 @@ def load_specs(path: Path) -> list[tuple[int, JobSpec]]:
     return specs
 
 
-def write_results(path: Path, rows: list[tuple[int, str, JobSpec, JobResult | None]]) -> None:
-    """Results as JSONL (the whole JobResult per line) or CSV (line, job_id, question, status, result, error)."""
+def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]]) -> None:
+    """Results as JSONL (the whole JobResult per line, and ``verified``) or CSV (line, job_id, question,
+    status, verified, result, error). A record its chain does not prove is written with
+    ``verified: false`` and the problems, never with its payload."""
     with path.open("w", newline="", encoding="utf-8") as f:
         if path.suffix.lower() == ".csv":
             writer = csv.writer(f)
-            writer.writerow(["line", "job_id", "question", "status", "result", "error"])
-            for number, job_id, spec, result in rows:
-                status = result.status.value if result else "unfinished"
+            writer.writerow(["line", "job_id", "question", "status", "verified", "result", "error"])
+            for number, job_id, spec, checked in rows:
+                result = checked.result
+                status = result.status.value if result else _row_status(checked)
                 value = "" if result is None or result.result is None else payload_text(result.result)
                 error = f"{result.error.kind}: {result.error.message}" if result and result.error else ""
-                writer.writerow([number, job_id, spec.question, status, value, error])
+                if checked.verdict.state == VerdictState.MISMATCHED:
+                    error = "not proven by the audit chain: " + "; ".join(checked.verdict.problems)
+                writer.writerow(
+                    [number, job_id, spec.question, status, str(checked.verified).lower(), value, error]
+                )
             return
-        for number, job_id, spec, result in rows:
-            data = result.model_dump(mode="json") if result else {"job_id": job_id, "status": "unfinished"}
+        for number, job_id, spec, checked in rows:
+            if checked.result is not None:
+                data = {**checked.result.model_dump(mode="json"), "verified": True}
+            else:
+                data = {"job_id": job_id, "status": _row_status(checked), "verified": False}
+                if checked.verdict.state == VerdictState.MISMATCHED:
+                    data["problems"] = checked.verdict.problems
             f.write(
                 json.dumps({"line": number, "question": spec.question, **data}, ensure_ascii=False) + "\n"
             )
+
+
+def _row_status(checked: CheckedResult) -> str:
+    """A row's status when there is no verified result: unfinished, or the state of the verdict."""
+    if checked.verdict.state == VerdictState.UNFINISHED:
+        return "unfinished"
+    return "unverified" if checked.verdict.state == VerdictState.MISMATCHED else "missing"
 
 
 @click.command()
@@ -239,15 +301,21 @@ def batch(file: Path, out: Path | None, wait: bool, timeout: float | None, batch
             wait_with_bar(handle, timeout)
         except TimeoutError as e:
             click.echo(str(e), err=True)
-        results = handle.results()
+        except UnverifiedResultError:
+            pass  # reported per row below
+        checked = handle.checked_results()
     if out is not None:
-        jobs = zip(rows, handle.job_ids, results, strict=True)
-        write_results(out, [(number, job_id, spec, result) for (number, spec), job_id, result in jobs])
+        jobs = zip(rows, handle.job_ids, checked, strict=True)
+        write_results(out, [(number, job_id, spec, c) for (number, spec), job_id, c in jobs])
         click.echo(f"results written to {out}", err=True)
-    finished = [r for r in results if r is not None]
+    finished = [c.result for c in checked if c.result is not None]
     counts = {s.value: sum(r.status == s for r in finished) for s in JobStatus}
     click.echo(str(BatchProgress(total=len(handle), counts=counts)), err=True)
-    if len(finished) < len(results):
+    unverified = [c for c in checked if c.verdict.state == VerdictState.MISMATCHED]
+    if unverified:
+        click.echo(f"{len(unverified)} result(s) not proven by their audit chains (not shown)", err=True)
+        sys.exit(EXIT_UNVERIFIED)
+    if len(finished) < len(checked):
         sys.exit(EXIT_NOT_DONE)
     if any(r.status != JobStatus.SUCCEEDED for r in finished):
         sys.exit(EXIT_JOB_FAILED)
@@ -265,50 +333,31 @@ def wait_with_bar(handle: Any, timeout: float | None) -> None:
         handle.wait(timeout=timeout, on_progress=on_progress)
 
 
-# -- result, audit, jobs ----------------------------------------------------------------------------
+# -- result, jobs -----------------------------------------------------------------------------------
 @click.command()
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the whole JobResult as JSON.")
-def result(job_id: str, as_json: bool) -> None:
-    """Print the RESULT payload of a finished job (exit 3 while it is still queued or running)."""
-    with cli_errors(), Client() as client:
-        record = client.get(job_id).record()
-    if record.result is None:
-        click.echo(f"job {job_id} is {record.status.value}", err=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole JobResult as JSON, with `verified`.")
+@keys_option
+def result(job_id: str, as_json: bool, keys: Path | None) -> None:
+    """Print the RESULT payload of a finished job, once its audit chain proves it.
+
+    Exit 3 while the job is still queued or running; exit 4, showing nothing of the record, when the
+    record and its audit chain disagree.
+    """
+    with cli_errors(), client_for(keys) as client:
+        handle = client.get(job_id)
+        try:
+            checked = handle.checked()
+        except UnverifiedResultError as e:
+            refuse_unverified(job_id, e, as_json)
+    if checked.result is None:
+        click.echo(f"job {job_id} is {checked.verdict.status}", err=True)
         sys.exit(EXIT_NOT_DONE)
-    show_result(record.result, as_json)
+    show_result(checked.result, as_json)
 
 
 def format_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-@click.command()
-@click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSONL: one AuditEvent per line.")
-@click.option("--verify", is_flag=True, help="Check the hash chain; exit 1 if it does not hold.")
-def audit(job_id: str, as_json: bool, verify: bool) -> None:
-    """Print the job's audit events in order (model calls, programs, runs, tool calls, states)."""
-    with cli_errors(), Client() as client:
-        handle = client.get(job_id)
-        events = handle.audit()
-        verdict = handle.verify_audit() if verify else None
-    for event in events:
-        if as_json:
-            click.echo(event.model_dump_json())
-        else:
-            data = json.dumps(event.data, ensure_ascii=False, default=str)
-            click.echo(f"{format_time(event.ts)}  #{event.attempt}  {event.kind:<12} {data[:300]}")
-    if verdict is not None:
-        ok, bad = verdict
-        message = (
-            f"audit chain holds ({len(events)} events)"
-            if ok
-            else f"audit chain BROKEN at event {bad} of {len(events)}: the record was altered"
-        )
-        click.echo(message, err=as_json)
-        if not ok:
-            sys.exit(1)
 
 
 @click.command()

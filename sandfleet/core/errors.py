@@ -10,6 +10,8 @@
     ├── SandboxError              a sandbox cannot be made as asked (missing runtime, image, filter)
     ├── ModelError                the model endpoint refused the request (4xx other than 429)
     ├── ToolLoadError             a tools module cannot be loaded
+    ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
+    ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -57,6 +59,21 @@ class ModelError(SandfleetError):
 
 class ToolLoadError(SandfleetError):
     """A tools module or tool cannot be loaded."""
+
+
+class SigningKeyError(SandfleetError):
+    """A worker's signing key cannot be read, written or used (a revoked key is never used)."""
+
+
+class UnverifiedResultError(SandfleetError):
+    """A job's final record is not the one its audit chain commits to, or the chain does not hold.
+
+    ``args``: the message, then the problems found (strings), so callers can show them.
+    """
+
+    @property
+    def problems(self) -> list[str]:
+        return list(self.args[1]) if len(self.args) > 1 else []
 
 
 class JobNotFoundError(SandfleetError, KeyError):

@@ -100,7 +100,7 @@ class LocalFleet:
         config: what to start.
         folder: the scratch folder (a new temporary one, removed on stop, when None).
         redis_url: a Redis to use (it is neither started nor stopped here); None: start one.
-        key_prefix, audit_secret: the fleet's settings (a fresh prefix keeps fleets on one Redis apart).
+        key_prefix: the fleet's key prefix (a fresh one keeps fleets on one Redis apart).
     """
 
     def __init__(
@@ -110,7 +110,6 @@ class LocalFleet:
         *,
         redis_url: str | None = None,
         key_prefix: str = "sandfleet",
-        audit_secret: str | None = None,
     ) -> None:
         self.config = config or FleetConfig()
         self._own_folder = folder is None
@@ -119,7 +118,6 @@ class LocalFleet:
         self.redis = None if redis_url else RedisServer(self.folder / "redis")
         self._redis_url = redis_url
         self.key_prefix = key_prefix
-        self.audit_secret = audit_secret
         self.workers: list[WorkerProcess] = []
         self.script_path = self.folder / "replay.json"
         self.data_dir = self.folder / "data"
@@ -132,10 +130,7 @@ class LocalFleet:
     @property
     def settings(self) -> Settings:
         """Settings of a producer (or reader) of this fleet."""
-        settings = Settings(redis_url=self.redis_url, key_prefix=self.key_prefix)
-        if self.audit_secret:
-            settings = settings.model_copy(update={"audit_secret": self.audit_secret})
-        return settings
+        return Settings(redis_url=self.redis_url, key_prefix=self.key_prefix)
 
     def client(self) -> Client:
         return Client(settings=self.settings)
@@ -181,10 +176,9 @@ class LocalFleet:
                 "SANDFLEET_DATA_DIR": str(self.data_dir),
                 "SANDFLEET_TOOLS": self.config.tools,
                 "SANDFLEET_MAX_SANDBOXES": str(self.config.sandboxes),
+                "SANDFLEET_WORKER_STATE_DIR": str(self.folder / "worker-state"),  # its signing keys
             }
         )
-        if self.audit_secret:
-            env["SANDFLEET_AUDIT_SECRET"] = self.audit_secret
         env["SANDFLEET_MODEL"] = self.model  # config.env may name another model
         env.update(self.config.env)
         env.update(extra)

@@ -37,7 +37,6 @@ def cli_env(settings: Settings) -> dict[str, str]:
         **os.environ,
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
     }
 
 

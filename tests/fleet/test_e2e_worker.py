@@ -214,7 +214,6 @@ def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetW
         **os.environ,
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
     }
     model = engine_fleet.model  # type: ignore[attr-defined]
     cmd = [SANDFLEET, "submit", REFERENCE_QUESTION, "--tools", "load_orders", "--model", model, "--wait"]

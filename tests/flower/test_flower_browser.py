@@ -107,9 +107,7 @@ def get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
 @pytest.fixture
 def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]:  # type: ignore[no-untyped-def]
     """Flower first (it shows only tasks whose events it saw), then a worker with the orders tools."""
-    settings = Settings(
-        redis_url=redis_server, key_prefix=f"tf{uuid.uuid4().hex[:8]}", audit_secret="flower-test"
-    )
+    settings = Settings(redis_url=redis_server, key_prefix=f"tf{uuid.uuid4().hex[:8]}")
     script = tmp_path / "replay.json"
     script.write_text(json.dumps(demo_replay_script()))
     write_reference_data(tmp_path / "data")
@@ -118,7 +116,7 @@ def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]: 
         **{k: v for k, v in os.environ.items() if not k.startswith(("SANDFLEET_", "FLOWER_", "OPENAI_"))},
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
+        "SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "worker-state"),
         "SANDFLEET_TOOLS": "sandfleet.worker.tools.examples.orders",
         "SANDFLEET_DATA_DIR": str(tmp_path / "data"),
         "SANDFLEET_MODEL": f"replay:{script}",

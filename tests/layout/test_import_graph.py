@@ -56,6 +56,7 @@ def test_each_room_imports_only_what_it_may(graph: dict[str, set[str]], room: st
 def test_importing_the_producer_pulls_in_no_worker_code_docker_or_openai() -> None:
     code = (
         "import sys, sandfleet, sandfleet.producer.client, sandfleet.producer.cli.jobs, sandfleet.cli; "
+        "import sandfleet.producer.cli.audit, sandfleet.producer.cli.keys; "
         "from sandfleet import Client, JobSpec, JobResult, SandboxConfig, CodeActionSettings; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('docker', 'openai', 'worker', 'producer') "
         "or m.startswith(('sandfleet.worker', 'sandfleet.fleet'))]; "

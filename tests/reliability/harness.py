@@ -17,8 +17,6 @@ from typing import Any
 from sandfleet.fleet.local import FleetConfig, LocalFleet
 from sandfleet.producer.client import Client
 
-AUDIT_SECRET = "reliability-secret"
-
 
 def sleeper_script(folder: Path, seconds: float) -> Path:
     """A replay-model script: every question gets a program that sleeps, then proves it ran sandboxed."""
@@ -43,7 +41,7 @@ def reliability_fleet(redis_url: str, folder: Path, **env: str) -> LocalFleet:
         env={"SANDFLEET_POOL_SIZE": "0", **env},
     )
     prefix = f"rel{uuid.uuid4().hex[:8]}"
-    return LocalFleet(config, folder, redis_url=redis_url, key_prefix=prefix, audit_secret=AUDIT_SECRET)
+    return LocalFleet(config, folder, redis_url=redis_url, key_prefix=prefix)
 
 
 def final_state_events(client: Client, job_id: str) -> int:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from sandfleet.core.chain import canonical_json, sha256_hex
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import (
     AttemptRecord,
@@ -301,6 +302,7 @@ def _run_event(run: RunResult) -> dict[str, Any]:
         "exit_code": run.exit_code,
         "timed_out": run.timed_out,
         "result_found": run.result_found,
+        "result_sha256": sha256_hex(canonical_json(run.result)) if run.result_found else None,
         "stdout_tail": run.stdout[-TAIL_CHARS:],
         "stderr_tail": run.stderr[-TAIL_CHARS:],
         "stdout_truncated": run.stdout_truncated,
