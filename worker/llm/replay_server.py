@@ -18,6 +18,10 @@ thread, so many slow requests are in flight at once (hundreds, bounded by thread
 
 Simulated failures (``{"status": 429}`` entries and ``fail_first``) answer with that HTTP status and
 an OpenAI-style error body, after the same latency. A request no rule matches is refused at once.
+
+Function calling is checked as OpenAI checks it: an assistant message with ``tool_calls`` must be
+followed by one ``tool`` message per call id, and a ``tool`` message must answer such a call;
+otherwise HTTP 400 (``invalid_tool_messages``), so a client's tool loop is held to the real protocol.
 """
 
 from __future__ import annotations
@@ -202,6 +206,10 @@ class _ReplayHandler(BaseHTTPRequestHandler):
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             self._send_error(400, "'messages' must be a list of message objects", code="invalid_messages")
             return
+        problem = tool_message_problem(messages)
+        if problem:
+            self._send_error(400, problem, code="invalid_tool_messages")
+            return
         response, latency_s = self.server.state.choose(messages)
         if response is None:
             self._send_error(400, NO_MATCH_MESSAGE, code="no_replay_rule")
@@ -212,11 +220,13 @@ class _ReplayHandler(BaseHTTPRequestHandler):
             self._send_error(response.status, response.error or "simulated error", code="replay_simulated")
             return
         model = request.get("model") if isinstance(request.get("model"), str) else payloads.REPLAY_MODEL_ID
+        tools = request.get("tools") if isinstance(request.get("tools"), list) else None
         reply = {
             "completion_id": payloads.new_completion_id(),
             "model": model,
             "text": response.text or "",
-            "prompt_tokens": payloads.estimate_prompt_tokens(messages),
+            "prompt_tokens": payloads.estimate_prompt_tokens(messages, tools),
+            "tool_calls": response.tool_calls,
         }
         if request.get("stream"):
             options = request.get("stream_options")
@@ -362,6 +372,37 @@ class ReplayServer:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def tool_message_problem(messages: list[dict[str, Any]]) -> str | None:
+    """What breaks OpenAI's tool-message rules in a conversation, or None when it keeps them.
+
+    Every call id of an assistant message's ``tool_calls`` must be answered by a ``tool`` message
+    (``tool_call_id``) before the next non-tool message; a ``tool`` message must answer such a call.
+    """
+    waiting: list[str] = []
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if call_id not in waiting:
+                return (
+                    f"messages[{index}]: a 'tool' message must answer a preceding assistant message's "
+                    f"tool call; no call {call_id!r} is waiting"
+                )
+            waiting.remove(call_id)
+            continue
+        if waiting:
+            return (
+                f"messages[{index}]: an assistant message with 'tool_calls' must be followed by tool "
+                f"messages answering each 'tool_call_id'; missing: {', '.join(waiting)}"
+            )
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if isinstance(calls, list):
+            waiting = [str(call.get("id")) for call in calls if isinstance(call, dict)]
+    if waiting:
+        return f"the last assistant message's tool calls have no answers: {', '.join(waiting)}"
+    return None
 
 
 def _parse_json_object(raw: bytes) -> dict[str, Any]:

@@ -54,6 +54,8 @@ class ExecResult:
     stderr_bytes: int = 0
     result_line: bytes | None = None
     result_overflow: bool = False
+    stdout_end: str = ""  # the last ``tail`` bytes of each stream, when execute was asked for them
+    stderr_end: str = ""
     oom_killed: bool = False
     duration_s: float = 0.0
     agent_run_s: float = 0.0
@@ -111,8 +113,11 @@ class SandboxContainer:
         owner: Owner | None = None,
         labels: dict[str, str] | None = None,
         client: Any | None = None,
+        read_only_mounts: dict[str, str] | None = None,
     ) -> SandboxContainer:
         """Create, attach and start a container, send it the agent and wait for its hello.
+
+        ``read_only_mounts`` (host folder -> path inside) are bind-mounted read-only (spec.py).
 
         Raises:
             SandboxUnavailableError: no engine.
@@ -122,7 +127,11 @@ class SandboxContainer:
         client = client or engine.docker_client()
         info = preflight(config, client)
         kwargs = container_kwargs(
-            config, owner=owner or Owner.current(), host_ncpu=info["ncpu"], labels=labels
+            config,
+            owner=owner or Owner.current(),
+            host_ncpu=info["ncpu"],
+            labels=labels,
+            read_only_mounts=read_only_mounts,
         )
         try:
             container_id = engine.create_container(client, kwargs)
@@ -186,8 +195,12 @@ class SandboxContainer:
         on_call: CallHandler | None = None,
         max_request: int = 1024**2,
         python_script: str | None = None,
+        tail: int = 0,
     ) -> ExecResult:
         """Run one command to completion (or its deadline) and return what it did.
+
+        With ``tail`` the last ``tail`` bytes of each stream come back too (``stdout_end``,
+        ``stderr_end``), besides the first ``max_output``: a shell session shows head and tail.
 
         With ``python_script`` (``argv`` being ``python3 -s`` of it) the agent may run the script
         in a fork of its own interpreter instead, when the environment would start Python the
@@ -212,10 +225,11 @@ class SandboxContainer:
                 "bridge": on_call is not None,
                 "max_request": max_request,
                 "python_script": python_script,
+                "tail": tail,
             },
             stdin,
         )
-        max_body = 2 * max_output + max_result + max_request + 1024
+        max_body = 2 * max_output + 2 * tail + max_result + max_request + 1024
         kill_sent = False
         hard_deadline = None if deadline is None else deadline + 3 * KILL_GRACE_S
         while True:
@@ -300,6 +314,10 @@ class SandboxContainer:
         stdout = body[:out_len].decode(errors="replace")
         stderr = body[out_len : out_len + err_len].decode(errors="replace")
         result_line = body[out_len + err_len : out_len + err_len + result_len] or None
+        ends = out_len + err_len + result_len
+        out_tail_len, err_tail_len = int(h.get("out_tail_len", 0)), int(h.get("err_tail_len", 0))
+        stdout_end = body[ends : ends + out_tail_len].decode(errors="replace")
+        stderr_end = body[ends + out_tail_len : ends + out_tail_len + err_tail_len].decode(errors="replace")
         timed_out = bool(h.get("timed_out"))
         limits: list[Limit] = []
         code = exit_code_of(int(h.get("exit_code", -1)))
@@ -326,6 +344,8 @@ class SandboxContainer:
             stderr_bytes=int(h.get("err_total", 0)),
             result_line=result_line,
             result_overflow=bool(h.get("result_overflow")),
+            stdout_end=stdout_end,
+            stderr_end=stderr_end,
             oom_killed=bool(h.get("oom_killed")),
             duration_s=time.monotonic() - began,
             agent_run_s=float(h.get("run_s", 0.0)),

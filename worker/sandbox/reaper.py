@@ -1,7 +1,9 @@
-"""Finds and removes what dead processes left behind.
+"""Finds and removes what dead processes left behind, and session sandboxes past their lifetime.
 
 A Sandfleet container carries its owner (host, pid, pid start time). On this host, one whose owner
-is no longer running is a leftover. gVisor adds a second kind: a runsc container whose start
+is no longer running is a leftover. A shell job's session sandbox (role ``session``) also carries
+the epoch second its lifetime ends (``LABEL_EXPIRES``): past it, it is removed whoever owns it, so a
+stuck job cannot keep one alive. gVisor adds another kind: a runsc container whose start
 failed can leave its shim, gofer and sandbox processes running, invisible to ``docker ps -a``; those
 are found by container id in the process table and killed.
 """
@@ -27,6 +29,8 @@ STALE_AFTER_S = 60.0
 _RUNTIME_PROCESS = re.compile(rb"runsc|containerd-shim")
 DEFAULT_EXEC_ROOT = b"/var/run/docker/"
 DEFAULT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
+ROLE_SESSION = "session"  # LABEL_ROLE of a shell job's session sandbox (pool sandboxes: "sandbox")
+LABEL_EXPIRES = "sandfleet.expires"  # epoch seconds; past it the container is removed, owner alive or not
 
 
 @dataclass
@@ -43,7 +47,8 @@ def prune(
     (or, with ``everything``, all of them).
 
     ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt
-    from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``.
+    from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``. A
+    container past its ``LABEL_EXPIRES`` time (a session sandbox) is removed in any case.
     """
     client = client or engine.docker_client()
     report = PruneReport()
@@ -53,7 +58,7 @@ def prune(
         labels = container.labels or {}
         owner_label = labels.get(engine.LABEL_OWNER, "")
         owner = Owner.parse(owner_label)
-        if everything:
+        if everything or expired(labels):
             dead = True
         elif owners is not None:
             dead = owner_label in owners
@@ -73,6 +78,15 @@ def prune(
             log.warning("could not remove %s: %s", container.short_id, e)
     report.killed_processes = kill_orphan_runtime_processes(client)
     return report
+
+
+def expired(labels: dict[str, str], now: float | None = None) -> bool:
+    """Whether a container's ``LABEL_EXPIRES`` time has passed (False without the label or with a bad one)."""
+    try:
+        expires = float(labels[LABEL_EXPIRES])
+    except (KeyError, ValueError):
+        return False
+    return (time.time() if now is None else now) >= expires
 
 
 def _stale(container: Any) -> bool:
