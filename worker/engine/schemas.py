@@ -140,11 +140,13 @@ def _type_hints(func: Callable[..., Any]) -> dict[str, Any]:
     hints = {}
     for name, param in inspect.signature(func).parameters.items():
         annotation = param.annotation
-        if isinstance(annotation, str):
+        for _ in range(2):  # a quoted annotation under PEP 563 is a string of a string
+            if not isinstance(annotation, str):
+                break
             try:
                 annotation = eval(annotation, namespace)  # trusted: the tool module's own annotations
             except Exception:
-                continue
+                break
         hints[name] = annotation
     return hints
 

@@ -47,8 +47,8 @@ def prune(
     (or, with ``everything``, all of them).
 
     ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt
-    from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``. A
-    container past its ``LABEL_EXPIRES`` time (a session sandbox) is removed in any case.
+    from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``. Without
+    ``owners``, a container past its ``LABEL_EXPIRES`` time (a session sandbox) is removed whoever owns it.
     """
     client = client or engine.docker_client()
     report = PruneReport()
@@ -58,13 +58,14 @@ def prune(
         labels = container.labels or {}
         owner_label = labels.get(engine.LABEL_OWNER, "")
         owner = Owner.parse(owner_label)
-        if everything or expired(labels):
+        if everything:
             dead = True
         elif owners is not None:
             dead = owner_label in owners
         else:
-            dead = engine.LABEL_PERSISTENT not in labels and (
-                owner is None or not owner.is_alive() or _stale(container)
+            dead = expired(labels) or (
+                engine.LABEL_PERSISTENT not in labels
+                and (owner is None or not owner.is_alive() or _stale(container))
             )
         if not dead:
             report.kept.append(container.id)

@@ -25,7 +25,7 @@ from sandfleet.core.config import ToolLoopSettings
 from sandfleet.core.settings import Settings
 from sandfleet.worker.clip import shown_stream
 from sandfleet.worker.shell.keeper import WHEELHOUSE_INSIDE
-from sandfleet.worker.shell.session import SessionSandbox
+from sandfleet.worker.shell.session import SessionGoneError, SessionSandbox
 from sandfleet.worker.tools.registry import ToolRegistry
 
 SHELL_TOOL_NAMES = (
@@ -212,6 +212,8 @@ class ShellTools:
             isinstance(asked, bool) or not isinstance(asked, int | float) or not asked > 0
         ):
             raise ValueError(f"timeout must be a number of seconds above 0, not {asked!r}")
+        if not self.session.alive:  # a gone session says why, before any arithmetic on its lifetime
+            raise SessionGoneError.because(self.session.ended or "the session sandbox is gone")
         now = time.monotonic()
         caps = {
             "the job's exec_timeout": self.caps.exec_timeout,
