@@ -42,6 +42,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"one final audit event; none lost",
     ),
     "runc_vs_runsc": (["--jobs", "6"], r"runsc / runc cost per job"),
+    "shell_exec": (
+        ["--runs", "5", "--jobs", "3", "--turns", "2"],
+        r"docker exec / sandbox_exec: median \d+\.\dx[\s\S]*engine overhead per chat turn[\s\S]*audit to redis",
+    ),
 }
 
 

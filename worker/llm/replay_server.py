@@ -168,6 +168,10 @@ class _ReplayHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "SandfleetReplay/1"
     timeout = IDLE_CONNECTION_TIMEOUT_S
+    # Headers and body go out in two writes; with Nagle's algorithm the body then waits for the
+    # client's delayed ACK of the headers: ~40 ms added to every reply on Linux (measured: 48 ms
+    # per request of a zero-latency script, against ~2 ms with TCP_NODELAY).
+    disable_nagle_algorithm = True
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path.rstrip("/")
