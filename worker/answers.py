@@ -57,6 +57,7 @@ class AnswerCheck:
 def check_answer(expected: Any, answer: Any, *, tolerance: float = CENT) -> AnswerCheck:
     """Compare ``answer`` with ``expected`` by the rules above."""
     if isinstance(expected, dict):
+        got: dict[str, Any] | None
         if isinstance(answer, str):
             got, read_as = numbers_in_text(answer, list(expected)), "text"
         else:

@@ -40,17 +40,17 @@ from sandfleet.core.options import describe_validation_error, parse_options, san
 @click.option("--show-program", is_flag=True, help="Print the final program to stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole job result as JSON.")
 def ask(
-    question,
-    tool_modules,
-    model,
-    base_url,
-    mode,
-    options,
-    exec_timeout,
-    max_repairs,
-    max_tool_calls,  # type: ignore[no-untyped-def]
-    show_program,
-    as_json,
+    question: str,
+    tool_modules: tuple[str, ...],
+    model: str | None,
+    base_url: str | None,
+    mode: str,
+    options: tuple[str, ...],
+    exec_timeout: float | None,
+    max_repairs: int | None,
+    max_tool_calls: int | None,
+    show_program: bool,
+    as_json: bool,
 ) -> None:
     """Answer QUESTION (by default with one model-written program run in a fresh sandbox); print the RESULT payload."""
     from pydantic import ValidationError

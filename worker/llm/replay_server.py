@@ -223,21 +223,33 @@ class _ReplayHandler(BaseHTTPRequestHandler):
         if response.status is not None:
             self._send_error(response.status, response.error or "simulated error", code="replay_simulated")
             return
-        model = request.get("model") if isinstance(request.get("model"), str) else payloads.REPLAY_MODEL_ID
+        asked = request.get("model")
+        model = asked if isinstance(asked, str) else payloads.REPLAY_MODEL_ID
         tools = request.get("tools") if isinstance(request.get("tools"), list) else None
-        reply = {
-            "completion_id": payloads.new_completion_id(),
-            "model": model,
-            "text": response.text or "",
-            "prompt_tokens": payloads.estimate_prompt_tokens(messages, tools),
-            "tool_calls": response.tool_calls,
-        }
+        completion_id = payloads.new_completion_id()
+        text = response.text or ""
+        prompt_tokens = payloads.estimate_prompt_tokens(messages, tools)
         if request.get("stream"):
             options = request.get("stream_options")
             include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
-            self._send_stream(payloads.chat_completion_chunks(**reply, include_usage=include_usage))
+            chunks = payloads.chat_completion_chunks(
+                completion_id=completion_id,
+                model=model,
+                text=text,
+                prompt_tokens=prompt_tokens,
+                include_usage=include_usage,
+                tool_calls=response.tool_calls,
+            )
+            self._send_stream(chunks)
         else:
-            self._send_json(200, payloads.chat_completion(**reply))
+            body = payloads.chat_completion(
+                completion_id=completion_id,
+                model=model,
+                text=text,
+                prompt_tokens=prompt_tokens,
+                tool_calls=response.tool_calls,
+            )
+            self._send_json(200, body)
 
     def _read_body(self) -> bytes:
         length_header = self.headers.get("Content-Length")

@@ -101,7 +101,7 @@ class ShellTools:
 
     # -- the tools ------------------------------------------------------------------------------
 
-    def sandbox_exec(self, command: str, timeout: float | None = None) -> dict:
+    def sandbox_exec(self, command: str, timeout: float | None = None) -> dict[str, Any]:
         """Run a bash command in the sandbox (working folder /workspace); returns exit_code, stdout, stderr.
 
         Each call is a fresh bash; files in /workspace persist, processes it leaves running are
@@ -146,7 +146,7 @@ class ShellTools:
         shown = shown_stream(answer["head"], answer["tail"], int(answer["size"]), limit)
         return shown.text
 
-    def sandbox_write_file(self, path: str, content: str) -> dict:
+    def sandbox_write_file(self, path: str, content: str) -> dict[str, Any]:
         """Write text to a file in the sandbox's workspace; missing folders are made, the file replaced atomically."""
         if not isinstance(content, str):
             raise TypeError(f"content must be a str, not {type(content).__name__}")
@@ -158,7 +158,7 @@ class ShellTools:
         answer = self._files("write", path, stdin=data)
         return {"path": answer["path"], "bytes": answer["size"]}
 
-    def sandbox_list_files(self, path: str = ".") -> dict:
+    def sandbox_list_files(self, path: str = ".") -> dict[str, Any]:
         """The entries of a folder in the sandbox's workspace: name, kind (file, dir, symlink, other), size in bytes."""
         answer = self._files("list", path, limit=MAX_LISTED_ENTRIES)
         return {"path": answer["path"], "entries": answer["entries"], "left_out": answer["left_out"]}
