@@ -55,7 +55,8 @@ class LazyGroup(click.Group):
                     f"`sandfleet {cmd_name}` needs the worker part. Install it with: pip install 'sandfleet[worker]'"
                 ) from e
             raise
-        return getattr(module, attr)
+        command: click.Command = getattr(module, attr)
+        return command
 
 
 def _importable(target: str) -> bool:

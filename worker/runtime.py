@@ -62,6 +62,7 @@ class RunResult:
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     limits_hit: list[Limit] = field(default_factory=list)
     oom_killed: bool = False
+    agent_killed: bool = False  # the program killed its sandbox's agent process (not a limit)
     error: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -188,6 +189,7 @@ class ProgramRuntime:
             tool_calls=bridge.records,
             limits_hit=limits,
             oom_killed=done.oom_killed,
+            agent_killed=done.agent_killed,
             error=error,
             container_id=container.id,
             runtime=container.runtime,

@@ -146,7 +146,8 @@ def _ended(store: JobStore, job_id: str) -> bool:
 def register_task(app: Celery, state: WorkerState) -> None:
     """Add ``sandfleet.run_job`` to the worker's app; it runs each delivery with ``state``."""
 
-    @app.task(name=TASK_NAME, bind=True, max_retries=DEFAULT_TRANSIENT_RETRIES)
+    # shared=False: the task belongs to this app (and its state) only, not to every app made later.
+    @app.task(name=TASK_NAME, bind=True, max_retries=DEFAULT_TRANSIENT_RETRIES, shared=False)
     def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
         """Run one job; returns ``{"job_id", "status"}`` (shown by Flower; the record has the rest)."""
         settings = state.settings

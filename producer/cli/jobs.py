@@ -166,7 +166,8 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, dict[str, Any] | str]]:
             f"the CSV file needs a 'question' column; it has {reader.fieldnames or 'no header'}"
         )
     for row in reader:
-        number, fields, problems = reader.line_num, {}, []
+        number, problems = reader.line_num, []
+        fields: dict[str, Any] = {}
         for column, cell in row.items():
             if column is None or cell is None or (cell == "" and column != "question"):
                 if column is None:

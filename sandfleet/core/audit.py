@@ -17,6 +17,7 @@ from sandfleet.core.contracts import AuditEvent, AuditKind
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.lua import AUDIT_APPEND
 from sandfleet.core.records import RecordReader
+from sandfleet.core.replies import text_or_none
 from sandfleet.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -46,7 +47,7 @@ class RedisAuditSink:
         keys = [self._keys.job(self.job_id), self._keys.audit(self.job_id)]
         head = self._head
         if head is None:
-            head = self._redis.hget(keys[0], "audit_head") or GENESIS_HASH
+            head = text_or_none(self._redis.hget(keys[0], "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
             digest = chain_hash(self._secret, head, event_json)
             appended, tip = self._append(keys=keys, args=[head, event_json, digest, self._ttl_s])

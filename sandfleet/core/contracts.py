@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MAX_QUESTION_CHARS = 20_000
 MAX_HISTORY_TURNS = 50
 MAX_HISTORY_CHARS = 100_000
@@ -71,6 +71,7 @@ class ErrorKind(StrEnum):
     PROGRAM = "program"  # every attempt's program failed
     NO_PROGRAM = "no_program"  # the last reply held no Python program
     TIMEOUT = "timeout"  # the last attempt's program ran out of time
+    AGENT_KILLED = "agent_killed"  # the last attempt's program killed its sandbox's agent (no limit hit)
     TIME_LIMIT = "time_limit"  # the job passed its Celery soft time limit
     CRASH_LOOP = "crash_loop"  # the job killed its worker on every delivery
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # transient retries exhausted: no engine

@@ -16,6 +16,7 @@ from sandfleet.core.chain import verify_entries
 from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import JobNotFoundError
 from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
 
 
@@ -76,7 +77,7 @@ class RecordReader:
     def record(self, job_id: str) -> JobRecord:
         """The job's record, or JobNotFoundError (never submitted, or past retention)."""
         check_id(job_id)
-        fields = self._redis.hgetall(self._keys.job(job_id))
+        fields = text_map(self._redis.hgetall(self._keys.job(job_id)))
         if not fields or "status" not in fields:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
         return JobRecord.from_hash(fields)
@@ -86,7 +87,7 @@ class RecordReader:
         value = self._redis.hget(self._keys.job(job_id), "status")
         if value is None:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
-        return JobStatus(value)
+        return JobStatus(text(value))
 
     def result(self, job_id: str) -> JobResult | None:
         """The final result, or None while the job has not ended."""
@@ -99,8 +100,9 @@ class RecordReader:
     def audit_entries(self, job_id: str) -> list[tuple[str, str]]:
         """Every audit entry as stored, ``(event JSON, chain hash)``, oldest first."""
         check_id(job_id)
-        stream = self._redis.xrange(self._keys.audit(job_id))
-        return [(fields.get("event", ""), fields.get("hash", "")) for _entry_id, fields in stream]
+        stream = self._redis.xrange(self._keys.audit(job_id)) or []
+        entries = [text_map(fields or {}) for _entry_id, fields in stream]
+        return [(fields.get("event", ""), fields.get("hash", "")) for fields in entries]
 
     def audit(self, job_id: str) -> list[AuditEvent]:
         """The job's audit events, oldest first."""
@@ -114,13 +116,13 @@ class RecordReader:
         entries = self.audit_entries(job_id)
         if not entries and not self._redis.exists(self._keys.job(job_id)):
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
-        head = self._redis.hget(self._keys.job(job_id), "audit_head")
+        head = text_or_none(self._redis.hget(self._keys.job(job_id), "audit_head"))
         return verify_entries(self._secret, entries, head)
 
     def batch_counts(self, batch_id: str) -> dict[str, int]:
         """``{"total": n, "queued": ..., "running": ..., ...}``: one HGETALL."""
         check_id(batch_id, "batch id")
-        raw = self._redis.hgetall(self._keys.batch_counts(batch_id))
+        raw = text_map(self._redis.hgetall(self._keys.batch_counts(batch_id)))
         counts = {s.value: 0 for s in JobStatus}
         counts.update({k: int(v) for k, v in raw.items()})
         counts.setdefault("total", 0)
@@ -128,7 +130,7 @@ class RecordReader:
 
     def batch_job_ids(self, batch_id: str) -> list[str]:
         check_id(batch_id, "batch id")
-        return list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
+        return text_list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
 
     def job_ids(
         self, batch_id: str | None = None, status: JobStatus | str | None = None, limit: int = 1000
@@ -141,17 +143,17 @@ class RecordReader:
                 ids = [i for i, s in zip(ids, statuses, strict=True) if s == JobStatus(status).value]
             return ids[:limit]
         key = self._keys.status_index(status) if status is not None else self._keys.all_jobs
-        return list(self._redis.zrevrange(key, 0, limit - 1))
+        return text_list(self._redis.zrevrange(key, 0, limit - 1))
 
     def records(self, job_ids: list[str]) -> list[JobRecord]:
         """Records of many jobs in one round trip; ids without a record are left out."""
         pipe = self._redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hgetall(self._keys.job(job_id))
-        return [JobRecord.from_hash(f) for f in pipe.execute() if f and "status" in f]
+        return [JobRecord.from_hash(text_map(f)) for f in pipe.execute() if f and "status" in f]
 
     def _statuses(self, job_ids: list[str]) -> list[str | None]:
         pipe = self._redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hget(self._keys.job(job_id), "status")
-        return pipe.execute()
+        return [text_or_none(status) for status in pipe.execute()]

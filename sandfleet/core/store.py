@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from sandfleet.core.chain import GENESIS_HASH, chain_hash, encode_event
 from sandfleet.core.contracts import (
@@ -29,14 +30,15 @@ from sandfleet.core.contracts import (
 from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
 from sandfleet.core.lua import COUNT_DELIVERY, TRANSITION
 from sandfleet.core.records import JobRecord, RecordReader
+from sandfleet.core.replies import text, text_map, text_or_none
 from sandfleet.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def queued_fields(job_id: str, spec: JobSpec, now: float) -> dict[str, str]:
+def queued_fields(job_id: str, spec: JobSpec, now: float) -> dict[FieldT, EncodableT]:
     """The record's fields when the producer enqueues the job."""
-    fields = {
+    fields: dict[FieldT, EncodableT] = {
         "job_id": job_id,
         "status": JobStatus.QUEUED.value,
         "spec": spec.model_dump_json(),
@@ -88,9 +90,12 @@ class JobStore:
             )
             event_json = encode_event(event)
             head = chain_hash(self.settings.audit_secret, GENESIS_HASH, event_json)
-            pipe.hset(
-                record, mapping={**queued_fields(job_id, spec, now), "audit_head": head, "audit_count": 1}
-            )
+            fields: dict[FieldT, EncodableT] = {
+                **queued_fields(job_id, spec, now),
+                "audit_head": head,
+                "audit_count": 1,
+            }
+            pipe.hset(record, mapping=fields)
             pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head})
             pipe.zadd(self.keys.all_jobs, {job_id: now})
             pipe.zadd(self.keys.status_index(JobStatus.QUEUED), {job_id: now})
@@ -134,13 +139,13 @@ class JobStore:
 
     def record(self, job_id: str) -> JobRecord | None:
         """The job's record, or None if there is none."""
-        fields = self.redis.hgetall(self.keys.job(job_id))
+        fields = text_map(self.redis.hgetall(self.keys.job(job_id)))
         return JobRecord.from_hash(fields) if fields and "status" in fields else None
 
     def status(self, job_id: str) -> JobStatus | None:
         """The job's status alone (one HGET, no record to parse), or None if there is no record."""
         value = self.redis.hget(self.keys.job(job_id), "status")
-        return None if value is None else JobStatus(value)
+        return None if value is None else JobStatus(text(value))
 
     def mark_running(self, job_id: str, worker: str) -> Transition:
         """queued (or running, on a redelivery) -> running; counts one more attempt."""
@@ -173,7 +178,7 @@ class JobStore:
 
     def record_rejected(self, reason: str, **details: Any) -> None:
         """Note a discarded message in the fleet's capped ``rejected`` stream (never raises)."""
-        fields = {
+        fields: dict[FieldT, EncodableT] = {
             "ts": repr(time.time()),
             "reason": reason,
             "details": json.dumps(details, default=str)[:4096],
@@ -186,7 +191,7 @@ class JobStore:
     def _apply(
         self, job_id: str, status: JobStatus, *, worker: str = "", result_json: str = "", token: str = ""
     ) -> Transition:
-        batch_id = self.redis.hget(self.keys.job(job_id), "batch_id") or "-"
+        batch_id = text_or_none(self.redis.hget(self.keys.job(job_id), "batch_id")) or "-"
         keys = [
             self.keys.job(job_id),
             self.keys.final_guard(job_id),

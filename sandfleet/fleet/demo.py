@@ -28,13 +28,14 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import click
 
 from sandfleet.core.settings import Settings, get_settings
+from sandfleet.fleet.local import SANDFLEET_ARGV, FleetConfig, LocalFleet, WorkerProcess
 
 DEMO_TOOLS = "sandfleet.worker.tools.examples.orders"
 DEMO_TOOL_NAMES = ["load_orders"]
@@ -44,7 +45,6 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 DEFAULT_TIMEOUT_S = 120.0
 CENT = 0.005
-SANDFLEET = "from sandfleet.cli import main; main(prog_name='sandfleet')"  # the CLI, in this interpreter
 
 
 # The reference chat agent's answer (DESIGN.md, "The reference scenario"): it read all 500 rows and
@@ -171,115 +171,63 @@ def check_sandbox_ready() -> None:
 
 @dataclass
 class DemoStack:
-    """The processes the demo started, in a scratch folder. ``stop`` ends exactly those."""
+    """What the demo started: a local fleet (its own worker, and Redis only if the fleet's does not
+    answer) and Flower. ``stop`` ends exactly those."""
 
-    settings: Settings
-    folder: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    logs: dict[str, IO[bytes]] = field(default_factory=dict)
-    owner_label: str = ""
+    fleet: LocalFleet
+    flower: subprocess.Popen[bytes] | None = None
+    flower_log: IO[bytes] | None = None
 
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.logs[name] = log
-        process = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=log,
+    @property
+    def settings(self) -> Settings:
+        return self.fleet.settings
+
+    @property
+    def worker(self) -> WorkerProcess:
+        return self.fleet.workers[0]
+
+    def pids(self) -> dict[str, int]:
+        pids = {"worker": self.worker.process.pid}
+        if self.fleet.redis is not None and self.fleet.redis.process is not None:
+            pids["redis"] = self.fleet.redis.process.pid
+        if self.flower is not None:
+            pids["flower"] = self.flower.pid
+        return pids
+
+    def start_worker(self) -> None:
+        self.fleet.start_worker(f"demo-{self.fleet.token}", wait=False)
+
+    def start_flower(self, port: int) -> str:
+        self.flower_log = open(self.fleet.folder / "flower.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.flower = subprocess.Popen(
+            [*SANDFLEET_ARGV, "flower", f"--port={port}", "--address=127.0.0.1"],
+            env=self.fleet.worker_env(),
+            stdout=self.flower_log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self.processes[name] = process
-        return process
-
-    def child_env(self, **extra: str) -> dict[str, str]:
-        """This process's environment (model keys and other settings pass through) plus the demo's."""
-        import os
-
-        return {
-            **os.environ,
-            "SANDFLEET_REDIS_URL": self.settings.redis_url,
-            "SANDFLEET_KEY_PREFIX": self.settings.key_prefix,
-            **extra,
-        }
-
-    def start_redis(self) -> str:
-        port = free_port()
-        options = f"--bind 127.0.0.1 --port {port} --appendonly no --maxmemory-policy noeviction"
-        argv = ["redis-server", *options.split(), "--save", "", "--dir", str(self.folder)]
-        self.spawn("redis", argv, self.child_env())
-        url = f"redis://127.0.0.1:{port}/0"
-        self.wait("redis", lambda: redis_answers(url))
-        return url
-
-    def start_worker(self, data_dir: Path, model: str) -> None:
-        from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
-
-        env = self.child_env(
-            SANDFLEET_TOOLS=DEMO_TOOLS, SANDFLEET_DATA_DIR=str(data_dir), SANDFLEET_MODEL=model
-        )
-        name = f"demo-{self.folder.name[-8:]}@%h"
-        options = f"--concurrency=4 --sandboxes=2 --loglevel=info --hostname={name}"
-        argv = [sys.executable, "-c", SANDFLEET, "worker", *options.split()]
-        process = self.spawn("worker", argv, env)
-        self.owner_label = Owner(
-            socket.gethostname(), process.pid, process_start_ticks(process.pid) or 0
-        ).label()
-
-    def start_flower(self, port: int) -> str:
-        argv = [sys.executable, "-c", SANDFLEET, "flower", f"--port={port}", "--address=127.0.0.1"]
-        self.spawn("flower", argv, self.child_env())
         url = f"http://127.0.0.1:{port}/"
-        self.wait("flower", lambda: _http_ok(url + "healthcheck"))
-        return url
-
-    def wait(self, name: str, ready: Any, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            self.check_alive(name)
-            if time.monotonic() > deadline:
-                raise click.ClickException(
-                    f"{name} did not start within {timeout_s:g} s:\n{self.log_tail(name)}"
-                )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _http_ok(url + "healthcheck"):
+            if self.flower.poll() is not None or time.monotonic() > deadline:
+                tail = (self.fleet.folder / "flower.log").read_text(errors="replace")[-2000:]
+                raise click.ClickException(f"Flower did not start within {START_TIMEOUT_S:g} s:\n{tail}")
             time.sleep(0.1)
-
-    def check_alive(self, name: str) -> None:
-        process = self.processes[name]
-        if process.poll() is not None:
-            raise click.ClickException(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
-
-    def log_tail(self, name: str, chars: int = 2000) -> str:
-        self.logs[name].flush()
-        return (self.folder / f"{name}.log").read_text(errors="replace")[-chars:]
+        return url
 
     def stop(self) -> None:
-        """Worker and Flower together (the worker's warm shutdown drains its sandbox pool), then Redis."""
-        self._stop(["worker", "flower"])
-        self._stop(["redis"])
-        if self.owner_label:  # a worker killed mid-run leaves containers: remove them by owner label
+        """Flower and the fleet (the worker's warm shutdown drains its sandbox pool; then our Redis)."""
+        if self.flower is not None and self.flower.poll() is None:
+            self.flower.send_signal(signal.SIGTERM)
             try:
-                from sandfleet.worker.sandbox.reaper import prune
-
-                prune(owners={self.owner_label})
-            except Exception as e:
-                click.echo(f"sandfleet demo: could not check for leftover sandboxes: {e}", err=True)
-        self.processes.clear()
-
-    def _stop(self, names: list[str]) -> None:
-        """SIGTERM to ``names`` at once, then wait for each (SIGKILL after STOP_TIMEOUT_S)."""
-        mine = {name: self.processes[name] for name in names if name in self.processes}
-        for process in mine.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for name, process in mine.items():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                self.flower.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            self.logs[name].close()
+                self.flower.kill()
+                self.flower.wait()
+        if self.flower_log is not None:
+            self.flower_log.close()
+        self.fleet.stop()
 
 
 def _http_ok(url: str) -> bool:
@@ -337,11 +285,11 @@ def demo(
         raise click.ClickException(str(e)) from None
     folder = Path(tempfile.mkdtemp(prefix="sandfleet-demo-"))
     prefix = f"{base.key_prefix}-demo-{uuid.uuid4().hex[:8]}"
-    stack = DemoStack(base.model_copy(update={"key_prefix": prefix}), folder)
     report: dict[str, Any] = {"question": REFERENCE_QUESTION, "key_prefix": prefix, "started": []}
+    stack = DemoStack(demo_fleet(base, folder, prefix, chosen, report, say))
     finished = False
     try:
-        _start(stack, report, base, chosen, with_flower=not no_flower, say=say)
+        _start(stack, report, with_flower=not no_flower, say=say)
         began = time.monotonic()
         with Client(settings=stack.settings) as client:
             job = client.submit(REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"])
@@ -374,7 +322,7 @@ def demo(
         raise click.ClickException(str(e)) from None
     finally:
         if keep_running and finished:
-            report["running"] = {name: p.pid for name, p in stack.processes.items()}
+            report["running"] = stack.pids()
             report["folder"] = str(folder)
         else:  # a failed demo never leaves anything behind
             stack.stop()
@@ -383,39 +331,47 @@ def demo(
     sys.exit(0 if report["match"] else 1)
 
 
-def _start(
-    stack: DemoStack,
-    report: dict[str, Any],
-    base: Settings,
-    model: str | None,
-    *,
-    with_flower: bool,
-    say: Any,
-) -> None:
-    """Start what is missing: Redis (only when the fleet's does not answer), the worker, Flower."""
+def demo_fleet(
+    base: Settings, folder: Path, prefix: str, model: str | None, report: dict[str, Any], say: Any
+) -> LocalFleet:
+    """The demo's fleet: the fleet's Redis when it answers (else one of its own), the example order
+    tools, fresh reference data, and ``model`` (None: the replay model with the reference program)."""
     from sandfleet.core.queue import redact_url
-    from sandfleet.worker.scenario import write_reference_data
 
-    if redis_answers(base.redis_url):
-        report["redis_url"] = redact_url(base.redis_url)
-        say(f"Redis   {report['redis_url']} (already running)")
-    else:
-        url = stack.start_redis()
-        stack.settings = stack.settings.model_copy(update={"redis_url": url})
-        report["redis_url"] = url
-        report["started"].append("redis")
-        say(f"Redis   {url} (started: {redact_url(base.redis_url)} did not answer)")
     if model is None:
-        script = stack.folder / "replay.json"
+        script = folder / "demo-replay.json"
         script.write_text(json.dumps(demo_replay_script(), indent=2))
         model = f"replay:{script}"
     report["model"] = model
-    data_dir = write_reference_data(stack.folder / "data").parent
-    stack.start_worker(data_dir, model)
+    config = FleetConfig(
+        workers=0,
+        concurrency=4,
+        sandboxes=2,
+        tools=DEMO_TOOLS,
+        loglevel="info",
+        env={"SANDFLEET_MODEL": model},
+        inherit_settings=True,  # the user's model endpoint and other settings pass through
+    )
+    if redis_answers(base.redis_url):
+        report["redis_url"] = redact_url(base.redis_url)
+        say(f"Redis   {report['redis_url']} (already running)")
+        return LocalFleet(config, folder, redis_url=base.redis_url, key_prefix=prefix)
+    fleet = LocalFleet(config, folder, key_prefix=prefix)
+    fleet.prepare()
+    report["redis_url"] = fleet.redis_url
+    report["started"].append("redis")
+    say(f"Redis   {fleet.redis_url} (started: {redact_url(base.redis_url)} did not answer)")
+    return fleet
+
+
+def _start(stack: DemoStack, report: dict[str, Any], *, with_flower: bool, say: Any) -> None:
+    """Start the worker, and Flower before the job (Flower only shows tasks whose events it saw)."""
+    stack.start_worker()
     report["started"].append("worker")
-    say(f"worker  started (tools {DEMO_TOOLS}, data {data_dir}, key prefix {stack.settings.key_prefix})")
-    say(f"model   {model}")
-    if with_flower:  # before the job: Flower only shows tasks whose events it saw
+    fleet = stack.fleet
+    say(f"worker  started (tools {DEMO_TOOLS}, data {fleet.data_dir}, key prefix {fleet.key_prefix})")
+    say(f"model   {report['model']}")
+    if with_flower:
         report["flower_url"] = stack.start_flower(free_port(FLOWER_PORT)) + "tasks"
         report["started"].append("flower")
         say(f"Flower  {report['flower_url']}")
@@ -425,13 +381,15 @@ def _wait(job: Any, stack: DemoStack, timeout_s: float) -> Any:
     """The job's result; fails at once when the worker dies, quoting its log."""
     deadline = time.monotonic() + timeout_s
     while True:
-        stack.check_alive("worker")
+        if not stack.worker.alive():
+            code = stack.worker.process.returncode
+            raise click.ClickException(f"the worker exited with {code}:\n{stack.worker.log_tail()}")
         try:
             return job.result(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
         except TimeoutError:
             if time.monotonic() >= deadline:
                 raise click.ClickException(
-                    f"job {job.job_id} has not ended after {timeout_s:g} s; worker log:\n{stack.log_tail('worker')}"
+                    f"job {job.job_id} has not ended after {timeout_s:g} s; worker log:\n{stack.worker.log_tail()}"
                 ) from None
 
 

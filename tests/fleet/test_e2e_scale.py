@@ -19,8 +19,15 @@ from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
 from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 
-from .helpers import fleet_settings_for, keys_under
-from .test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
+from .helpers import (
+    JOB_TIMEOUT_S,
+    SANDFLEET,
+    FleetWorker,
+    fleet_settings_for,
+    keys_under,
+    start_worker,
+    stop_worker,
+)
 
 TRIVIAL = '```python\nprint("RESULT: " + str(6 * 7))\n```'
 

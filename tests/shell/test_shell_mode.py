@@ -24,8 +24,9 @@ from sandfleet.worker.engine import EngineServices, ListAudit, run_job
 from sandfleet.worker.llm.replay_script import parse_script
 from sandfleet.worker.llm.replay_server import ReplayServer
 from sandfleet.worker.sandbox import reaper
-from sandfleet.worker.sandbox.container import SandboxContainer
-from sandfleet.worker.sandbox.engine import LABEL_JOB, LABEL_ROLE, docker_client
+from sandfleet.worker.sandbox.backend import backend_named
+from sandfleet.worker.sandbox.engine import docker_client
+from sandfleet.worker.sandbox.labels import LABEL_EXPIRES, LABEL_JOB, LABEL_ROLE, ROLE_SESSION
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.scenario import (
     REFERENCE_ANSWER,
@@ -179,20 +180,20 @@ def test_a_job_tool_named_like_a_sandbox_tool_is_refused(services: EngineService
 def test_the_reaper_removes_a_session_past_its_lifetime_whoever_owns_it(docker_engine: Any) -> None:
     """A stuck job's session (its owner, this process, alive) goes once its sandfleet.expires passes."""
     tag = f"reaper-{uuid.uuid4().hex[:8]}"
-    past = SandboxContainer.start(
+    past = backend_named().start(
         SandboxConfig(),
         labels={
-            LABEL_ROLE: reaper.ROLE_SESSION,
+            LABEL_ROLE: ROLE_SESSION,
             LABEL_JOB: tag,
-            reaper.LABEL_EXPIRES: f"{time.time() - 1:.0f}",
+            LABEL_EXPIRES: f"{time.time() - 1:.0f}",
         },
     )
-    future = SandboxContainer.start(
+    future = backend_named().start(
         SandboxConfig(),
         labels={
-            LABEL_ROLE: reaper.ROLE_SESSION,
+            LABEL_ROLE: ROLE_SESSION,
             LABEL_JOB: tag,
-            reaper.LABEL_EXPIRES: f"{time.time() + 600:.0f}",
+            LABEL_EXPIRES: f"{time.time() + 600:.0f}",
         },
     )
     client = docker_client()

@@ -20,7 +20,7 @@ from sandfleet.worker.cli.common import echo_payload, tool_specs, tools_option
 @click.option("--exec-timeout", type=float, default=None, help="Seconds the program may run (default 120).")
 @click.option("--max-tool-calls", type=int, default=None, help="Tool calls allowed (default 50).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole run result as JSON.")
-def run(program, tool_modules, options, exec_timeout, max_tool_calls, as_json) -> None:  # type: ignore[no-untyped-def]
+def run(program, tool_modules, options, exec_timeout, max_tool_calls, as_json) -> None:
     """Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload."""
     from sandfleet.worker.runtime import ProgramRuntime
     from sandfleet.worker.sandbox.pool import SandboxPool

@@ -40,7 +40,6 @@ from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.runtime import RunResult
-from sandfleet.worker.sandbox.container import preflight
 from sandfleet.worker.sandbox.policy import check_sandbox_policy
 
 log = logging.getLogger("sandfleet.engine")
@@ -82,7 +81,7 @@ def run_job(
         check_sandbox_policy(config, settings)
         allowed = services.registry.subset(spec.tools)
         model = services.model_client(model_name, base_url)
-        preflight(config)
+        services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
         message = str(e) if isinstance(e, InvalidSpecError) else _validation_text(e)
         audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
@@ -105,7 +104,7 @@ def run_job(
     phase = {"model_s": 0.0, "acquire_s": 0.0, "run_s": 0.0, "tool_s": 0.0, "sandbox_s": 0.0}
     memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call_key -> results
     last_failure = ""
-    timed_out = False
+    timed_out = agent_killed = False
     for number in range(1, spec.code_action.max_repairs + 2):
         try:
             reply = model.complete(messages)
@@ -141,7 +140,7 @@ def run_job(
         messages.append({"role": "assistant", "content": reply.text})
         program = extract_program(reply.text)
         if program is None:
-            last_failure, timed_out = "the reply contained no Python program", False
+            last_failure, timed_out, agent_killed = "the reply contained no Python program", False, False
             log.debug("attempt %d: no program in the reply:\n%s", number, reply.text)
             attempts.append(
                 AttemptRecord(number=number, program=None, reply=reply.text, failure=last_failure)
@@ -204,7 +203,7 @@ def run_job(
             )
             return result
         _remember_side_effects(memo, run.tool_calls, services)
-        last_failure, timed_out = failure, run.timed_out
+        last_failure, timed_out, agent_killed = failure, run.timed_out, run.agent_killed
         messages.append(
             repair_message(
                 failure,
@@ -220,6 +219,8 @@ def run_job(
     status = JobStatus.TIMED_OUT if timed_out else JobStatus.FAILED
     if timed_out:
         kind = ErrorKind.TIMEOUT
+    elif agent_killed:
+        kind = ErrorKind.AGENT_KILLED
     elif attempts and attempts[-1].program is None:
         kind = ErrorKind.NO_PROGRAM
     else:
@@ -306,6 +307,7 @@ def _run_event(run: RunResult) -> dict[str, Any]:
         "stderr_truncated": run.stderr_truncated,
         "limits_hit": run.limits_hit,
         "oom_killed": run.oom_killed,
+        "agent_killed": run.agent_killed,
         "error": run.error,
         "timings": run.timings,
         "tool_calls": len(run.tool_calls),

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from sandfleet.core.contracts import JobMode, JobResult, JobSpec
-from sandfleet.worker.engine import loop
 from sandfleet.worker.engine.chat import run_chat_job
+from sandfleet.worker.engine.loop import run_job as run_code_action_job
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.engine.shell import run_shell_job
 from sandfleet.worker.engine.toolloop import AuditSink
 
-RUNNERS = {JobMode.CODE_ACTION: loop.run_job, JobMode.SHELL: run_shell_job, JobMode.CHAT: run_chat_job}
+RUNNERS = {JobMode.CODE_ACTION: run_code_action_job, JobMode.SHELL: run_shell_job, JobMode.CHAT: run_chat_job}
 
 
 def run_job(

@@ -27,7 +27,7 @@ class EngineServices:
         self.pool = pool
         self.registry = registry
         self.runtime = ProgramRuntime(pool, registry, policy)
-        self.sessions = SessionKeeper(settings)
+        self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
         self._lock = threading.Lock()
 

@@ -22,7 +22,6 @@ from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
 from sandfleet.worker.engine.schemas import function_tools
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.engine.toolloop import AuditSink, ToolLoop
-from sandfleet.worker.sandbox.container import preflight
 from sandfleet.worker.sandbox.policy import check_sandbox_policy
 from sandfleet.worker.shell.tools import SHELL_TOOL_NAMES, ShellTools
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -53,7 +52,7 @@ def run_shell_job(
             )
         function_tools(allowed)  # every job tool can be offered by name
         model = services.model_client(model_name, base_url)
-        preflight(config)
+        services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
         return refused(job_id, JobMode.SHELL, model_name, e, began, audit)
     deadline = time.monotonic() + caps.wall_timeout

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.worker.sandbox import engine
+from sandfleet.worker.sandbox.labels import LABEL_EXPIRES
 from sandfleet.worker.sandbox.spec import Owner
 
 log = logging.getLogger("sandfleet.reaper")
@@ -29,8 +30,6 @@ STALE_AFTER_S = 60.0
 _RUNTIME_PROCESS = re.compile(rb"runsc|containerd-shim")
 DEFAULT_EXEC_ROOT = b"/var/run/docker/"
 DEFAULT_SOCKETS = ("/var/run/docker.sock", "/run/docker.sock")
-ROLE_SESSION = "session"  # LABEL_ROLE of a shell job's session sandbox (pool sandboxes: "sandbox")
-LABEL_EXPIRES = "sandfleet.expires"  # epoch seconds; past it the container is removed, owner alive or not
 
 
 @dataclass
@@ -44,7 +43,7 @@ def prune(
     *, everything: bool = False, owners: set[str] | None = None, client: Any | None = None
 ) -> PruneReport:
     """Remove Sandfleet containers whose owner is gone, or that sat created or exited for over a minute
-    (or, with ``everything``, all of them).
+    (or, with ``everything``, all of them). Raises SandboxUnavailableError (no engine) or SandboxError.
 
     ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt
     from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``. Without
@@ -53,7 +52,10 @@ def prune(
     client = client or engine.docker_client()
     report = PruneReport()
     # ignore_removed: the SDK inspects each listed container; others' may be removed meanwhile.
-    listed = client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}, ignore_removed=True)
+    try:
+        listed = client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}, ignore_removed=True)
+    except engine.DockerError as e:
+        raise engine.translate(e, "list the sandboxes") from e
     for container in listed:
         labels = container.labels or {}
         owner_label = labels.get(engine.LABEL_OWNER, "")
@@ -143,7 +145,10 @@ def kill_orphan_runtime_processes(client: Any) -> list[int]:
         ids = {m.decode() for m in _CONTAINER_ID.findall(cmdline)}
         if ids and b"moby" in cmdline and DEFAULT_EXEC_ROOT in cmdline:
             candidates[int(entry.name)] = ids
-    known = {c["Id"] for c in client.api.containers(all=True)}
+    try:
+        known = {c["Id"] for c in client.api.containers(all=True)}
+    except engine.DockerError as e:
+        raise engine.translate(e, "list the containers") from e
     killed = []
     for pid, ids in candidates.items():
         if not ids & known:

@@ -17,9 +17,8 @@ from pathlib import Path
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError
 from sandfleet.core.settings import Settings
-from sandfleet.worker.sandbox.container import SandboxContainer
-from sandfleet.worker.sandbox.engine import LABEL_JOB, LABEL_ROLE
-from sandfleet.worker.sandbox.reaper import LABEL_EXPIRES, ROLE_SESSION
+from sandfleet.worker.sandbox.backend import SandboxBackend, backend_named
+from sandfleet.worker.sandbox.labels import LABEL_EXPIRES, LABEL_JOB, LABEL_ROLE, ROLE_SESSION
 from sandfleet.worker.shell.session import SessionSandbox
 
 log = logging.getLogger("sandfleet.shell")
@@ -31,12 +30,13 @@ WHEELHOUSE_INSIDE = "/opt/sandfleet/wheelhouse"  # where an operator's wheelhous
 
 class SessionKeeper:
     """Opens session sandboxes under a per-worker cap and destroys them on their caps. Constructing it
-    starts nothing; the watchdog thread starts with the first session."""
+    starts nothing (``backend``, by default the Docker one, is asked for a sandbox at each open); the
+    watchdog thread starts with the first session."""
 
-    def __init__(self, settings: Settings, *, client: object | None = None) -> None:
+    def __init__(self, settings: Settings, *, backend: SandboxBackend | None = None) -> None:
         self.settings = settings
         self.max_sessions = settings.max_sessions
-        self._client = client
+        self._backend = backend
         self._slots = threading.BoundedSemaphore(settings.max_sessions)
         self._lock = threading.Lock()
         self._open: dict[int, SessionSandbox] = {}
@@ -82,9 +82,9 @@ class SessionKeeper:
                 LABEL_EXPIRES: f"{time.time() + lifetime_s + REAPER_GRACE_S:.0f}",
             }
             mounts = {str(self.wheelhouse): WHEELHOUSE_INSIDE} if self.wheelhouse else None
-            container = SandboxContainer.start(
-                config, labels=labels, client=self._client, read_only_mounts=mounts
-            )
+            if self._backend is None:
+                self._backend = backend_named()
+            container = self._backend.start(config, labels=labels, read_only_mounts=mounts)
         except BaseException:
             self._slots.release()
             raise
