@@ -38,6 +38,7 @@ AGENT_KILLED = (
     "with SIGKILL, and the sandbox ended with it: no limit was hit (neither the kernel's OOM killer "
     "nor anything outside the sandbox sent that signal); the program's output was lost"
 )
+KILLED_FROM_OUTSIDE = "the sandbox was killed from outside (docker kill, its removal, or the engine stopping)"
 
 # (header, body) of one tool call from the program -> the JSON reply bytes to send back.
 CallHandler = Callable[[dict[str, Any], bytes], bytes]
@@ -98,6 +99,7 @@ class ExecResult:
     forked: bool = False  # a Python program run in a fork of the agent (no new interpreter)
     survivors: int = 0
     agent_killed: bool = False  # the program killed the agent, which ended the sandbox
+    killed_from_outside: bool = False  # through its backend: docker kill, removal, the engine stopping
     protocol_error: str | None = None
     limits_hit: list[Limit] = field(default_factory=list)
 
@@ -264,6 +266,15 @@ class SandboxContainer:
                         agent_killed=True,
                         duration_s=time.monotonic() - began,
                         protocol_error=AGENT_KILLED,
+                    )
+                if end.killed_from_outside:
+                    return ExecResult(
+                        stdout="",
+                        stderr=f"sandbox failure: {KILLED_FROM_OUTSIDE}",
+                        exit_code=-1,
+                        killed_from_outside=True,
+                        duration_s=time.monotonic() - began,
+                        protocol_error=KILLED_FROM_OUTSIDE,
                     )
                 return self._lost(
                     began, timeout if deadline and time.monotonic() >= deadline else None, str(e)

@@ -219,8 +219,14 @@ class _Busy:
 
 def _death(done: ExecResult) -> str:
     """Why the container died during a command, from what execute returned."""
+    if done.killed_from_outside:
+        return (
+            "the session sandbox was killed from outside (docker kill, its removal, or the engine stopping)"
+        )
     if done.oom_killed:
-        return "the session sandbox was killed (exit 137: out of memory, or stopped from outside)"
+        return "the session sandbox was killed: it ran out of memory"
+    if done.agent_killed:
+        return "the session sandbox was killed: a command killed its agent process"
     if done.timed_out:
         return "the session sandbox did not stop at the command's deadline and was destroyed"
     return f"the session sandbox died: {done.protocol_error or done.stderr or 'its agent went away'}"
