@@ -27,6 +27,7 @@ COMMANDS = {
     "sandbox": "sandfleet.worker.cli.sandbox:sandbox",
     "run": "sandfleet.worker.cli.run:run",
     "ask": "sandfleet.worker.cli.ask:ask",
+    "compare": "sandfleet.worker.cli.compare:compare",
     "model-server": "sandfleet.worker.cli.model_server:model_server",
     "worker": "sandfleet.worker.cli.fleet:worker",
     "flower": "sandfleet.worker.cli.flower:flower",

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from sandfleet.core.contracts import JobResult, JobSpec, JobStatus
+from sandfleet.core.contracts import JobMode, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import (
     InvalidSpecError,
     JobNotFoundError,
@@ -41,11 +41,20 @@ EXIT_NOT_DONE = 3
 EXIT_UNVERIFIED = 4
 MAX_ERRORS_SHOWN = 20
 # CSV cells of these JobSpec fields hold JSON; ``tools`` is comma-separated; the rest are text.
-JSON_COLUMNS = ("history", "sandbox", "code_action", "metadata")
+JSON_COLUMNS = ("history", "sandbox", "code_action", "tool_loop", "metadata")
 
 
 class BadInputError(click.ClickException):
     exit_code = EXIT_BAD_INPUT
+
+
+mode_option = click.option(
+    "--mode",
+    type=click.Choice([m.value for m in JobMode]),
+    default=None,
+    help="code-action (default: one program per attempt, in a fresh sandbox), shell (a tool loop with a "
+    "session sandbox) or chat (a tool loop, no sandbox: the baseline).",
+)
 
 
 @contextmanager
@@ -108,6 +117,7 @@ def show_result(result: JobResult, as_json: bool) -> None:
 @click.argument("question")
 @click.option("--tools", default="", help="Comma-separated names of the tools the job may call.")
 @click.option("--model", default=None, help="provider:model (default: the worker's).")
+@mode_option
 @sandbox_option
 @click.option("--exec-timeout", type=float, default=None, help="Seconds one program may run.")
 @click.option("--max-repairs", type=int, default=None, help="Programs rewritten after a failure.")
@@ -120,6 +130,7 @@ def submit(
     question: str,
     tools: str,
     model: str | None,
+    mode: str | None,
     options: tuple[str, ...],
     exec_timeout: float | None,
     max_repairs: int | None,
@@ -142,6 +153,8 @@ def submit(
     fields: dict[str, Any] = {"tools": split_list(tools), "sandbox": parse_options(options)}
     if model:
         fields["model"] = model
+    if mode:
+        fields["mode"] = mode
     if code_action:
         fields["code_action"] = code_action
     if batch_id:
@@ -215,15 +228,18 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, dict[str, Any] | str]]:
         yield number, "; ".join(problems) if problems else fields
 
 
-def load_specs(path: Path) -> list[tuple[int, JobSpec]]:
-    """Every row validated; BadInputError listing each bad row by line number (field and reason)."""
+def load_specs(path: Path, defaults: dict[str, Any] | None = None) -> list[tuple[int, JobSpec]]:
+    """Every row validated; BadInputError listing each bad row by line number (field and reason).
+
+    ``defaults`` are fields for every row that lacks them (a row's own columns win).
+    """
     specs, errors = [], []
     for number, row in read_rows(path):
         if isinstance(row, str):
             errors.append(f"line {number}: {row}")
             continue
         try:
-            specs.append((number, build_spec(row)))
+            specs.append((number, build_spec({**(defaults or {}), **row})))
         except InvalidSpecError as e:
             errors.append(f"line {number}: {str(e).removeprefix('invalid job spec: ')}")
     if errors:
@@ -282,15 +298,19 @@ def _row_status(checked: CheckedResult) -> str:
 @click.option("--wait", is_flag=True, help="Wait for every job, showing progress.")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait (default: no limit).")
 @click.option("--batch-id", default=None, help="The batch id (default: a new one).")
-def batch(file: Path, out: Path | None, wait: bool, timeout: float | None, batch_id: str | None) -> None:
+@mode_option
+def batch(
+    file: Path, out: Path | None, wait: bool, timeout: float | None, batch_id: str | None, mode: str | None
+) -> None:
     """Submit every row of FILE (JSONL: a JobSpec per line; CSV: a `question` column) as one batch.
 
     Every row is validated first: a bad row is reported by line number and nothing is enqueued.
-    CSV columns are JobSpec fields: `tools` comma-separated, history/sandbox/code_action/metadata as JSON.
+    CSV columns are JobSpec fields: `tools` comma-separated, history/sandbox/code_action/tool_loop/metadata
+    as JSON. --mode applies to the rows that name no mode of their own.
     """
     if out is not None and out.suffix.lower() not in (".jsonl", ".ndjson", ".json", ".csv"):
         raise BadInputError(f"--out {out}: use a .jsonl or a .csv file")
-    rows = load_specs(file)
+    rows = load_specs(file, {"mode": mode} if mode else None)
     with cli_errors(), Client() as client:
         handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id)
         click.echo(handle.batch_id)
@@ -373,12 +393,15 @@ def jobs(batch_id: str | None, status: str | None, limit: int, as_json: bool) ->
         records = client.jobs(batch=batch_id, status=status, limit=limit)
     for record in records:
         question = record.spec.question if record.spec else ""
+        mode = record.spec.mode.value if record.spec else "-"
         if as_json:
             summary = record.model_dump(
                 mode="json", include={"job_id", "status", "batch_id", "timestamps", "attempts"}
             )
-            click.echo(json.dumps({**summary, "deliveries": record.deliveries, "question": question}))
+            click.echo(
+                json.dumps({**summary, "mode": mode, "deliveries": record.deliveries, "question": question})
+            )
         else:
             queued = format_time(record.timestamps["queued"]) if "queued" in record.timestamps else "-"
             line = " ".join(question.split())
-            click.echo(f"{record.job_id}  {record.status.value:<9}  {queued}  {line[:60]}")
+            click.echo(f"{record.job_id}  {record.status.value:<9}  {mode:<11}  {queued}  {line[:60]}")

@@ -30,6 +30,8 @@ DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
 DEFAULT_WORKER_STATE_DIR = "~/.sandfleet/worker"
 DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
+DEFAULT_MAX_SESSIONS = 2  # shell jobs' session sandboxes per worker, apart from max_sandboxes
+DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S = 600.0
 
 
 def _comma_list(value: Any) -> Any:
@@ -66,6 +68,14 @@ class Settings(BaseSettings):
 
     pool_size: int = Field(DEFAULT_POOL_SIZE, ge=0, description="warm containers kept per sandbox config")
     max_sandboxes: int = Field(DEFAULT_MAX_SANDBOXES, ge=1, description="live containers per worker")
+    max_sessions: int = Field(
+        DEFAULT_MAX_SESSIONS,
+        ge=1,
+        description="shell jobs' session sandboxes per worker (not in max_sandboxes)",
+    )
+    wheelhouse_dir: str | None = Field(
+        None, description="host folder of wheels, mounted read-only into session sandboxes for installs"
+    )
 
     retention_s: int = DEFAULT_RETENTION_S
     visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
@@ -99,6 +109,9 @@ class Settings(BaseSettings):
     )
     policy_runtimes: CommaList = Field(
         default_factory=list, description="Docker runtimes jobs may use; empty: any"
+    )
+    policy_max_exec_timeout_s: float = Field(
+        DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S, gt=0, description="the longest one sandbox_exec may run (seconds)"
     )
 
     @field_validator("policy_networks")

@@ -8,6 +8,12 @@ tasks page shows it; and, unless a real model is configured (``OPENAI_API_KEY``,
 ``--model``), the replay model answering with the reference program. It submits the reference question
 with the producer ``Client``, waits, prints the RESULT beside the plain-Python totals, and stops
 everything it started (not with ``--keep-running``).
+
+With ``--compare`` it also submits the question as a chat job (the same tool and data, a plain
+tool-calling loop, no sandbox) and shows both answers side by side, checked against the totals. The
+replay model plays back the reference run there: the reference program for code-action, and for
+chat the reference chat agent's reply, which read all 500 rows and still got two totals wrong. With a
+real model both answers are live.
 """
 
 from __future__ import annotations
@@ -41,8 +47,26 @@ DEFAULT_TIMEOUT_S = 120.0
 CENT = 0.005
 
 
+# The reference chat agent's answer (DESIGN.md, "The reference scenario"): it read all 500 rows and
+# reported these totals; North America and LATAM are wrong (108,664.00 and 81,328.00 are right).
+REFERENCE_CHAT_TOTALS = {"North America": 109555.0, "LATAM": 79585.0, "EMEA": 77689.0, "APAC": 65023.0}
+TOOL_LOOP_PROMPT = "(?i)with the help of the tools"  # matches the shell and chat system prompt
+
+
+def reference_chat_reply() -> str:
+    """The reference chat agent's final reply, as the replay model plays it back."""
+    lines = "\n".join(
+        f"{n}. {region}: ${total:,.2f}" for n, (region, total) in enumerate(REFERENCE_CHAT_TOTALS.items(), 1)
+    )
+    return (
+        "I went through all 500 orders and added up quantity times unit price for July to September "
+        f"2026, per region:\n\n{lines}\n\nRESULT: {json.dumps(REFERENCE_CHAT_TOTALS)}"
+    )
+
+
 def demo_replay_script() -> dict[str, Any]:
-    """The replay script: the reference question gets the reference program (deploy/demo/replay.json)."""
+    """The replay script (deploy/demo/replay.json): the reference question gets the reference program
+    from a code-action job, and the reference chat agent's calls and reply from a chat job."""
     from sandfleet.worker.scenario import REFERENCE_PROGRAM
 
     reply = (
@@ -50,8 +74,12 @@ def demo_replay_script() -> dict[str, Any]:
         f"quantity times unit price per region.\n\n```python\n{REFERENCE_PROGRAM}```\n"
     )
     other = "```python\nprint('RESULT: \"this replay model only knows the reference question\"')\n```\n"
+    chat = [{"tool_calls": [{"name": "load_orders", "arguments": {}}]}, reference_chat_reply()]
     return {
-        "rules": [{"match": "(?i)revenue per region in Q3 2026", "responses": [reply]}],
+        "rules": [
+            {"match": "(?i)revenue per region in Q3 2026", "system": TOOL_LOOP_PROMPT, "responses": chat},
+            {"match": "(?i)revenue per region in Q3 2026", "responses": [reply]},
+        ],
         "default": [other],
     }
 
@@ -229,8 +257,15 @@ def _http_ok(url: str) -> bool:
     type=float,
     help="Seconds to wait for the job.",
 )
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="Also run the question as a chat job (the baseline) and compare the answers.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
-def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: float, as_json: bool) -> None:
+def demo(
+    model: str | None, no_flower: bool, keep_running: bool, timeout_s: float, compare: bool, as_json: bool
+) -> None:
     """Run the reference question (Q3 2026 revenue per region) through the fleet; exit 0 when the fleet's
     RESULT matches the plain-Python totals."""
     from sandfleet.core.errors import SandfleetError
@@ -259,8 +294,20 @@ def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: floa
         with Client(settings=stack.settings) as client:
             job = client.submit(REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"])
             say(f"job {job.job_id}: submitted; waiting (at most {timeout_s:g} s)")
+            chat_job = None
+            if compare:
+                chat_job = client.submit(
+                    REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"], mode="chat"
+                )
+                say(f"job {chat_job.job_id}: the same question as a chat job (the baseline)")
             result = _wait(job, stack, timeout_s)
+            chat_result = _wait(chat_job, stack, timeout_s) if chat_job is not None else None
         expected = expected_q3_revenue(generate_orders())
+        if chat_result is not None:
+            report["compare"] = [
+                _compared("code-action", result, expected),
+                _compared("chat", chat_result, expected),
+            ]
         report.update(
             job_id=job.job_id,
             status=result.status.value,
@@ -346,6 +393,49 @@ def _wait(job: Any, stack: DemoStack, timeout_s: float) -> Any:
                 ) from None
 
 
+def _compared(mode: str, result: Any, expected: dict[str, float]) -> dict[str, Any]:
+    """One job of ``--compare``: its answer, figures and check against the plain-Python totals."""
+    from sandfleet.worker.answers import check_answer
+
+    check = check_answer(expected, result.result)
+    return {
+        "mode": mode,
+        "job_id": result.job_id,
+        "status": result.status.value,
+        "result": result.result,
+        "model_calls": result.usage.model_calls,
+        "tokens": result.usage.prompt_tokens + result.usage.completion_tokens,
+        "tool_calls": result.tool_calls,
+        "seconds": round(result.timings.get("total_s", 0.0), 2),
+        "matches": check.matches,
+        "check": check.summary(),
+    }
+
+
+def format_side_by_side(rows: list[dict[str, Any]], expected: dict[str, float]) -> str:
+    """Each region's total by mode beside the plain-Python one, then each mode's figures."""
+    from sandfleet.worker.answers import as_mapping
+
+    got = [as_mapping(r["result"]) or {} for r in rows]
+    head = "".join(f"{r['mode']:>16}" for r in rows)
+    lines = [f"  {'region':<16}{head}{'plain Python':>16}"]
+    for region, want in expected.items():
+        cells = ""
+        for mapping in got:
+            value = mapping.get(region)
+            shown = f"{value:,.2f}" if isinstance(value, int | float) else "-"
+            mark = " " if isinstance(value, int | float) and abs(value - want) < CENT else "*"
+            cells += f"{shown + mark:>16}"
+        lines.append(f"  {region:<16}{cells}{want:>16,.2f}")
+    lines.append("  (* differs from plain Python)")
+    for r in rows:
+        lines.append(
+            f"  {r['mode']:<12} {r['status']}: {r['model_calls']} model calls, {r['tokens']:,} tokens, "
+            f"{r['tool_calls']} tool calls, {r['seconds']} s; matches: {r['check']}"
+        )
+    return "\n".join(lines)
+
+
 def _print_report(report: dict[str, Any], as_json: bool, keep_running: bool) -> None:
     if as_json:
         click.echo(json.dumps(report))
@@ -356,6 +446,11 @@ def _print_report(report: dict[str, Any], as_json: bool, keep_running: bool) -> 
     click.echo(f"RESULT: {json.dumps(report['result'])}")
     click.echo(format_comparison(report["result"], report["expected"]))
     click.echo(f"match: {'yes' if report['match'] else 'NO'}")
+    if "compare" in report:
+        click.echo("\ncode-action beside chat (the same question, tool and data; chat has no sandbox):")
+        click.echo(format_side_by_side(report["compare"], report["expected"]))
+        if report["model"].startswith("replay:"):
+            click.echo("  (replay model: it plays back the reference run's program and chat reply)")
     if "flower_url" in report:
         state = "still running" if keep_running else "stopped now; --keep-running keeps it up"
         click.echo(f"Flower: {report['flower_url']} ({state})")

@@ -182,6 +182,7 @@ def test_tasks_page_lists_the_finished_job(chromium: str, fleet: Fleet, tmp_path
         time.sleep(0.5)
     assert status == 200 and task.get("name") == "sandfleet.run_job" and task.get("state") == "SUCCESS", task
     assert task["uuid"] == job.job_id and "revenue per region in Q3 2026" in task["args"]
+    assert task["args"].startswith("['code-action', ")  # the job's mode comes first
 
     page = fleet.flower_url.replace("http://", f"http://{AUTH[0]}:{AUTH[1]}@") + "/tasks"
     dom = run_chromium(chromium, tmp_path / "profile-dom", "--dump-dom", page)
@@ -189,7 +190,8 @@ def test_tasks_page_lists_the_finished_job(chromium: str, fleet: Fleet, tmp_path
     html = dom.stdout
     assert "sandfleet.run_job" in html, html[-3000:]
     assert job.job_id in html  # the uuid column is the job id
-    assert "revenue per region in Q3 2026" in html  # the args column starts with the question
+    assert "revenue per region in Q3 2026" in html  # the args column: the mode, then the question
+    assert "code-action" in html
     assert "SUCCESS" in html
 
     ARTIFACTS.mkdir(exist_ok=True)

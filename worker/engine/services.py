@@ -1,4 +1,5 @@
-"""What a worker process shares between its jobs: the sandbox pool, the tools, the model clients."""
+"""What a worker process shares between its jobs: the sandbox pool, the session sandboxes of shell
+jobs, the tools, the model clients."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from sandfleet.worker.bridge.host import CallPolicy, allow_all
 from sandfleet.worker.llm.client import ModelClient, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
+from sandfleet.worker.shell.keeper import SessionKeeper
 from sandfleet.worker.tools.registry import ToolRegistry
 
 
@@ -25,6 +27,7 @@ class EngineServices:
         self.pool = pool
         self.registry = registry
         self.runtime = ProgramRuntime(pool, registry, policy)
+        self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
         self._lock = threading.Lock()
 
@@ -61,8 +64,11 @@ class EngineServices:
             return client
 
     def close(self) -> None:
-        """Drain the pool: no container outlives the services."""
-        self.pool.close()
+        """Destroy the session sandboxes and drain the pool: no container outlives the services."""
+        try:
+            self.sessions.close()
+        finally:
+            self.pool.close()
 
     def __enter__(self) -> EngineServices:
         return self

@@ -126,11 +126,13 @@ class HostReader:
 
 
 class Capture:
-    """One output stream of a command: the first `cap` bytes, the total, and the last RESULT line."""
+    """One output stream of a command: the first `cap` bytes, the total, the last RESULT line, and
+    (with `tail_cap`, for shell sessions) the last `tail_cap` bytes."""
 
-    def __init__(self, cap, result_cap=0):
-        self.cap, self.result_cap = cap, result_cap
+    def __init__(self, cap, result_cap=0, tail_cap=0):
+        self.cap, self.result_cap, self.tail_cap = cap, result_cap, tail_cap
         self.kept = bytearray()
+        self.tail = bytearray()
         self.total = 0
         self.partial = bytearray()
         self.partial_overflow = False
@@ -142,6 +144,9 @@ class Capture:
         room = self.cap - len(self.kept)
         if room > 0:
             self.kept += data[:room]
+        if self.tail_cap:
+            self.tail += data[-self.tail_cap :]
+            del self.tail[: max(0, len(self.tail) - self.tail_cap)]
         if self.result_cap:
             self._scan(data)
 
@@ -330,8 +335,9 @@ class Agent:
         if stdin:
             proc.feed(stdin)
         cap = req.get("max_output", 1 << 20)
-        out = Capture(cap, req.get("max_result", 0))
-        err = Capture(cap)
+        tail = req.get("tail", 0)
+        out = Capture(cap, req.get("max_result", 0), tail)
+        err = Capture(cap, 0, tail)
         streams = {proc.stdout: out, proc.stderr: err}
         for fd in streams:
             os.set_blocking(fd, False)
@@ -424,11 +430,13 @@ class Agent:
                 "out_len": len(out.kept),
                 "err_len": len(err.kept),
                 "result_len": len(result),
+                "out_tail_len": len(out.tail),
+                "err_tail_len": len(err.tail),
                 "result_overflow": out.result_overflow,
                 "run_s": time.monotonic() - started,
                 "forked": in_place,
             },
-            bytes(out.kept) + bytes(err.kept) + result,
+            bytes(out.kept) + bytes(err.kept) + result + bytes(out.tail) + bytes(err.tail),
         )
 
 

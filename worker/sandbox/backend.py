@@ -38,10 +38,16 @@ class SandboxBackend(Protocol):
         """
 
     def start(
-        self, config: SandboxConfig, *, owner: Owner | None = None, labels: dict[str, str] | None = None
+        self,
+        config: SandboxConfig,
+        *,
+        owner: Owner | None = None,
+        labels: dict[str, str] | None = None,
+        read_only_mounts: dict[str, str] | None = None,
     ) -> SandboxContainer:
         """A fresh sandbox of ``config`` whose agent is waiting, labelled with ``owner``
-        (default: this process) and ``labels``. Raises as ``preflight``."""
+        (default: this process) and ``labels``, with ``read_only_mounts`` (host folder -> path
+        inside; a shell session's wheelhouse). Raises as ``preflight``."""
         ...
 
 

@@ -38,6 +38,7 @@ AGENT_KILLED = (
     "with SIGKILL, and the sandbox ended with it: no limit was hit (neither the kernel's OOM killer "
     "nor anything outside the sandbox sent that signal); the program's output was lost"
 )
+KILLED_FROM_OUTSIDE = "the sandbox was killed from outside (docker kill, its removal, or the engine stopping)"
 
 # (header, body) of one tool call from the program -> the JSON reply bytes to send back.
 CallHandler = Callable[[dict[str, Any], bytes], bytes]
@@ -90,12 +91,15 @@ class ExecResult:
     stderr_bytes: int = 0
     result_line: bytes | None = None
     result_overflow: bool = False
+    stdout_end: str = ""  # the last ``tail`` bytes of each stream, when execute was asked for them
+    stderr_end: str = ""
     oom_killed: bool = False
     duration_s: float = 0.0
     agent_run_s: float = 0.0
     forked: bool = False  # a Python program run in a fork of the agent (no new interpreter)
     survivors: int = 0
     agent_killed: bool = False  # the program killed the agent, which ended the sandbox
+    killed_from_outside: bool = False  # through its backend: docker kill, removal, the engine stopping
     protocol_error: str | None = None
     limits_hit: list[Limit] = field(default_factory=list)
 
@@ -183,8 +187,12 @@ class SandboxContainer:
         on_call: CallHandler | None = None,
         max_request: int = 1024**2,
         python_script: str | None = None,
+        tail: int = 0,
     ) -> ExecResult:
         """Run one command to completion (or its deadline) and return what it did.
+
+        With ``tail`` the last ``tail`` bytes of each stream come back too (``stdout_end``,
+        ``stderr_end``), besides the first ``max_output``: a shell session shows head and tail.
 
         With ``python_script`` (``argv`` being ``python3 -s`` of it) the agent may run the script
         in a fork of its own interpreter instead, when the environment would start Python the
@@ -209,10 +217,11 @@ class SandboxContainer:
                 "bridge": on_call is not None,
                 "max_request": max_request,
                 "python_script": python_script,
+                "tail": tail,
             },
             stdin,
         )
-        max_body = 2 * max_output + max_result + max_request + 1024
+        max_body = 2 * max_output + 2 * tail + max_result + max_request + 1024
         kill_sent = False
         hard_deadline = None if deadline is None else deadline + 3 * KILL_GRACE_S
         while True:
@@ -258,6 +267,15 @@ class SandboxContainer:
                         duration_s=time.monotonic() - began,
                         protocol_error=AGENT_KILLED,
                     )
+                if end.killed_from_outside:
+                    return ExecResult(
+                        stdout="",
+                        stderr=f"sandbox failure: {KILLED_FROM_OUTSIDE}",
+                        exit_code=-1,
+                        killed_from_outside=True,
+                        duration_s=time.monotonic() - began,
+                        protocol_error=KILLED_FROM_OUTSIDE,
+                    )
                 return self._lost(
                     began, timeout if deadline and time.monotonic() >= deadline else None, str(e)
                 )
@@ -287,6 +305,10 @@ class SandboxContainer:
         stdout = body[:out_len].decode(errors="replace")
         stderr = body[out_len : out_len + err_len].decode(errors="replace")
         result_line = body[out_len + err_len : out_len + err_len + result_len] or None
+        ends = out_len + err_len + result_len
+        out_tail_len, err_tail_len = int(h.get("out_tail_len", 0)), int(h.get("err_tail_len", 0))
+        stdout_end = body[ends : ends + out_tail_len].decode(errors="replace")
+        stderr_end = body[ends + out_tail_len : ends + out_tail_len + err_tail_len].decode(errors="replace")
         timed_out = bool(h.get("timed_out"))
         limits: list[Limit] = []
         code = exit_code_of(int(h.get("exit_code", -1)))
@@ -313,6 +335,8 @@ class SandboxContainer:
             stderr_bytes=int(h.get("err_total", 0)),
             result_line=result_line,
             result_overflow=bool(h.get("result_overflow")),
+            stdout_end=stdout_end,
+            stderr_end=stderr_end,
             oom_killed=bool(h.get("oom_killed")),
             duration_s=time.monotonic() - began,
             agent_run_s=float(h.get("run_s", 0.0)),

@@ -309,9 +309,16 @@ class DockerBackend:
         preflight(config, self.client)
 
     def start(
-        self, config: SandboxConfig, *, owner: Owner | None = None, labels: dict[str, str] | None = None
+        self,
+        config: SandboxConfig,
+        *,
+        owner: Owner | None = None,
+        labels: dict[str, str] | None = None,
+        read_only_mounts: dict[str, str] | None = None,
     ) -> SandboxContainer:
         """Create, attach and start a container, send it the agent and wait for its hello.
+
+        ``read_only_mounts`` (host folder -> path inside) are bind-mounted read-only (spec.py).
 
         Raises:
             SandboxUnavailableError: no engine, or it went away while the sandbox started.
@@ -321,7 +328,11 @@ class DockerBackend:
         client = self.client
         info = preflight(config, client)
         kwargs = container_kwargs(
-            config, owner=owner or Owner.current(), host_ncpu=info["ncpu"], labels=labels
+            config,
+            owner=owner or Owner.current(),
+            host_ncpu=info["ncpu"],
+            labels=labels,
+            read_only_mounts=read_only_mounts,
         )
         try:
             container_id = create_container(client, kwargs)

@@ -134,11 +134,18 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def container_kwargs(
-    config: SandboxConfig, *, owner: Owner, host_ncpu: int, labels: dict[str, str] | None = None
+    config: SandboxConfig,
+    *,
+    owner: Owner,
+    host_ncpu: int,
+    labels: dict[str, str] | None = None,
+    read_only_mounts: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``docker.DockerClient.containers.create`` for one sandbox.
 
     The CPU limit is clamped to the engine's CPUs (Docker refuses more than it has).
+    ``read_only_mounts`` (host folder -> path inside) bind-mounts operator folders read-only (a
+    wheelhouse for shell sessions); nothing is mounted otherwise.
     """
     uid, gid = (0, 0) if config.allow_sudo else (SANDBOX_UID, SANDBOX_GID)
     tmpfs_opts = "rw,nosuid,nodev,noexec"
@@ -194,6 +201,10 @@ def container_kwargs(
         "runtime": config.docker_runtime,
         "ipc_mode": "private",
     }
+    if read_only_mounts:
+        kwargs["volumes"] = {
+            host: {"bind": inside, "mode": "ro"} for host, inside in read_only_mounts.items()
+        }
     return kwargs
 
 
