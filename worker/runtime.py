@@ -184,7 +184,7 @@ class ProgramRuntime:
             result_found=found,
             result=payload,
             result_text=done.result_line.decode(errors="replace")[len(RESULT_PREFIX) :].strip()
-            if found
+            if found and done.result_line is not None
             else None,
             tool_calls=bridge.records,
             limits_hit=limits,

@@ -85,7 +85,9 @@ class ToolBridge:
         seq = len(self.records) + 1
         began = time.perf_counter()
         request_id: Any = None
-        tool, args, kwargs = "?", [], {}
+        tool = "?"
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
         try:
             if header.get("oversize") is not None:
                 raise _Refusal(

@@ -15,6 +15,7 @@ SandboxUnavailableError and ModelUnavailableError (transient: the job is retried
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any, Protocol
@@ -84,7 +85,7 @@ def run_job(
         model = services.model_client(model_name, base_url)
         services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
-        message = str(e) if isinstance(e, InvalidSpecError) else _validation_text(e)
+        message = _validation_text(e) if isinstance(e, ValidationError) else str(e)
         audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
         return JobResult(
             job_id=job_id,
@@ -168,9 +169,7 @@ def run_job(
                 tools=allowed.names(),
                 job_id=job_id,
                 side_effect_memo={key: list(results) for key, results in memo.items()},
-                on_call=lambda record, n=number: audit.emit(
-                    AuditKind.TOOL_CALL, record.model_dump(mode="json"), n
-                ),
+                on_call=functools.partial(_emit_tool_call, audit, number),
             )
         except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
             error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
@@ -250,7 +249,7 @@ def _finish(
     model: str,
     audit: AuditSink,
 ) -> JobResult:
-    audit.emit("error", error.model_dump())
+    audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
     return JobResult(
         job_id=job_id,
         status=status,
@@ -270,6 +269,10 @@ def _account(phase: dict[str, float], run: RunResult) -> None:
     phase["run_s"] += run.timings.get("run_s", 0.0)
     phase["tool_s"] += run.timings.get("tool_s", 0.0)
     phase["sandbox_s"] += run.timings.get("total_s", 0.0)
+
+
+def _emit_tool_call(audit: AuditSink, attempt: int, record: ToolCallRecord) -> None:
+    audit.emit(AuditKind.TOOL_CALL, record.model_dump(mode="json"), attempt)
 
 
 def _attempt(number: int, program: str, reply: str, run: RunResult, failure: str | None) -> AttemptRecord:

@@ -34,7 +34,7 @@ try:  # the producer-only install has no docker SDK; fail closed with the instal
     import docker
     import docker.errors
 except ModuleNotFoundError:  # pragma: no cover - exercised by a test in a venv without docker
-    docker = None  # type: ignore[assignment]
+    docker = None
 
 DOCKER_MISSING = (
     "The 'docker' package is required for the sandbox. Install it with: pip install 'sandfleet[worker]'"

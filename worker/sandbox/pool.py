@@ -261,7 +261,7 @@ class SandboxPool:
                         break
                     pause = self._fill_paused_until - time.monotonic()
                     self._cond.wait(pause if pause > 0 else None)
-                if self._closed:
+                if self._closed or config is None:
                     return
             key = config.fingerprint()
             try:
