@@ -91,12 +91,12 @@ def measure(jobs: int, root: Path | None, run: Callable[[], None]) -> dict[str, 
 def inside_one_sandbox(runs: int, root: Path) -> dict[str, list[float]]:
     """CPU ms in a sandbox's own cgroup: agent start, then one run by exec or in place."""
     from sandfleet.core.config import SandboxConfig
-    from sandfleet.worker.sandbox.container import SandboxContainer
+    from sandfleet.worker.sandbox.backend import backend_named
 
     found: dict[str, list[float]] = {"agent start": [], "run, new interpreter": [], "run, in place": []}
     for _ in range(runs):
         for in_place in (False, True):
-            sandbox = SandboxContainer.start(SandboxConfig(), labels={"sandfleet.benchmark": "cpu_per_job"})
+            sandbox = backend_named().start(SandboxConfig(), labels={"sandfleet.benchmark": "cpu_per_job"})
             try:
                 cgroup = root / sandbox.id
                 started = cgroup_cpu_s(cgroup) or 0.0

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/engine_overhead.py [--jobs 200] [--pool-size 2] [--json]
 
-Runs the reference scenario (DESIGN.md) as ``--jobs`` jobs, one after another, through ``run_job``: a
+Runs the reference scenario (ARCHITECTURE.md) as ``--jobs`` jobs, one after another, through ``run_job``: a
 zero-latency replay server over HTTP answers with the reference program, the real ``openai`` client
 calls it, and every program runs in a fresh container from a warm pool, with the orders tool served
 from the host. For each job the JobResult's timings give

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/fleet_vs_churn.py [--jobs 100] [--rounds 3] [--sandboxes 4] [--pool-sizes 2]
 
 Raw churn: ``--sandboxes`` threads looping ``containers.run(remove=True)`` of the sandbox image with
-the sandbox's hardening (worker/loadtest/churn.py). Fleet: one local worker with ``--sandboxes``
+the sandbox's hardening (sandfleet/fleet/loadtest/churn.py). Fleet: one local worker with ``--sandboxes``
 slots, zero model latency, the program ``print("RESULT: 1")``, all jobs of a round at once.
 
 A shared 2-core host drifts by 5-10% from one minute to the next, more than the gap this measures,

@@ -4,7 +4,7 @@
 
 One local worker (4 slots, warm pool), zero model latency, ``print("RESULT: 1")``. Jobs go one at a
 time: submit, wait for the result, pause so the pool refills, next. Printed per phase (from the job
-record, see worker/loadtest/phases.py) and as the client saw it (submit call to result returned).
+record, see sandfleet/fleet/loadtest/phases.py) and as the client saw it (submit call to result returned).
 Target (issue 6): p50 under 150 ms end to end excluding model time, on 2 cores. Printed, not asserted.
 """
 

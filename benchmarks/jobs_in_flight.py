@@ -5,7 +5,7 @@
 One local worker, 4 sandbox slots, the model answering after ``--latency`` s, trivial program, all
 jobs at once. A job holds no container while it waits on the model, so the bound is
 ``latency + jobs / raw churn rate``, with raw churn (``docker run --rm`` at 4 at a time, see
-worker/loadtest/churn.py) measured in the same run. Targets (issue 6): wall time within 1.2 of the
+sandfleet/fleet/loadtest/churn.py) measured in the same run. Targets (issue 6): wall time within 1.2 of the
 bound, worker RSS under 1 GiB. Printed, not asserted.
 """
 

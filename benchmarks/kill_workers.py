@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from sandfleet.fleet.local_redis import RedisServer  # noqa: E402
-from tests.reliability.harness import Fleet, kill_round, sleeper_script  # noqa: E402
+from tests.reliability.harness import kill_round, reliability_fleet, sleeper_script  # noqa: E402
 
 
 def main() -> int:
@@ -35,7 +35,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="sf-kill-") as tmp:
         folder = Path(tmp)
         server = RedisServer(folder / "redis").start()
-        fleet = Fleet(server.url, folder / "fleet")
+        fleet = reliability_fleet(server.url, folder / "fleet")
         rounds = []
         try:
             fleet.start_worker()
@@ -52,7 +52,7 @@ def main() -> int:
                         flush=True,
                     )
         finally:
-            fleet.close()
+            fleet.stop()
             server.stop()
     redelivery = [r["redelivered_s"] for r in rounds if r["redelivered_s"] is not None]
     reaped = [r["reaped_s"] for r in rounds if r["reaped_s"] is not None]

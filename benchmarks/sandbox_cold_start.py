@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/sandbox_cold_start.py [--runs 30] [--runtimes runc,runsc] [--json]
 
 Per runtime and run, timed with time.perf_counter on the host:
-  start     SandboxContainer.start: create, attach, start, send the agent, wait for its hello
+  start     DockerBackend.start: create, attach, start, send the agent, wait for its hello
   execute   SandboxContainer.execute(["python3", "-c", "pass"]) in that container
   destroy   SandboxContainer.destroy: kill and remove it
   total     the three together, end to end
@@ -45,10 +45,10 @@ def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
 
 
 def one_sandbox(config: SandboxConfig, client: Any) -> dict[str, float]:
-    from sandfleet.worker.sandbox.container import SandboxContainer
+    from sandfleet.worker.sandbox.engine import DockerBackend
 
     began = time.perf_counter()
-    container = SandboxContainer.start(config, labels=LABELS, client=client)
+    container = DockerBackend(client).start(config, labels=LABELS)
     try:
         started = time.perf_counter()
         result = container.execute(COMMAND, timeout=30)

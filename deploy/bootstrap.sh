@@ -21,7 +21,7 @@ REDIS_LOG=${SANDFLEET_REDIS_LOG:-/var/log/sandfleet-redis.log}
 DOCKERD_PIDFILE=${SANDFLEET_DOCKERD_PIDFILE:-/var/run/docker.pid}
 REDIS_PORT=6379
 DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv"
+ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv linux-libc-dev"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 warn() { printf '\033[1;33m[bootstrap] warning:\033[0m %s\n' "$*" >&2; }
@@ -42,6 +42,8 @@ missing_packages() {
   command -v iptables >/dev/null || echo iptables
   command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server
   python3 -c 'import ensurepip, venv' 2>/dev/null || echo python3-venv
+  # The kernel's syscall numbers, against which the sandbox's seccomp table is tested.
+  [ -f /usr/include/asm-generic/unistd.h ] || echo linux-libc-dev
   # debootstrap verifies Debian's archive with Debian's key, which Ubuntu does not install.
   if is_ubuntu && [ ! -f "$DEBIAN_KEYRING" ]; then echo debian-archive-keyring; fi
 }

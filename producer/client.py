@@ -18,11 +18,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
 from pydantic import ValidationError
 
+from sandfleet.core.bundle import write_bundle
 from sandfleet.core.contracts import (
     FINAL_STATUSES,
     AuditEvent,
@@ -31,13 +33,21 @@ from sandfleet.core.contracts import (
     JobStatus,
     describe_validation_error,
 )
-from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.errors import (
+    InvalidSpecError,
+    JobNotFoundError,
+    QueueUnavailableError,
+)
+from sandfleet.core.key_registry import KeyRegistry, verification_ring
 from sandfleet.core.keys import FleetKeys, check_id
 from sandfleet.core.publish import JobPublisher, PublishError
 from sandfleet.core.queue import check_time_limits, describe_redis_error, make_app, redis_errors
 from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.settings import Settings, get_settings
+from sandfleet.core.signing import KeyRing
 from sandfleet.core.store import JobStore
+from sandfleet.core.verify import BatchVerdict, Verdict, VerdictState, verify_job, verify_jobs
+from sandfleet.producer.checked import CheckedResult, checked_result, unverified_error
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
 # Waiting for results: BLPOP in slices this long, re-reading the record between slices.
@@ -104,19 +114,28 @@ class JobHandle:
         with self.client.redis_errors():
             return self.client.reader.record(self.job_id)
 
-    def result(self, timeout: float | None = None) -> JobResult:
+    def result(self, timeout: float | None = None, *, verify: bool = True) -> JobResult:
         """Wait for the final record (at most ``timeout`` seconds; None: no limit) and return it.
+
+        With ``verify`` (the default) the record is served only if its audit chain proves it: the
+        seal's commitment matches the record, and every signature holds (keys: ``Client.key_ring``).
 
         Raises:
             TimeoutError: the job had not ended in time; the message names the job and its state.
+            UnverifiedResultError: the record and its chain disagree (the problems are named).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         done_key = self.client.keys.done(self.job_id)
         with self.client.redis_errors():
             while True:
-                found = self.client.reader.result(self.job_id)
-                if found is not None:
-                    return found
+                if self.client.reader.ended(self.job_id):
+                    if not verify:
+                        found = self.client.reader.result(self.job_id)
+                        assert found is not None
+                        return found
+                    checked = self.checked()
+                    assert checked.result is not None  # a verified final record
+                    return checked.result
                 left = WAIT_SLICE_S if deadline is None else deadline - time.monotonic()
                 if left <= 0:
                     status = self.client.reader.status(self.job_id)
@@ -127,15 +146,37 @@ class JobHandle:
                 if popped:  # put the signal back for any other waiter
                     self.client.redis.lpush(done_key, popped[1])
 
+    def checked(self) -> CheckedResult:
+        """The final result if its chain proves it; UnverifiedResultError if they disagree."""
+        with self.client.redis_errors():
+            evidence = self.client.reader.evidence(self.job_id)
+        checked = checked_result(evidence, self.client.key_ring())
+        if checked.verdict.state == VerdictState.MISSING:
+            raise JobNotFoundError(f"no record for job {self.job_id!r} (never submitted, or past retention)")
+        if checked.verdict.state == VerdictState.MISMATCHED:
+            raise unverified_error([checked])
+        return checked
+
     def audit(self) -> list[AuditEvent]:
         """The job's audit events, oldest first."""
         with self.client.redis_errors():
             return self.client.reader.audit(self.job_id)
 
-    def verify_audit(self) -> tuple[bool, int | None]:
-        """Whether the audit hash chain holds: ``(True, None)`` or ``(False, first_bad_index)``."""
+    def verify(self) -> Verdict:
+        """Check the job's record against its audit chain, and the chain's signatures."""
         with self.client.redis_errors():
-            return self.client.reader.verify_chain(self.job_id)
+            evidence = self.client.reader.evidence(self.job_id)
+        return verify_job(evidence, self.client.key_ring())
+
+    def verify_audit(self) -> tuple[bool, int | None]:
+        """``(True, None)`` if nothing disagrees (so far, for a running job), else ``(False, first bad
+        entry or None)``. :meth:`verify` says why."""
+        verdict = self.verify()
+        return verdict.holds, verdict.bad_index
+
+    def export(self, path: Path) -> Verdict:
+        """Write an audit bundle of this job to ``path``; returns its verdict at export time."""
+        return self.client.export_bundle([self.job_id], path).verdicts[0]
 
 
 class BatchHandle:
@@ -161,10 +202,30 @@ class BatchHandle:
         return BatchProgress(total=counts.pop("total") or len(self.job_ids), counts=counts)
 
     def results(self) -> list[JobResult | None]:
-        """Results in submission order (``job_ids`` order); None for a job still running."""
+        """Results in submission order (``job_ids`` order); None for a job still running.
+
+        Raises:
+            UnverifiedResultError: a finished job's record is not proven by its audit chain.
+        """
+        checked = self.checked_results()
+        if any(c.verdict.state == VerdictState.MISMATCHED for c in checked):
+            raise unverified_error(checked)
+        return [c.result for c in checked]
+
+    def checked_results(self) -> list[CheckedResult]:
+        """Every job's verdict and, when verified, its result, in submission order."""
         with self.client.redis_errors():
-            records = {r.job_id: r for r in self.client.reader.records(self.job_ids)}
-        return [records[j].result if j in records else None for j in self.job_ids]
+            evidences = self.client.reader.evidence_many(self.job_ids)
+        ring = self.client.key_ring()
+        return [checked_result(e, ring) for e in evidences]
+
+    def verify(self) -> BatchVerdict:
+        """Check every job of the batch (records against chains, signatures): verdicts and counts."""
+        return self.client.verify_jobs(self.job_ids)
+
+    def export(self, path: Path) -> BatchVerdict:
+        """Write an audit bundle of the batch's jobs to ``path``; returns their verdicts."""
+        return self.client.export_bundle(self.job_ids, path)
 
     def wait(
         self, timeout: float | None = None, on_progress: Callable[[BatchProgress], None] | None = None
@@ -201,7 +262,8 @@ class Client:
         self.redis = redis.Redis.from_url(
             self.redis_url, decode_responses=True, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S
         )
-        self.reader = RecordReader(self.redis, self.keys, self.settings.audit_secret)
+        self.reader = RecordReader(self.redis, self.keys)
+        self.registry = KeyRegistry(self.redis, self.keys)
         self.store = JobStore(self.redis, self.settings)
         self._app: Any = None
 
@@ -303,6 +365,28 @@ class Client:
         """Job records, newest first (a batch's in submission order), filtered by batch and status."""
         with self.redis_errors():
             return self.reader.records(self.reader.job_ids(batch, status, limit))
+
+    # -- verifying ----------------------------------------------------------------------------
+    def key_ring(self) -> KeyRing:
+        """The public keys to verify with: the pinned key set (``SANDFLEET_TRUSTED_KEYS``) plus the
+        revocations registered in Redis, or else the fleet's key register in Redis (not pinned)."""
+        with self.redis_errors():
+            return verification_ring(self.settings, self.registry)
+
+    def verify_jobs(self, job_ids: list[str], ring: KeyRing | None = None) -> BatchVerdict:
+        """Verdicts of ``job_ids`` (read in one snapshot), in that order."""
+        with self.redis_errors():
+            evidences = self.reader.evidence_many(job_ids)
+        return verify_jobs(evidences, ring or self.key_ring())
+
+    def export_bundle(self, job_ids: list[str], path: Path) -> BatchVerdict:
+        """Write the jobs' records, audit entries and the public keys to ``path`` (``sandfleet audit
+        --verify-file`` checks it offline); returns their verdicts at export time."""
+        with self.redis_errors():
+            evidences = self.reader.evidence_many(job_ids)
+        ring = self.key_ring()
+        write_bundle(path, evidences, ring, self.settings.key_prefix)
+        return verify_jobs(evidences, ring)
 
     # -- internals ----------------------------------------------------------------------------
     def redis_errors(self) -> AbstractContextManager[None]:

@@ -18,7 +18,8 @@ COMMANDS = {
     "submit": "sandfleet.producer.cli.jobs:submit",
     "batch": "sandfleet.producer.cli.jobs:batch",
     "result": "sandfleet.producer.cli.jobs:result",
-    "audit": "sandfleet.producer.cli.jobs:audit",
+    "audit": "sandfleet.producer.cli.audit:audit",
+    "keys": "sandfleet.producer.cli.keys:keys",
     "jobs": "sandfleet.producer.cli.jobs:jobs",
     # worker side (needs the worker extra)
     "doctor": "sandfleet.worker.cli.doctor:doctor",
@@ -27,6 +28,7 @@ COMMANDS = {
     "run": "sandfleet.worker.cli.run:run",
     "tools": "sandfleet.worker.cli.tools:tools",
     "ask": "sandfleet.worker.cli.ask:ask",
+    "compare": "sandfleet.worker.cli.compare:compare",
     "model-server": "sandfleet.worker.cli.model_server:model_server",
     "worker": "sandfleet.worker.cli.fleet:worker",
     "flower": "sandfleet.worker.cli.flower:flower",
@@ -55,7 +57,8 @@ class LazyGroup(click.Group):
                     f"`sandfleet {cmd_name}` needs the worker part. Install it with: pip install 'sandfleet[worker]'"
                 ) from e
             raise
-        return getattr(module, attr)
+        command: click.Command = getattr(module, attr)
+        return command
 
 
 def _importable(target: str) -> bool:

@@ -15,7 +15,10 @@ At the end of the session, any container labelled ``sandfleet.role`` that still 
 (as an error in the teardown of the last test), listing them. On an engine shared with other people's
 test runs their containers count too; CI's engine is private.
 
-Markers (docker, gvisor, redis, slow) are declared in pyproject.toml.
+Markers (docker, gvisor, redis, slow) are declared in pyproject.toml. ``docker``, ``gvisor`` and
+``redis`` are derived from the fixtures a test uses (directly or through other fixtures), so
+``pytest -m "not docker"`` runs exactly the tests that need no engine: a test that needs one must
+say so by using ``docker_engine`` (or a fixture built on it).
 """
 
 from __future__ import annotations
@@ -37,6 +40,23 @@ from sandfleet.fleet.local_redis import NO_PERSISTENCE, RedisServer, free_port  
 IN_CI = bool(os.environ.get("CI"))
 LEFTOVER_GRACE_S = 5.0  # containers being removed by a background thread get this long to go
 LABEL_ROLE = "sandfleet.role"  # as in sandfleet.worker.sandbox.engine; repeated so this file imports no SDK
+
+
+# fixture -> the markers a test using it gets
+FIXTURE_MARKERS = {
+    "docker_engine": ("docker",),
+    "gvisor": ("docker", "gvisor"),
+    "redis_server": ("redis",),
+    "redis_factory": ("redis",),
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count)."""
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for name in sorted({m for f in used & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[f]}):
+            item.add_marker(name)
 
 
 @pytest.fixture(name="skip_or_fail")

@@ -31,7 +31,9 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+from typing import IO, Any
 
 from sandfleet.core.errors import SandboxError
 
@@ -92,13 +94,20 @@ class ImageStep:
     build_args: Mapping[str, str] = field(default_factory=dict)
 
 
+class BuildStatus(StrEnum):
+    """What ``build_images`` did with one image."""
+
+    BUILT = "built"
+    SKIPPED = "skipped"  # its recipe label matched: unchanged, not rebuilt
+
+
 @dataclass(frozen=True)
 class BuildResult:
     """The outcome for one image. ``seconds`` is 0 for a skipped image."""
 
     name: str
     tag: str
-    status: str  # "built" | "skipped"
+    status: BuildStatus
     recipe: str
     seconds: float
     size_bytes: int
@@ -298,7 +307,7 @@ def build_images(
     for step in steps:
         found = inspect_image(step.tag)
         if if_changed and found and found[1] == step.recipe:
-            results.append(BuildResult(step.name, step.tag, "skipped", step.recipe, 0.0, found[2]))
+            results.append(BuildResult(step.name, step.tag, BuildStatus.SKIPPED, step.recipe, 0.0, found[2]))
             continue
         progress(f"{step.tag}: building")
         started = time.monotonic()
@@ -312,7 +321,7 @@ def build_images(
             raise SandboxError(f"{step.tag} was built but is not listed by the engine")
         if found and found[0] != now[0]:
             replaced.append(found[0])
-        results.append(BuildResult(step.name, step.tag, "built", step.recipe, seconds, now[2]))
+        results.append(BuildResult(step.name, step.tag, BuildStatus.BUILT, step.recipe, seconds, now[2]))
         progress(f"{step.tag}: built in {seconds:.1f} s, {format_size(now[2])}")
     for image_id in reversed(replaced):  # children first; images still in use stay
         _run(["docker", "image", "rm", image_id], check=False)
@@ -355,13 +364,16 @@ def _import_tree(step: ImageStep, rootfs: Path) -> None:
 
 
 def _run(
-    cmd: list[str], check: bool = True, env: Mapping[str, str] | None = None, stdin: object = None
+    cmd: list[str],
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    stdin: IO[Any] | int | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run a command, output captured; a failure raises SandboxError with its last lines."""
     try:
         proc = subprocess.run(
             cmd,
-            stdin=stdin,  # type: ignore[arg-type]
+            stdin=stdin,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

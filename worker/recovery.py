@@ -13,7 +13,7 @@ gives it back only after the whole visibility timeout. So each worker:
   worker killed between receiving a message and recording it) go back too.
 
 The job itself is idempotent by id: a redelivered job records a new delivery and ends with exactly
-one final record (worker/store). Containers of the dead worker are removed by the local reaper
+one final record (sandfleet/core/store.py). Containers of the dead worker are removed by the local reaper
 (their owner process is gone).
 """
 
@@ -33,6 +33,7 @@ import redis
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.keys import HEARTBEAT_TTL_S, FleetKeys
+from sandfleet.core.replies import text, text_list
 
 log = logging.getLogger("sandfleet.recovery")
 _PROCESS_STARTED = time.monotonic()  # this module is imported when the worker process starts
@@ -104,13 +105,13 @@ class WorkerPresence:
         started = time.time() - time.monotonic() + _PROCESS_STARTED
         key = self._keys.worker_held(self.name)
         for raw_tag, raw_job in self._redis.hgetall(key).items():
-            tag = _text(raw_tag)
+            tag = text(raw_tag)
             delivered = self._redis.zscore(KOMBU_UNACKED_INDEX, tag)
             if delivered is None or delivered < started:
                 restored = _restore(self._app, self._redis, tag)
                 self._redis.hdel(key, tag)
                 if restored:
-                    log.warning("job %s held by this worker's previous process: handed back", _text(raw_job))
+                    log.warning("job %s held by this worker's previous process: handed back", text(raw_job))
 
     def beat(self) -> None:
         pipe = self._redis.pipeline()
@@ -132,7 +133,7 @@ class WorkerPresence:
         pipe.exists(self._keys.heartbeat(worker))
         pipe.hvals(self._keys.worker_held(worker))
         alive, held = pipe.execute()
-        return bool(alive) and job_id in {_text(v) for v in held}
+        return bool(alive) and job_id in {text(v) for v in held}
 
     def hold(self, delivery_tag: str, job_id: str) -> None:
         self._redis.hset(self._keys.worker_held(self.name), delivery_tag, job_id)
@@ -164,7 +165,7 @@ class WorkerPresence:
         Safe against races: kombu records a delivery in ``unacked`` before the worker sees it.
         """
         key = self._keys.worker_held(self.name)
-        tags = [_text(t) for t in self._redis.hkeys(key)]
+        tags = [text(t) for t in self._redis.hkeys(key)]
         if not tags:
             return
         pipe = self._redis.pipeline()
@@ -249,7 +250,7 @@ def sweep(
         live_tags: set[str] = set()
         for raw in client.smembers(keys.workers):
             name = raw.decode() if isinstance(raw, bytes) else raw
-            held = {_text(k): _text(v) for k, v in client.hgetall(keys.worker_held(name)).items()}
+            held = {text(k): text(v) for k, v in client.hgetall(keys.worker_held(name)).items()}
             if name == me or client.exists(keys.heartbeat(name)):
                 live_tags.update(held)
                 continue
@@ -272,18 +273,17 @@ def sweep(
             pipe.execute()
             log.warning("worker %s stopped beating; %d job(s) handed back", name, len(held))
         ceiling = time.time() - orphan_after_s
-        for raw_tag in client.zrangebyscore(KOMBU_UNACKED_INDEX, 0, ceiling):
-            tag = _text(raw_tag)
+        for tag in text_list(client.zrangebyscore(KOMBU_UNACKED_INDEX, 0, ceiling)):
             if tag in live_tags or tag in {t for t, _ in report.restored}:
                 continue
-            raw = client.hget(KOMBU_UNACKED, tag)
-            if raw is None or _routing_key(raw) != queue:
+            message = client.hget(KOMBU_UNACKED, tag)
+            if message is None or _routing_key(text(message)) != queue:
                 continue
             if _restore(app, client, tag):
                 report.orphans.append(tag)
             log.warning("unacknowledged message %s held by no live worker: handed back", tag)
     finally:
-        if _text(client.get(keys.recovery_lock) or b"") == token:
+        if text(client.get(keys.recovery_lock) or b"") == token:
             client.delete(keys.recovery_lock)
     return report
 
@@ -324,7 +324,7 @@ def lost_jobs(client: redis.Redis, keys: FleetKeys, queue: str, *, min_age_s: fl
     if not candidates:
         return []
     present = message_job_ids(client, queue)
-    return [job_id for job_id in map(_text, candidates) if job_id not in present]
+    return [job_id for job_id in map(text, candidates) if job_id not in present]
 
 
 def _message_id(raw: Any) -> str:
@@ -350,7 +350,3 @@ def _routing_key(raw: bytes | str) -> str | None:
         return routing_key
     except (ValueError, TypeError):
         return None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value

@@ -1,36 +1,74 @@
 """Re-running a finished job's final program with its recorded tool results: no tool, no model.
 
-The final attempt's tool calls come from the job's audit stream (``tool_call`` events); the bridge
-serves each call from them (same order, same tool, same arguments, else the call fails), so the
-program sees exactly what it saw the first time. A deterministic program must print the same RESULT.
+A job is replayed only once its record is proven by its audit chain (:mod:`sandfleet.core.verify`).
+The final attempt's tool calls come from the chain (``tool_call`` events); the bridge serves each call
+from them (same order, same tool, same arguments, else the call fails), so the program sees exactly
+what it saw the first time. A deterministic program must print the same RESULT, and the replay
+compares it three ways: with the result the record serves (what ``sandfleet result`` prints), with the
+seal's commitment to that result, and with the RESULT digest the chain recorded for the run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
+from sandfleet.core.chain import canonical_json, sha256_hex
 from sandfleet.core.config import SandboxConfig
-from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, ToolCallRecord
-from sandfleet.core.errors import InvalidSpecError
+from sandfleet.core.contracts import AuditEvent, AuditKind, JobStatus, ToolCallRecord
+from sandfleet.core.records import JobRecord
+from sandfleet.core.signing import KeyRing
+from sandfleet.core.verify import JobEvidence, Verdict, VerdictState, verify_job
 from sandfleet.worker.runtime import ProgramRuntime, RunResult
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
 
+class ReplayState(StrEnum):
+    MATCH = "match"  # the replay printed the served, sealed RESULT
+    DIFFERENT = "different"  # it printed something else (or nothing)
+    UNVERIFIED = "unverified"  # record and chain disagree: not replayed
+    SKIPPED = "skipped"  # nothing to reproduce: the job did not succeed, or has no final program
+    MISSING = "missing"  # no record, or the job has not ended
+    FAILED = "failed"  # the replay itself could not run (no engine, no image): nothing was compared
+
+
 @dataclass(frozen=True)
 class ReplayOutcome:
-    matches: bool
-    recorded: Any
-    replayed: Any
-    run: RunResult
+    """What replaying one job found. ``served`` is the record's result, ``replayed`` the replay's."""
+
+    job_id: str
+    state: ReplayState
+    verdict: Verdict
+    served: Any = None
+    replayed: Any = None
+    sealed_sha256: str | None = None  # the seal's digest of the result field
+    run_sha256: str | None = None  # the chain's digest of the final run's RESULT
+    reason: str = ""
+    run: RunResult | None = None
+
+    @property
+    def matches(self) -> bool:
+        return self.state == ReplayState.MATCH
 
     def describe(self) -> str:
-        if self.matches:
-            return "match: the replayed program printed the recorded RESULT"
-        return f"DIFFERENT: recorded RESULT {self.recorded!r}, replayed RESULT {self.replayed!r}" + (
-            f" ({self.run.failure()})" if self.run.failure() else ""
-        )
+        if self.state == ReplayState.MATCH:
+            return "match: the replayed program printed the RESULT the record serves and the chain seals"
+        if self.state == ReplayState.DIFFERENT:
+            return f"DIFFERENT: {self.reason}"
+        return f"{self.state.value}: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "state": self.state.value,
+            "match": self.matches,
+            "verified": self.verdict.verified,
+            "served": self.served,
+            "replayed": self.replayed,
+            "reason": self.reason,
+        }
 
 
 def recorded_calls(events: list[AuditEvent], attempt: int) -> list[ToolCallRecord]:
@@ -38,7 +76,7 @@ def recorded_calls(events: list[AuditEvent], attempt: int) -> list[ToolCallRecor
     return [
         ToolCallRecord.model_validate(e.data)
         for e in events
-        if e.kind == "tool_call" and e.attempt == attempt
+        if e.kind == AuditKind.TOOL_CALL and e.attempt == attempt
     ]
 
 
@@ -56,17 +94,34 @@ def placeholder_registry(names: list[str]) -> ToolRegistry:
     return ToolRegistry.from_functions([make(n) for n in names])
 
 
-def replay_job(
-    spec: JobSpec, result: JobResult, events: list[AuditEvent], pool: SandboxPool
-) -> ReplayOutcome:
-    """Re-run ``result``'s final program in a fresh sandbox with its recorded tool results."""
-    if not result.final_program or not result.attempts:
-        raise InvalidSpecError(f"job {result.job_id} has no final program to replay ({result.status.value})")
+def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool) -> ReplayOutcome:
+    """Verify one job, then re-run its final program in a fresh sandbox from ``pool``.
+
+    Raises only for infrastructure (SandboxError, SandboxUnavailableError), like ProgramRuntime.run.
+    """
+    verdict = verify_job(evidence, ring)
+    if verdict.state == VerdictState.MISMATCHED:
+        return ReplayOutcome(
+            evidence.job_id, ReplayState.UNVERIFIED, verdict, reason="; ".join(verdict.problems)
+        )
+    if verdict.state != VerdictState.VERIFIED:
+        why = (
+            "no record"
+            if verdict.state == VerdictState.MISSING
+            else f"the job has not ended ({verdict.status})"
+        )
+        return ReplayOutcome(evidence.job_id, ReplayState.MISSING, verdict, reason=why)
+    record = JobRecord.from_hash(evidence.record)
+    result, spec = record.result, record.spec
+    assert result is not None and spec is not None  # a verified final record has both
+    if result.status != JobStatus.SUCCEEDED or not result.final_program:
+        why = f"the job {result.status.value} with no RESULT to reproduce"
+        return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, served=result.result, reason=why)
+    events = [AuditEvent.model_validate_json(entry.event) for entry in evidence.entries]
     final = next(a for a in reversed(result.attempts) if a.program == result.final_program)
     calls = recorded_calls(events, final.number)
     tools = sorted({c.tool for c in calls} | set(spec.tools))
-    runtime = ProgramRuntime(pool, placeholder_registry(tools))
-    run = runtime.run(
+    run = ProgramRuntime(pool, placeholder_registry(tools)).run(
         result.final_program,
         config=SandboxConfig.model_validate(spec.sandbox),
         settings=spec.code_action,
@@ -74,10 +129,40 @@ def replay_job(
         job_id=result.job_id,
         replay=calls,
     )
-    recorded = final.result if final.result_found else None
-    return ReplayOutcome(
-        matches=run.result_found and run.result == recorded,
-        recorded=recorded,
+    sealed = events[-1].data["record"]["fields"].get("result")
+    run_digest = next(
+        (
+            e.data.get("result_sha256")
+            for e in reversed(events)
+            if e.kind == AuditKind.SANDBOX_RUN and e.attempt == final.number
+        ),
+        None,
+    )
+    outcome = ReplayOutcome(
+        evidence.job_id,
+        ReplayState.MATCH,
+        verdict,
+        served=result.result,
         replayed=run.result if run.result_found else None,
+        sealed_sha256=sealed,
+        run_sha256=run_digest,
         run=run,
     )
+    problem = _difference(outcome, run)
+    if problem:
+        return ReplayOutcome(**{**outcome.__dict__, "state": ReplayState.DIFFERENT, "reason": problem})
+    return outcome
+
+
+def _difference(outcome: ReplayOutcome, run: RunResult) -> str:
+    """Why the replay does not reproduce the job, or "" when it does on all three counts."""
+    if not run.result_found:
+        return f"the replay printed no RESULT ({run.failure() or 'no RESULT line'})"
+    digest = sha256_hex(canonical_json(run.result))
+    if run.result != outcome.served:
+        return f"the record serves {outcome.served!r}, the replay printed {run.result!r}"
+    if digest != outcome.sealed_sha256:
+        return "the replayed RESULT is not the one the chain's seal commits to"
+    if outcome.run_sha256 is not None and digest != outcome.run_sha256:
+        return "the replayed RESULT is not the one the chain recorded for the final run"
+    return ""

@@ -62,6 +62,7 @@ class RunResult:
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     limits_hit: list[Limit] = field(default_factory=list)
     oom_killed: bool = False
+    agent_killed: bool = False  # the program killed its sandbox's agent process (not a limit)
     error: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -184,11 +185,12 @@ class ProgramRuntime:
             result_found=found,
             result=payload,
             result_text=done.result_line.decode(errors="replace")[len(RESULT_PREFIX) :].strip()
-            if found
+            if found and done.result_line is not None
             else None,
             tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
             limits_hit=limits,
             oom_killed=done.oom_killed,
+            agent_killed=done.agent_killed,
             error=error,
             container_id=container.id,
             runtime=container.runtime,

@@ -1,4 +1,4 @@
-"""The reference scenario (DESIGN.md): 500 software orders for Jan-Sep 2026 and one question about them.
+"""The reference scenario (ARCHITECTURE.md): 500 software orders for Jan-Sep 2026 and one question about them.
 
 Tests, benchmarks and ``sandfleet demo`` share it: the generator is deterministic, the expected answer is
 computed here in plain Python, and ``REFERENCE_PROGRAM`` is a correct program to run under the runtime.
@@ -48,7 +48,7 @@ print("RESULT: " + json.dumps({region: round(total, 2) for region, total in rank
 
 
 def generate_orders(seed: int = REFERENCE_SEED) -> list[dict[str, Any]]:
-    """The orders, as DESIGN.md specifies them: same seed, same rows, on every Python 3.
+    """The orders, as ARCHITECTURE.md specifies them: same seed, same rows, on every Python 3.
 
     The random calls per order are, in this order: ``randrange(273)`` for the day, ``choice`` of product,
     ``choice`` of region, ``randint(1, 12)`` for the quantity. A private ``random.Random(seed)`` gives the

@@ -1,6 +1,7 @@
 """Everything one worker process owns, in one object, started in order and stopped in reverse.
 
-A worker process holds: the job store (Redis), its presence in the fleet (heartbeat, held
+A worker process holds: the job store (Redis), its signing key (every audit event and final record
+it writes is signed with it), its presence in the fleet (heartbeat, held
 messages, recovery sweeps, which also reap containers left by dead workers), the engine's
 services (sandbox pool, tools, model clients; started on the first job) and the count of
 deliveries running here. :class:`WorkerState` owns all of them, so no module keeps process state
@@ -8,7 +9,7 @@ in globals; the Celery app made by :func:`sandfleet.worker.celery_app.create_app
 calls :meth:`WorkerState.start` when the worker is ready and :meth:`WorkerState.stop` when it
 shuts down (after its pool drained), like arq's ``on_startup``/``on_shutdown``.
 
-Start order: store, presence. Stop order, the reverse of what was started: engine services
+Start order: store, signing key (loaded, or made, and registered), presence. Stop order, the reverse of what was started: engine services
 (drain the sandbox pool) first, then presence (withdraw the heartbeat: a clean exit).
 """
 
@@ -23,10 +24,12 @@ from typing import Any
 
 from sandfleet.core.audit import RedisAuditSink
 from sandfleet.core.contracts import JobResult, JobSpec
+from sandfleet.core.key_registry import KeyRegistry, start_signer
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.publish import JobPublisher
 from sandfleet.core.queue import queue_name
-from sandfleet.core.settings import DEV_AUDIT_SECRET_WARNING, Settings
+from sandfleet.core.settings import Settings
+from sandfleet.core.signing import FileSigner
 from sandfleet.core.store import JobStore
 from sandfleet.worker.recovery import SweepReport, WorkerPresence
 
@@ -101,12 +104,29 @@ class WorkerState:
                 self._store = JobStore.from_settings(self.settings)
             return self._store
 
+    def load_signer(self, name: str) -> FileSigner:
+        """Load (or make) worker ``name``'s signing key and register its public key; the store signs
+        with it from now on. ``sandfleet worker`` calls this before consuming, so a worker whose key
+        is unusable (unreadable, revoked) refuses to start.
+
+        Raises:
+            SigningKeyError: the key file cannot be read or written, or the key is revoked.
+        """
+        store = self.store
+        if store.signer is None or store.signer.worker != name:
+            signer = start_signer(
+                self.settings, name, KeyRegistry(store.redis, FleetKeys(self.settings.key_prefix))
+            )
+            store.signer = signer
+            log.info("worker %s signs with key %s (%s)", name, signer.key.key_id, signer.path)
+        assert isinstance(store.signer, FileSigner)
+        return store.signer
+
     def start(self, name: str) -> None:
         """Announce this worker (heartbeat, recovery sweeps); called once the worker consumes."""
         from sandfleet.worker.sandbox.spec import Owner
 
-        if self.settings.uses_dev_audit_secret:
-            log.warning(DEV_AUDIT_SECRET_WARNING)
+        self.load_signer(name)
         store = self.store
         publisher = JobPublisher(self.app, self.settings)
         presence = WorkerPresence(

@@ -12,7 +12,11 @@ One delivery:
    each time: record the job failed and stop;
 2. skip it if the job already ended (a duplicate) or has no record (withdrawn, expired, forged);
 3. validate the spec (an invalid one is recorded refused), mark the job running;
-4. run the engine; write its JobResult as the final record.
+4. run the engine; write its JobResult as the final record, sealing the job's audit chain with the
+   worker's signature in the same step (:meth:`JobStore.finish`).
+
+Every audit event and final record is signed with the worker's key (``store.signer``), so a store
+without one refuses to run a delivery.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
-from sandfleet.core.audit import RedisAuditSink
+from sandfleet.core.chain import sha256_hex
 from sandfleet.core.contracts import AuditKind, ErrorKind, JobSpec, JobStatus, describe_validation_error
 from sandfleet.core.errors import ModelUnavailableError, ToolServerUnavailableError, TransientError
 from sandfleet.core.keys import check_id
@@ -72,6 +76,7 @@ def run_delivery(
         redis.RedisError: the records cannot be written; the caller should retry the delivery.
     """
     settings = store.settings
+    worker = worker or (store.signer.worker if store.signer else "")
     try:
         check_id(job_id)
     except ValueError as e:
@@ -90,14 +95,12 @@ def run_delivery(
         store.record_rejected("duplicate delivery while the job runs", job_id=job_id, worker=record.worker)
         log.info("job %s: duplicate delivery while it runs on %s: dropped", job_id, record.worker)
         return None
-    audit = RedisAuditSink(store.redis, settings, job_id)
+    audit = store.audit_sink(job_id)
 
     def finish(status: JobStatus, kind: ErrorKind, message: str) -> JobStatus:
-        if not _ended(store, job_id):  # a late duplicate adds no second final event
-            audit.emit(
-                AuditKind.STATE, {"status": status.value, "error": {"kind": kind.value, "message": message}}
-            )
-        store.finish_with_error(job_id, status, kind, message, worker=worker)
+        store.finish_with_error(
+            job_id, status, kind, message, worker=worker
+        )  # a late duplicate writes nothing
         return status
 
     if deliveries > settings.max_deliveries:
@@ -112,7 +115,14 @@ def run_delivery(
     if store.mark_running(job_id, worker) != Transition.APPLIED:
         return None
     audit.emit(
-        AuditKind.STATE, {"status": "running", "worker": worker, "delivery": deliveries, "retries": retries}
+        AuditKind.STATE,
+        {
+            "status": "running",
+            "worker": worker,
+            "delivery": deliveries,
+            "retries": retries,
+            "spec_sha256": sha256_hex(spec.model_dump_json()),
+        },
     )
     try:
         result = run(spec, job_id, audit)
@@ -130,9 +140,7 @@ def run_delivery(
     except Exception as e:
         log.exception("job %s: the engine raised", job_id)
         return finish(JobStatus.FAILED, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
-    if not _ended(store, job_id):  # a late duplicate adds no second final event
-        audit.emit(AuditKind.STATE, {"status": result.status.value})
-    store.finish(job_id, result, worker=worker)
+    store.finish(job_id, result, worker=worker)  # the seal: one per job, whoever finishes first
     return result.status
 
 
@@ -145,15 +153,11 @@ def _unavailable(error: TransientError) -> tuple[str, ErrorKind]:
     return "sandbox unavailable", ErrorKind.SANDBOX_UNAVAILABLE
 
 
-def _ended(store: JobStore, job_id: str) -> bool:
-    status = store.status(job_id)
-    return status is not None and status.is_final
-
-
 def register_task(app: Celery, state: WorkerState) -> None:
     """Add ``sandfleet.run_job`` to the worker's app; it runs each delivery with ``state``."""
 
-    @app.task(name=TASK_NAME, bind=True, max_retries=DEFAULT_TRANSIENT_RETRIES)
+    # shared=False: the task belongs to this app (and its state) only, not to every app made later.
+    @app.task(name=TASK_NAME, bind=True, max_retries=DEFAULT_TRANSIENT_RETRIES, shared=False)
     def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
         """Run one job; returns ``{"job_id", "status"}`` (shown by Flower; the record has the rest)."""
         settings = state.settings

@@ -1,7 +1,11 @@
-"""``sandfleet submit | batch | result | audit | jobs``: the producer's commands.
+"""``sandfleet submit | batch | result | jobs``: the producer's commands (``audit`` is in audit.py).
 
 Exit codes: 0 done (the job succeeded), 1 the job ended otherwise or Redis failed, 2 bad input
-(nothing enqueued), 3 the job has not ended yet (or did not within --timeout).
+(nothing enqueued), 3 the job has not ended yet (or did not within --timeout), 4 the final record
+is not the one its audit chain proves (it is not shown).
+
+Every result shown or exported is verified first (``Client``, ``JobHandle.checked``): with the key
+set pinned by ``--keys``/``SANDFLEET_TRUSTED_KEYS``, else with the fleet's key register in Redis.
 """
 
 from __future__ import annotations
@@ -17,21 +21,40 @@ from typing import Any
 
 import click
 
-from sandfleet.core.contracts import JobResult, JobSpec, JobStatus
-from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.contracts import JobMode, JobResult, JobSpec, JobStatus
+from sandfleet.core.errors import (
+    InvalidSpecError,
+    JobNotFoundError,
+    QueueUnavailableError,
+    SigningKeyError,
+    UnverifiedResultError,
+)
 from sandfleet.core.options import parse_options, sandbox_option
+from sandfleet.core.settings import get_settings
+from sandfleet.core.verify import VerdictState
+from sandfleet.producer.checked import CheckedResult
 from sandfleet.producer.client import BatchProgress, Client, build_spec
 
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
 EXIT_NOT_DONE = 3
+EXIT_UNVERIFIED = 4
 MAX_ERRORS_SHOWN = 20
 # CSV cells of these JobSpec fields hold JSON; ``tools`` is comma-separated; the rest are text.
-JSON_COLUMNS = ("history", "sandbox", "code_action", "metadata")
+JSON_COLUMNS = ("history", "sandbox", "code_action", "tool_loop", "metadata")
 
 
 class BadInputError(click.ClickException):
     exit_code = EXIT_BAD_INPUT
+
+
+mode_option = click.option(
+    "--mode",
+    type=click.Choice([m.value for m in JobMode]),
+    default=None,
+    help="code-action (default: one program per attempt, in a fresh sandbox), shell (a tool loop with a "
+    "session sandbox) or chat (a tool loop, no sandbox: the baseline).",
+)
 
 
 @contextmanager
@@ -41,8 +64,35 @@ def cli_errors() -> Iterator[None]:
         yield
     except InvalidSpecError as e:
         raise BadInputError(f"{e}\nnothing was enqueued") from None
+    except SigningKeyError as e:  # a key set that cannot be read
+        raise BadInputError(str(e)) from None
     except (QueueUnavailableError, JobNotFoundError) as e:
         raise click.ClickException(str(e)) from None
+
+
+def client_for(keys: Path | None) -> Client:
+    """A client that verifies with the key set in ``keys`` when given (else the settings' choice)."""
+    settings = get_settings()
+    if keys is not None:
+        settings = settings.model_copy(update={"trusted_keys": str(keys)})
+    return Client(settings=settings)
+
+
+keys_option = click.option(
+    "--keys",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Verify with this key set only (from `sandfleet keys export`); default: SANDFLEET_TRUSTED_KEYS, "
+    "else the keys registered in Redis.",
+)
+
+
+def refuse_unverified(job_id: str, error: UnverifiedResultError, as_json: bool) -> None:
+    """Say why a record is not served, and exit 4."""
+    if as_json:
+        click.echo(json.dumps({"job_id": job_id, "verified": False, "problems": error.problems}))
+    click.echo(f"refused: {error}", err=True)
+    sys.exit(EXIT_UNVERIFIED)
 
 
 def payload_text(value: Any) -> str:
@@ -51,9 +101,9 @@ def payload_text(value: Any) -> str:
 
 
 def show_result(result: JobResult, as_json: bool) -> None:
-    """Print a final result and exit 0 if it succeeded, else 1 with the error on stderr."""
+    """Print a verified final result and exit 0 if it succeeded, else 1 with the error on stderr."""
     if as_json:
-        click.echo(result.model_dump_json())
+        click.echo(json.dumps({**result.model_dump(mode="json"), "verified": True}, ensure_ascii=False))
     elif result.result is not None:
         click.echo(payload_text(result.result))
     if result.status != JobStatus.SUCCEEDED:
@@ -67,6 +117,7 @@ def show_result(result: JobResult, as_json: bool) -> None:
 @click.argument("question")
 @click.option("--tools", default="", help="Comma-separated names of the tools the job may call.")
 @click.option("--model", default=None, help="provider:model (default: the worker's).")
+@mode_option
 @sandbox_option
 @click.option("--exec-timeout", type=float, default=None, help="Seconds one program may run.")
 @click.option("--max-repairs", type=int, default=None, help="Programs rewritten after a failure.")
@@ -79,6 +130,7 @@ def submit(
     question: str,
     tools: str,
     model: str | None,
+    mode: str | None,
     options: tuple[str, ...],
     exec_timeout: float | None,
     max_repairs: int | None,
@@ -101,6 +153,8 @@ def submit(
     fields: dict[str, Any] = {"tools": split_list(tools), "sandbox": parse_options(options)}
     if model:
         fields["model"] = model
+    if mode:
+        fields["mode"] = mode
     if code_action:
         fields["code_action"] = code_action
     if batch_id:
@@ -115,6 +169,8 @@ def submit(
         except TimeoutError as e:
             click.echo(str(e), err=True)
             sys.exit(EXIT_NOT_DONE)
+        except UnverifiedResultError as e:
+            refuse_unverified(job.job_id, e, as_json)
     show_result(result, as_json)
 
 
@@ -153,7 +209,8 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, dict[str, Any] | str]]:
             f"the CSV file needs a 'question' column; it has {reader.fieldnames or 'no header'}"
         )
     for row in reader:
-        number, fields, problems = reader.line_num, {}, []
+        number, problems = reader.line_num, []
+        fields: dict[str, Any] = {}
         for column, cell in row.items():
             if column is None or cell is None or (cell == "" and column != "question"):
                 if column is None:
@@ -171,15 +228,18 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, dict[str, Any] | str]]:
         yield number, "; ".join(problems) if problems else fields
 
 
-def load_specs(path: Path) -> list[tuple[int, JobSpec]]:
-    """Every row validated; BadInputError listing each bad row by line number (field and reason)."""
+def load_specs(path: Path, defaults: dict[str, Any] | None = None) -> list[tuple[int, JobSpec]]:
+    """Every row validated; BadInputError listing each bad row by line number (field and reason).
+
+    ``defaults`` are fields for every row that lacks them (a row's own columns win).
+    """
     specs, errors = [], []
     for number, row in read_rows(path):
         if isinstance(row, str):
             errors.append(f"line {number}: {row}")
             continue
         try:
-            specs.append((number, build_spec(row)))
+            specs.append((number, build_spec({**(defaults or {}), **row})))
         except InvalidSpecError as e:
             errors.append(f"line {number}: {str(e).removeprefix('invalid job spec: ')}")
     if errors:
@@ -192,23 +252,42 @@ def load_specs(path: Path) -> list[tuple[int, JobSpec]]:
     return specs
 
 
-def write_results(path: Path, rows: list[tuple[int, str, JobSpec, JobResult | None]]) -> None:
-    """Results as JSONL (the whole JobResult per line) or CSV (line, job_id, question, status, result, error)."""
+def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]]) -> None:
+    """Results as JSONL (the whole JobResult per line, and ``verified``) or CSV (line, job_id, question,
+    status, verified, result, error). A record its chain does not prove is written with
+    ``verified: false`` and the problems, never with its payload."""
     with path.open("w", newline="", encoding="utf-8") as f:
         if path.suffix.lower() == ".csv":
             writer = csv.writer(f)
-            writer.writerow(["line", "job_id", "question", "status", "result", "error"])
-            for number, job_id, spec, result in rows:
-                status = result.status.value if result else "unfinished"
+            writer.writerow(["line", "job_id", "question", "status", "verified", "result", "error"])
+            for number, job_id, spec, checked in rows:
+                result = checked.result
+                status = result.status.value if result else _row_status(checked)
                 value = "" if result is None or result.result is None else payload_text(result.result)
                 error = f"{result.error.kind}: {result.error.message}" if result and result.error else ""
-                writer.writerow([number, job_id, spec.question, status, value, error])
+                if checked.verdict.state == VerdictState.MISMATCHED:
+                    error = "not proven by the audit chain: " + "; ".join(checked.verdict.problems)
+                writer.writerow(
+                    [number, job_id, spec.question, status, str(checked.verified).lower(), value, error]
+                )
             return
-        for number, job_id, spec, result in rows:
-            data = result.model_dump(mode="json") if result else {"job_id": job_id, "status": "unfinished"}
+        for number, job_id, spec, checked in rows:
+            if checked.result is not None:
+                data = {**checked.result.model_dump(mode="json"), "verified": True}
+            else:
+                data = {"job_id": job_id, "status": _row_status(checked), "verified": False}
+                if checked.verdict.state == VerdictState.MISMATCHED:
+                    data["problems"] = checked.verdict.problems
             f.write(
                 json.dumps({"line": number, "question": spec.question, **data}, ensure_ascii=False) + "\n"
             )
+
+
+def _row_status(checked: CheckedResult) -> str:
+    """A row's status when there is no verified result: unfinished, or the state of the verdict."""
+    if checked.verdict.state == VerdictState.UNFINISHED:
+        return "unfinished"
+    return "unverified" if checked.verdict.state == VerdictState.MISMATCHED else "missing"
 
 
 @click.command()
@@ -219,15 +298,19 @@ def write_results(path: Path, rows: list[tuple[int, str, JobSpec, JobResult | No
 @click.option("--wait", is_flag=True, help="Wait for every job, showing progress.")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait (default: no limit).")
 @click.option("--batch-id", default=None, help="The batch id (default: a new one).")
-def batch(file: Path, out: Path | None, wait: bool, timeout: float | None, batch_id: str | None) -> None:
+@mode_option
+def batch(
+    file: Path, out: Path | None, wait: bool, timeout: float | None, batch_id: str | None, mode: str | None
+) -> None:
     """Submit every row of FILE (JSONL: a JobSpec per line; CSV: a `question` column) as one batch.
 
     Every row is validated first: a bad row is reported by line number and nothing is enqueued.
-    CSV columns are JobSpec fields: `tools` comma-separated, history/sandbox/code_action/metadata as JSON.
+    CSV columns are JobSpec fields: `tools` comma-separated, history/sandbox/code_action/tool_loop/metadata
+    as JSON. --mode applies to the rows that name no mode of their own.
     """
     if out is not None and out.suffix.lower() not in (".jsonl", ".ndjson", ".json", ".csv"):
         raise BadInputError(f"--out {out}: use a .jsonl or a .csv file")
-    rows = load_specs(file)
+    rows = load_specs(file, {"mode": mode} if mode else None)
     with cli_errors(), Client() as client:
         handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id)
         click.echo(handle.batch_id)
@@ -238,15 +321,21 @@ def batch(file: Path, out: Path | None, wait: bool, timeout: float | None, batch
             wait_with_bar(handle, timeout)
         except TimeoutError as e:
             click.echo(str(e), err=True)
-        results = handle.results()
+        except UnverifiedResultError:
+            pass  # reported per row below
+        checked = handle.checked_results()
     if out is not None:
-        jobs = zip(rows, handle.job_ids, results, strict=True)
-        write_results(out, [(number, job_id, spec, result) for (number, spec), job_id, result in jobs])
+        jobs = zip(rows, handle.job_ids, checked, strict=True)
+        write_results(out, [(number, job_id, spec, c) for (number, spec), job_id, c in jobs])
         click.echo(f"results written to {out}", err=True)
-    finished = [r for r in results if r is not None]
+    finished = [c.result for c in checked if c.result is not None]
     counts = {s.value: sum(r.status == s for r in finished) for s in JobStatus}
     click.echo(str(BatchProgress(total=len(handle), counts=counts)), err=True)
-    if len(finished) < len(results):
+    unverified = [c for c in checked if c.verdict.state == VerdictState.MISMATCHED]
+    if unverified:
+        click.echo(f"{len(unverified)} result(s) not proven by their audit chains (not shown)", err=True)
+        sys.exit(EXIT_UNVERIFIED)
+    if len(finished) < len(checked):
         sys.exit(EXIT_NOT_DONE)
     if any(r.status != JobStatus.SUCCEEDED for r in finished):
         sys.exit(EXIT_JOB_FAILED)
@@ -264,50 +353,31 @@ def wait_with_bar(handle: Any, timeout: float | None) -> None:
         handle.wait(timeout=timeout, on_progress=on_progress)
 
 
-# -- result, audit, jobs ----------------------------------------------------------------------------
+# -- result, jobs -----------------------------------------------------------------------------------
 @click.command()
 @click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Print the whole JobResult as JSON.")
-def result(job_id: str, as_json: bool) -> None:
-    """Print the RESULT payload of a finished job (exit 3 while it is still queued or running)."""
-    with cli_errors(), Client() as client:
-        record = client.get(job_id).record()
-    if record.result is None:
-        click.echo(f"job {job_id} is {record.status.value}", err=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the whole JobResult as JSON, with `verified`.")
+@keys_option
+def result(job_id: str, as_json: bool, keys: Path | None) -> None:
+    """Print the RESULT payload of a finished job, once its audit chain proves it.
+
+    Exit 3 while the job is still queued or running; exit 4, showing nothing of the record, when the
+    record and its audit chain disagree.
+    """
+    with cli_errors(), client_for(keys) as client:
+        handle = client.get(job_id)
+        try:
+            checked = handle.checked()
+        except UnverifiedResultError as e:
+            refuse_unverified(job_id, e, as_json)
+    if checked.result is None:
+        click.echo(f"job {job_id} is {checked.verdict.status}", err=True)
         sys.exit(EXIT_NOT_DONE)
-    show_result(record.result, as_json)
+    show_result(checked.result, as_json)
 
 
 def format_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
-
-
-@click.command()
-@click.argument("job_id")
-@click.option("--json", "as_json", is_flag=True, help="Print JSONL: one AuditEvent per line.")
-@click.option("--verify", is_flag=True, help="Check the hash chain; exit 1 if it does not hold.")
-def audit(job_id: str, as_json: bool, verify: bool) -> None:
-    """Print the job's audit events in order (model calls, programs, runs, tool calls, states)."""
-    with cli_errors(), Client() as client:
-        handle = client.get(job_id)
-        events = handle.audit()
-        verdict = handle.verify_audit() if verify else None
-    for event in events:
-        if as_json:
-            click.echo(event.model_dump_json())
-        else:
-            data = json.dumps(event.data, ensure_ascii=False, default=str)
-            click.echo(f"{format_time(event.ts)}  #{event.attempt}  {event.kind:<12} {data[:300]}")
-    if verdict is not None:
-        ok, bad = verdict
-        message = (
-            f"audit chain holds ({len(events)} events)"
-            if ok
-            else f"audit chain BROKEN at event {bad} of {len(events)}: the record was altered"
-        )
-        click.echo(message, err=as_json)
-        if not ok:
-            sys.exit(1)
 
 
 @click.command()
@@ -323,12 +393,15 @@ def jobs(batch_id: str | None, status: str | None, limit: int, as_json: bool) ->
         records = client.jobs(batch=batch_id, status=status, limit=limit)
     for record in records:
         question = record.spec.question if record.spec else ""
+        mode = record.spec.mode.value if record.spec else "-"
         if as_json:
             summary = record.model_dump(
                 mode="json", include={"job_id", "status", "batch_id", "timestamps", "attempts"}
             )
-            click.echo(json.dumps({**summary, "deliveries": record.deliveries, "question": question}))
+            click.echo(
+                json.dumps({**summary, "mode": mode, "deliveries": record.deliveries, "question": question})
+            )
         else:
             queued = format_time(record.timestamps["queued"]) if "queued" in record.timestamps else "-"
             line = " ".join(question.split())
-            click.echo(f"{record.job_id}  {record.status.value:<9}  {queued}  {line[:60]}")
+            click.echo(f"{record.job_id}  {record.status.value:<9}  {mode:<11}  {queued}  {line[:60]}")

@@ -1,7 +1,8 @@
-"""A job's audit stream, written as a hash chain (see :mod:`sandfleet.core.records` for the scheme).
+"""A job's audit stream, written as a signed hash chain (the scheme is in :mod:`sandfleet.core.chain`).
 
 Two deliveries of one job may write at once; each append is a compare-and-set on the chain tip
-(a Lua script), retried with the tip the other writer left, so the chain never forks.
+(a Lua script), retried with the tip the other writer left, so the chain never forks. Once the job
+has ended its chain is sealed: later appends are refused (and logged), so the seal stays last.
 """
 
 from __future__ import annotations
@@ -12,30 +13,45 @@ from typing import Any
 
 import redis
 
-from sandfleet.core.chain import GENESIS_HASH, chain_hash, encode_event
+from sandfleet.core.chain import GENESIS_HASH, ChainEntry, encode_event, link_hash, signed_message
 from sandfleet.core.contracts import AuditEvent, AuditKind
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.lua import AUDIT_APPEND
-from sandfleet.core.records import RecordReader
+from sandfleet.core.replies import text_or_none
 from sandfleet.core.settings import Settings
+from sandfleet.core.signing import ChainSigner
 
 log = logging.getLogger(__name__)
 
 MAX_APPEND_TRIES = 50
 
 
+def signed_entry(signer: ChainSigner, job_id: str, prev_hash: str, event_json: str) -> ChainEntry:
+    """The entry for ``event_json`` linked to ``prev_hash``, signed by ``signer``."""
+    link = link_hash(prev_hash, event_json)
+    sig, key_id = signer.sign(signed_message(job_id, link))
+    return ChainEntry(event_json, link, sig, key_id)
+
+
+def key_info_json(signer: ChainSigner, entry: ChainEntry) -> str:
+    """The KeyInfo JSON of the key that signed ``entry``, for the scripts to register if missing
+    ("" in the rare case the key changed between signing and asking: a rotation registers it)."""
+    info = signer.key_info()
+    return info.model_dump_json() if info.key_id == entry.key else ""
+
+
 class RedisAuditSink:
-    """The engine's ``AuditSink`` for one job: ``emit`` appends one chained event to its stream.
+    """The engine's ``AuditSink`` for one job: ``emit`` appends one signed, chained event to its stream.
 
     Raises redis errors as they come: a job whose record cannot be written is better retried
     than run unrecorded.
     """
 
-    def __init__(self, client: redis.Redis, settings: Settings, job_id: str) -> None:
+    def __init__(self, client: redis.Redis, settings: Settings, job_id: str, signer: ChainSigner) -> None:
         self.job_id = job_id
         self._redis = client
         self._keys = FleetKeys(settings.key_prefix)
-        self._secret = settings.audit_secret
+        self._signer = signer
         self._ttl_s = settings.retention_s
         self._append = client.register_script(AUDIT_APPEND)
         self._head: str | None = None
@@ -43,23 +59,30 @@ class RedisAuditSink:
     def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
         event = AuditEvent(ts=time.time(), job_id=self.job_id, attempt=attempt, kind=kind, data=data)
         event_json = encode_event(event)
-        keys = [self._keys.job(self.job_id), self._keys.audit(self.job_id)]
+        keys = [
+            self._keys.job(self.job_id),
+            self._keys.audit(self.job_id),
+            self._keys.final_guard(self.job_id),
+            self._keys.signing_keys,
+        ]
         head = self._head
         if head is None:
-            head = self._redis.hget(keys[0], "audit_head") or GENESIS_HASH
+            head = text_or_none(self._redis.hget(keys[0], "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
-            digest = chain_hash(self._secret, head, event_json)
-            appended, tip = self._append(keys=keys, args=[head, event_json, digest, self._ttl_s])
+            entry = signed_entry(self._signer, self.job_id, head, event_json)
+            info = key_info_json(self._signer, entry)
+            args: list[str | int] = [head, entry.event, entry.hash, entry.sig, entry.key, self._ttl_s, info]
+            appended, tip = self._append(keys=keys, args=args)
             if appended == 1:
-                self._head = digest
+                self._head = entry.hash
                 return
             if appended == -1:
                 log.warning("job %s has no record: audit event %r dropped", self.job_id, kind)
                 return
+            if appended == -2:
+                log.warning(
+                    "job %s has ended (its chain is sealed): late audit event %r dropped", self.job_id, kind
+                )
+                return
             head = tip  # another writer appended first: chain onto its event
         raise RuntimeError(f"audit stream of job {self.job_id} kept moving; event {kind!r} not written")
-
-
-def verify_chain(client: redis.Redis, settings: Settings, job_id: str) -> tuple[bool, int | None]:
-    """Whether the job's audit chain holds: ``(True, None)`` or ``(False, first_bad_index)``."""
-    return RecordReader(client, FleetKeys(settings.key_prefix), settings.audit_secret).verify_chain(job_id)

@@ -1,25 +1,38 @@
-"""The audit hash chain: how an audit stream is made tamper-evident, as pure functions.
+"""The audit hash chain and the final-record commitment, as pure functions.
 
-Each entry carries ``hash = HMAC-SHA256(audit_secret, previous hash + canonical JSON of the event)``,
-starting from the empty string, and the job's record keeps the tip (``audit_head``, ``audit_count``),
-so an edited, reordered, inserted or removed entry breaks the chain at its index.
+Each entry of a job's audit stream carries ``hash = SHA-256(previous hash + canonical JSON of the
+event)``, starting from the empty string; the job's record keeps the tip (``audit_head``,
+``audit_count``). The link has no key, so anyone holding the entries can recompute it: what makes an
+entry authentic is its Ed25519 signature (:mod:`sandfleet.core.signing`) over :func:`signed_message`,
+made by the worker that wrote it. Changing, removing, reordering or inserting an entry changes every
+later link, so every later signature fails.
+
+The producer writes entry 0 (``queued``, unsigned, committing to the spec by hash); every later entry
+is a worker's, signed. The last entry of a finished job is its seal: the final ``state`` event, written
+in the same atomic step as the final record, whose ``record`` field commits to that record
+(:func:`record_commitment`). So the answer a reader is served is the answer the chain proves.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sandfleet.core.contracts import AuditEvent
 
 GENESIS_HASH = ""
+SIGNATURE_DOMAIN = b"sandfleet-audit-v1"
 
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no spaces, UTF-8 kept."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def encode_event(event: AuditEvent) -> str:
@@ -30,22 +43,68 @@ def encode_event(event: AuditEvent) -> str:
     return canonical_json(event.model_dump(mode="json", fallback=str))
 
 
-def chain_hash(secret: str, prev_hash: str, event_json: str) -> str:
-    """Hex HMAC-SHA256, keyed with ``secret``, of the previous hash followed by the event's JSON."""
-    return hmac.new(secret.encode(), (prev_hash + event_json).encode(), hashlib.sha256).hexdigest()
+def link_hash(prev_hash: str, event_json: str) -> str:
+    """Hex SHA-256 of the previous hash followed by the event's JSON (no key: anyone can check it)."""
+    return sha256_hex(prev_hash + event_json)
 
 
-def verify_entries(secret: str, entries: list[tuple[str, str]], head: str | None) -> tuple[bool, int | None]:
-    """``(True, None)`` if every ``(event_json, hash)`` chains and the last hash is ``head``.
+def signed_message(job_id: str, link: str) -> bytes:
+    """What a worker signs for one entry: a domain tag, the job id and the entry's link hash."""
+    return b"\n".join((SIGNATURE_DOMAIN, job_id.encode(), link.encode()))
 
-    Otherwise ``(False, index)``: the first entry whose hash does not hold, or ``len(entries)`` when
-    the stream is shorter than the record says (entries removed from the end).
+
+@dataclass(frozen=True)
+class ChainEntry:
+    """One stream entry as stored: the event JSON, its link hash, and the writer's signature and key id
+    (both empty for the producer's entry 0)."""
+
+    event: str
+    hash: str
+    sig: str = ""
+    key: str = ""
+
+    def fields(self) -> dict[str, str]:
+        """The stream entry's fields (``XADD``)."""
+        return {"event": self.event, "hash": self.hash, "sig": self.sig, "key": self.key}
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> ChainEntry:
+        return cls(
+            fields.get("event", ""), fields.get("hash", ""), fields.get("sig", ""), fields.get("key", "")
+        )
+
+
+def record_commitment(result_json: str) -> dict[str, Any]:
+    """What the seal commits to: the stored final record's SHA-256, and one SHA-256 per field.
+
+    ``result_json`` is the record's ``result`` field exactly as stored (the JobResult JSON), so any
+    changed byte shows; the per-field digests say which field changed (status, result, final_program,
+    attempts ... and artifacts, with their own hashes, once JobResult carries them).
     """
-    prev = GENESIS_HASH
-    for index, (event_json, stored) in enumerate(entries):
-        if not hmac.compare_digest(chain_hash(secret, prev, event_json), stored):
-            return False, index
-        prev = stored
-    if head is not None and not hmac.compare_digest(prev, head):
-        return False, len(entries)
-    return True, None
+    data = json.loads(result_json)
+    return {
+        "sha256": sha256_hex(result_json),
+        "fields": {name: sha256_hex(canonical_json(value)) for name, value in sorted(data.items())},
+    }
+
+
+def commitment_differences(commitment: dict[str, Any], result_json: str) -> list[str]:
+    """Why ``result_json`` is not the record ``commitment`` committed to; empty when it is."""
+    if sha256_hex(result_json) == commitment.get("sha256"):
+        return []
+    try:
+        data = json.loads(result_json)
+    except ValueError:
+        return ["the final record is not JSON"]
+    if not isinstance(data, dict):
+        return ["the final record is not a JSON object"]
+    committed: dict[str, str] = commitment.get("fields") or {}
+    changed = [
+        n for n in sorted(committed) if n in data and sha256_hex(canonical_json(data[n])) != committed[n]
+    ]
+    missing = sorted(set(committed) - set(data))
+    added = sorted(set(data) - set(committed))
+    parts = [f"field {n!r} differs from what the chain committed" for n in changed]
+    parts += [f"field {n!r} was removed" for n in missing]
+    parts += [f"field {n!r} was added" for n in added]
+    return parts or ["the final record's bytes differ from what the chain committed (same fields)"]

@@ -1,6 +1,6 @@
-"""The options of one sandbox and of the code-action loop: the contracts users write.
+"""The options of one sandbox, of the code-action loop and of the tool-calling loop: contracts users write.
 
-Both are strict: an unknown option is refused with the list of valid ones, and well-known names
+All are strict: an unknown option is refused with the list of valid ones, and well-known names
 from other tools (``network_mode``, ``mem_limit``, ``cpus`` ...) get a hint towards ours.
 """
 
@@ -209,6 +209,41 @@ class CodeActionSettings(BaseModel):
     max_request_bytes: ByteSize = Field(1024**2, ge=1024, le=256 * 1024**2)
     max_response_bytes: ByteSize = Field(64 * 1024**2, ge=1024, le=1024**3)
     max_output_bytes: ByteSize = Field(1024**2, ge=1024, le=256 * 1024**2)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_options(cls, data: Any) -> Any:
+        return _refuse_unknown(cls, data)
+
+
+class ToolLoopSettings(BaseModel):
+    """Caps of the tool-calling loop of shell and chat jobs. Times are seconds, sizes bytes.
+
+    The tool-call budget works as in code-action: every call counts (failed and unknown ones too) and
+    a call past ``max_tool_calls`` is refused with ``ToolBudgetExceededError``; the model then gets one
+    turn to answer, and a reply asking for more calls ends the job (limit ``tool_calls``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_turns: int = Field(20, ge=1, le=1000, description="model replies per job")
+    max_tool_calls: int = Field(50, ge=0, le=100_000, description="tool calls per job")
+    max_tokens: int = Field(
+        500_000, ge=1000, le=1_000_000_000, description="prompt + completion tokens per job"
+    )
+    wall_timeout: float = Field(600.0, gt=0, le=MAX_SANDBOX_TIMEOUT_S, description="seconds per job")
+    max_result_bytes: ByteSize = Field(
+        256 * 1024, ge=1024, le=64 * 1024**2, description="of one tool result shown to the model"
+    )
+    exec_timeout: float = Field(
+        120.0, gt=0, le=3600, description="shell: the longest one sandbox_exec may run"
+    )
+    idle_timeout: float = Field(
+        300.0, gt=0, le=MAX_SANDBOX_TIMEOUT_S, description="shell: sandbox destroyed after this long unused"
+    )
+    max_output_bytes: ByteSize = Field(
+        32 * 1024, ge=1024, le=16 * 1024**2, description="shell: of each output stream, head and tail"
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -11,9 +11,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from sandfleet.core.config import CodeActionSettings, SandboxConfig
+from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Literal[1] = 1
 MAX_QUESTION_CHARS = 20_000
 MAX_HISTORY_TURNS = 50
 MAX_HISTORY_CHARS = 100_000
@@ -41,6 +41,26 @@ class JobStatus(StrEnum):
 FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.REFUSED})
 
 
+class JobMode(StrEnum):
+    """How a job uses the model and the sandbox (``JobSpec.mode``); README "Three modes" says when to use each.
+
+    code-action: the model writes ONE program per attempt; it runs in a fresh sandbox; its RESULT line is
+        the answer (repairs capped by ``code_action``).
+    shell: a tool-calling loop whose tools are the job's tools plus five sandbox tools on ONE session
+        sandbox, made when the job starts and destroyed when it ends (caps in ``tool_loop``).
+    chat: a tool-calling loop over the job's tools on the host, no sandbox: the plain-agent baseline.
+    """
+
+    CODE_ACTION = "code-action"
+    SHELL = "shell"
+    CHAT = "chat"
+
+    @property
+    def uses_tool_loop(self) -> bool:
+        """Whether the job runs the function-calling loop (shell and chat) rather than programs."""
+        return self is not JobMode.CODE_ACTION
+
+
 class ErrorKind(StrEnum):
     """Why a job ended without an answer (``JobResult.error.kind``)."""
 
@@ -51,12 +71,15 @@ class ErrorKind(StrEnum):
     PROGRAM = "program"  # every attempt's program failed
     NO_PROGRAM = "no_program"  # the last reply held no Python program
     TIMEOUT = "timeout"  # the last attempt's program ran out of time
+    AGENT_KILLED = "agent_killed"  # the last attempt's program killed its sandbox's agent (no limit hit)
     TIME_LIMIT = "time_limit"  # the job passed its Celery soft time limit
     CRASH_LOOP = "crash_loop"  # the job killed its worker on every delivery
     SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # transient retries exhausted: no engine
     MODEL_UNAVAILABLE = "model_unavailable"  # transient retries exhausted: no model endpoint
     TOOL_SERVER_UNAVAILABLE = "tool_server_unavailable"  # transient retries exhausted: an MCP server down
     INTERNAL = "internal_error"  # a bug: the engine raised
+    LIMIT = "limit"  # a cap of the tool-calling loop ended the job (turns, tool calls, tokens, wall time)
+    NO_ANSWER = "no_answer"  # the tool-calling loop's last reply held no answer (empty text)
 
 
 class AuditKind(StrEnum):
@@ -69,6 +92,9 @@ class AuditKind(StrEnum):
     TOOL_CALL = "tool_call"  # one bridged tool call and its result
     LIMIT = "limit"  # a limit the run hit
     ERROR = "error"  # the job was refused before any model call
+    FUNCTION_CALL = "function_call"  # a tool call the model asked for in a tool-calling loop, before it runs
+    FUNCTION_RESULT = "function_result"  # what that call returned to the model (or why it was refused)
+    SESSION = "session"  # the session sandbox of a shell job: started, died, destroyed (and why)
 
 
 class Limit(StrEnum):
@@ -79,6 +105,11 @@ class Limit(StrEnum):
     OUTPUT = "output"  # stdout/stderr past the sandbox's output cap
     TOOL_CALLS = "tool_calls"  # the job's tool-call budget
     RESULT_SIZE = "result_size"  # a RESULT payload past its size cap
+    TURNS = "turns"  # the tool-calling loop's cap on model turns
+    TOKENS = "tokens"  # the tool-calling loop's cap on tokens (prompt + completion) per job
+    WALL_TIME = "wall_time"  # the tool-calling loop's wall-clock cap per job
+    IDLE = "idle"  # a session sandbox destroyed after its idle cap (no sandbox tool call for that long)
+    LIFETIME = "lifetime"  # a session sandbox destroyed at its lifetime cap (its sandbox timeout)
 
 
 class _Strict(BaseModel):
@@ -98,10 +129,14 @@ class JobSpec(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     question: str
     history: list[Turn] = Field(default_factory=list)
+    mode: JobMode = JobMode.CODE_ACTION
     tools: list[str] = Field(default_factory=list, description="allow-list of tool names")
     model: str | None = Field(None, description="provider:model; the worker's default when unset")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="SandboxConfig options to override")
     code_action: CodeActionSettings = Field(default_factory=CodeActionSettings)
+    tool_loop: ToolLoopSettings = Field(
+        default_factory=ToolLoopSettings, description="caps of the shell and chat modes' tool-calling loop"
+    )
     batch_id: str | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
 
@@ -216,8 +251,56 @@ class AttemptRecord(_Strict):
     timings: dict[str, float] = Field(default_factory=dict)
 
 
+class FunctionCallRecord(_Strict):
+    """One tool call the model asked for in a tool-calling loop (shell and chat modes), as the host ran it.
+
+    ``arguments`` is the JSON text exactly as the model sent it (it may not parse); ``result_size`` and
+    ``shown_size`` are bytes of the result's text before and after the cap on what the model is shown.
+    """
+
+    seq: int
+    turn: int
+    call_id: str
+    tool: str
+    arguments: str
+    ok: bool
+    error_type: str | None = None
+    error: str | None = None
+    result: Any = None
+    result_size: int = 0
+    shown_size: int = 0
+    duration_ms: float = 0.0
+
+
+class TurnRecord(_Strict):
+    """One model reply of a tool-calling loop and the calls it asked for."""
+
+    number: int
+    reply: str | None = None
+    finish_reason: str | None = None
+    calls: list[FunctionCallRecord] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+
+
+class SessionRecord(_Strict):
+    """The session sandbox of a shell job: which container, how long it lived, and how it ended."""
+
+    container_id: str | None = None
+    runtime: str | None = None
+    started_s: float = Field(0.0, description="seconds from the job's start to the sandbox's hello")
+    lifetime_s: float = Field(0.0, description="seconds the sandbox lived")
+    ended: str = Field("", description="why it ended: job ended, died (...), idle cap, lifetime cap")
+    limits_hit: list[Limit] = Field(default_factory=list)
+
+
 class JobResult(_Strict):
-    """The final record of one job."""
+    """The final record of one job.
+
+    Code-action jobs fill ``attempts``; shell and chat jobs fill ``turns`` (and shell jobs ``session``).
+    ``mode`` is None only for a job that ended before an engine ran it (refused, crash loop).
+    """
 
     schema_version: Literal[1] = SCHEMA_VERSION
     job_id: str
@@ -231,6 +314,10 @@ class JobResult(_Strict):
     timings: dict[str, float] = Field(default_factory=dict, description="seconds by phase")
     error: ErrorInfo | None = None
     model: str | None = None
+    mode: JobMode | None = None
+    turns: list[TurnRecord] = Field(default_factory=list)
+    session: SessionRecord | None = None
+    limits_hit: list[Limit] = Field(default_factory=list, description="caps of the tool-calling loop hit")
 
 
 class AuditEvent(_Strict):

@@ -12,6 +12,8 @@
     ├── ModelError                the model endpoint refused the request (4xx other than 429)
     ├── ToolLoadError             a tools module cannot be loaded
     │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
+    ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
+    ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -67,6 +69,21 @@ class ToolLoadError(SandfleetError):
 
 class McpConfigError(ToolLoadError):
     """The ``mcpServers`` config file cannot be used; the message names the line and the field."""
+
+
+class SigningKeyError(SandfleetError):
+    """A worker's signing key cannot be read, written or used (a revoked key is never used)."""
+
+
+class UnverifiedResultError(SandfleetError):
+    """A job's final record is not the one its audit chain commits to, or the chain does not hold.
+
+    ``args``: the message, then the problems found (strings), so callers can show them.
+    """
+
+    @property
+    def problems(self) -> list[str]:
+        return list(self.args[1]) if len(self.args) > 1 else []
 
 
 class JobNotFoundError(SandfleetError, KeyError):

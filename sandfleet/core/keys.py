@@ -12,7 +12,9 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   received), ``worker``, ``result`` (JobResult JSON, once final),
                                   ``audit_head`` and ``audit_count`` (the audit chain's tip).
 ``{p}:job:{id}:audit``            stream, the audit log: one entry per event, fields ``event``
-                                  (AuditEvent JSON) and ``hash`` (HMAC chained to the previous entry).
+                                  (AuditEvent JSON), ``hash`` (SHA-256 chained to the previous entry),
+                                  ``sig`` and ``key`` (the writing worker's Ed25519 signature and key
+                                  id; empty on the producer's entry 0). See sandfleet/core/chain.py.
 ``{p}:job:{id}:deliveries``       hash, deliveries per Celery retry number (``"0"``, ``"1"`` ...): a
                                   message redelivered after its worker died counts up, a retry starts
                                   a new count, so only crash loops reach ``Settings.max_deliveries``.
@@ -42,6 +44,9 @@ Fleet-wide:
 ``{p}:recovery:lock``             string with a short TTL: one recovery sweep at a time.
 ``{p}:recovered``                 stream (capped), jobs handed back after their worker died.
 ``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
+``{p}:signing_keys``              hash, key id -> KeyInfo JSON (worker, Ed25519 public key, status):
+                                  every worker's public keys, active, retired and revoked. Never
+                                  expires: old chains stay checkable (sandfleet/core/key_registry.py).
 
 The broker queue itself is a kombu list named after the prefix (``sandfleet``, see
 :mod:`sandfleet.core.queue`); kombu's own bookkeeping (``unacked``, ``_kombu.*``) is not under the prefix. Keys are for one Redis (or a primary with replicas), not Redis Cluster: the Lua
@@ -119,6 +124,10 @@ class FleetKeys:
 
     def tool_catalog(self, worker: str) -> str:
         return f"{self.prefix}:worker:{worker}:tools"
+
+    @property
+    def signing_keys(self) -> str:
+        return f"{self.prefix}:signing_keys"
 
     # -- worker presence (see _fleet_worker_keys) ------------------------------------------------
     @property

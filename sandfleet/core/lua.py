@@ -3,19 +3,34 @@ exactly once however many deliveries or workers race on it."""
 
 from __future__ import annotations
 
-# A state change of one job, with its indexes, batch counts and retention, in one step.
+# A state change of one job, with its indexes, batch counts and retention, in one step. A final
+# change also appends the seal (the final audit event, committing to the record) in the same step,
+# if the chain's tip is still the one the seal was linked to: the first final write wins, record and
+# seal together, however many deliveries race.
 # KEYS: 1 record, 2 final guard, 3 done list, 4 batch counts, 5 batch jobs, 6 audit stream,
-#       7 deliveries, 8.. one index per status (in the order of the status names in ARGV[9..])
+#       7 deliveries, 8 key register, 9.. one index per status (in the order of the status names in
+#       ARGV[15..])
 # ARGV: 1 job id, 2 new status, 3 now (epoch s), 4 ttl (s), 5 "1" if final, 6 guard value,
-#       7 result JSON (final only), 8 worker name ("" to keep), 9.. status names
-# Returns {outcome, previous status}; outcome is "ok", "final" (already ended: nothing written)
-# or "missing" (no record: never submitted, withdrawn or expired).
+#       7 result JSON (final only), 8 worker name ("" to keep),
+#       9 expected chain tip, 10 seal event JSON, 11 its link hash, 12 signature, 13 key id,
+#       14 the key's KeyInfo JSON ("" to skip; final only), 15.. status names
+# The seal's key is registered if the register lacks it (a Redis that lost its data): an entry is
+# never left signed by a key the register has not seen. A registered key, revoked or not, is kept.
+# Returns {outcome, detail}; outcome is "ok" (detail: the previous status), "final" (already ended:
+# nothing written), "missing" (no record: never submitted, withdrawn or expired) or "moved" (another
+# writer appended to the chain first: nothing written; detail: the tip to link the seal to).
 TRANSITION = """
 local cur = redis.call('HGET', KEYS[1], 'status')
 if not cur then return {'missing', ''} end
 if redis.call('EXISTS', KEYS[2]) == 1 then return {'final', cur} end
 local job, new, now, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 if ARGV[5] == '1' then
+  local head = redis.call('HGET', KEYS[1], 'audit_head') or ''
+  if head ~= ARGV[9] then return {'moved', head} end
+  redis.call('XADD', KEYS[6], '*', 'event', ARGV[10], 'hash', ARGV[11], 'sig', ARGV[12], 'key', ARGV[13])
+  if ARGV[14] ~= '' then redis.call('HSETNX', KEYS[8], ARGV[13], ARGV[14]) end
+  redis.call('HSET', KEYS[1], 'audit_head', ARGV[11])
+  redis.call('HINCRBY', KEYS[1], 'audit_count', 1)
   redis.call('SET', KEYS[2], ARGV[6], 'EX', ttl)
   redis.call('HSET', KEYS[1], 'result', ARGV[7])
   redis.call('RPUSH', KEYS[3], new)
@@ -24,8 +39,8 @@ elseif new == 'running' then
 end
 if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'worker', ARGV[8]) end
 redis.call('HSET', KEYS[1], 'status', new, new .. '_at', ARGV[3], 'updated_at', ARGV[3])
-for i = 9, #ARGV do
-  local index = KEYS[i - 1]
+for i = 15, #ARGV do
+  local index = KEYS[i - 6]
   if ARGV[i] == cur and cur ~= new then redis.call('ZREM', index, job) end
   if ARGV[i] == new then
     redis.call('ZADD', index, now, job)
@@ -52,17 +67,22 @@ if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('HINCRBY', KEYS[2], 'deliv
 return n
 """
 
-# Append one audit event if the chain tip is still the one the hash was computed from.
-# KEYS: 1 record, 2 stream. ARGV: 1 expected tip, 2 event JSON, 3 its hash, 4 ttl.
+# Append one signed audit event if the chain tip is still the one its link was computed from, and the
+# job has not ended (a sealed chain takes no more events).
+# KEYS: 1 record, 2 stream, 3 final guard, 4 key register. ARGV: 1 expected tip, 2 event JSON,
+# 3 its link hash, 4 signature, 5 key id, 6 ttl, 7 the key's KeyInfo JSON ("" to skip), registered
+# if the register lacks it (as in TRANSITION).
 # Returns {1, new tip} when appended, {0, actual tip} when another writer got there first,
-# {-1, ""} when the record is gone.
+# {-1, ""} when the record is gone, {-2, ""} when the job has ended (its chain is sealed).
 AUDIT_APPEND = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return {-1, ''} end
+if redis.call('EXISTS', KEYS[3]) == 1 then return {-2, ''} end
 local head = redis.call('HGET', KEYS[1], 'audit_head') or ''
 if head ~= ARGV[1] then return {0, head} end
-redis.call('XADD', KEYS[2], '*', 'event', ARGV[2], 'hash', ARGV[3])
+redis.call('XADD', KEYS[2], '*', 'event', ARGV[2], 'hash', ARGV[3], 'sig', ARGV[4], 'key', ARGV[5])
+if ARGV[7] ~= '' then redis.call('HSETNX', KEYS[4], ARGV[5], ARGV[7]) end
 redis.call('HSET', KEYS[1], 'audit_head', ARGV[3])
 redis.call('HINCRBY', KEYS[1], 'audit_count', 1)
-redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
 return {1, ARGV[3]}
 """

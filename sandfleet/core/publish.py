@@ -15,7 +15,7 @@ from sandfleet.core.queue import TASK_NAME, check_time_limits, queue_name
 from sandfleet.core.records import RecordReader
 from sandfleet.core.settings import Settings
 
-QUESTION_SHOWN_CHARS = 60  # of the question, in the task's argsrepr (what Flower shows)
+QUESTION_SHOWN_CHARS = 60  # of the question, in the task's argsrepr (what Flower shows, after the mode)
 
 
 class JobPublisher:
@@ -26,7 +26,7 @@ class JobPublisher:
         self.settings = settings
 
     def send(self, job_id: str, spec: JobSpec, producer: Any = None) -> None:
-        """One task message: the job id as task id, the spec as JSON; Flower shows the question.
+        """One task message: the job id as task id, the spec as JSON; Flower shows the question and mode.
 
         Raises:
             InvalidSpecError: the job's time limits do not nest inside the visibility timeout.
@@ -39,7 +39,7 @@ class JobPublisher:
             queue=queue_name(self.settings),
             soft_time_limit=soft,
             time_limit=hard,
-            argsrepr=repr([spec.question[:QUESTION_SHOWN_CHARS]]),
+            argsrepr=repr([spec.mode.value, spec.question[:QUESTION_SHOWN_CHARS]]),
             kwargsrepr=repr({"job_id": job_id}),
             producer=producer,
         )

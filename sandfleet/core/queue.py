@@ -106,11 +106,16 @@ def job_time_limits(settings: Settings, spec: JobSpec | None = None) -> tuple[fl
     """``(soft, hard)`` time limits in seconds for a job (the defaults when ``spec`` is None).
 
     The worst case of one attempt is a model call with every retry, a sandbox start and a program
-    run to its timeout; a job makes ``max_repairs + 1`` attempts.
+    run to its timeout; a job makes ``max_repairs + 1`` attempts. A shell or chat job stops itself at
+    its ``tool_loop.wall_timeout``; one model call in flight, with its retries, may run past it.
     """
     code: CodeActionSettings = spec.code_action if spec is not None else CodeActionSettings()
     sandbox_s = sandbox_timeout_s(spec)
     model_call_s = settings.model_request_timeout_s * (settings.model_max_retries + 1)
+    if spec is not None and spec.mode.uses_tool_loop:
+        loop_s = spec.tool_loop.wall_timeout + model_call_s + SANDBOX_START_ALLOWANCE_S
+        soft = max(loop_s, sandbox_s) + SOFT_LIMIT_MARGIN_S
+        return soft, soft + HARD_LIMIT_GRACE_S
     attempt_s = min(code.exec_timeout, sandbox_s) + model_call_s + SANDBOX_START_ALLOWANCE_S
     soft = max((code.max_repairs + 1) * attempt_s, sandbox_s) + SOFT_LIMIT_MARGIN_S
     return soft, soft + HARD_LIMIT_GRACE_S

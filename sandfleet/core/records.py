@@ -12,11 +12,13 @@ from contextlib import contextmanager
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from sandfleet.core.chain import verify_entries
+from sandfleet.core.chain import ChainEntry
 from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import JobNotFoundError
 from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
+from sandfleet.core.verify import JobEvidence
 
 
 class JobRecord(BaseModel):
@@ -58,10 +60,14 @@ class JobRecord(BaseModel):
 class RecordReader:
     """Reads of job records, audit streams and batch counts. Raises redis errors as they come."""
 
-    def __init__(self, client: redis.Redis, keys: FleetKeys, audit_secret: str) -> None:
+    def __init__(self, client: redis.Redis, keys: FleetKeys) -> None:
         self._redis = client
         self._keys = keys
-        self._secret = audit_secret
+
+    @property
+    def redis(self) -> redis.Redis:
+        """The connection it reads with."""
+        return self._redis
 
     @classmethod
     @contextmanager
@@ -69,14 +75,14 @@ class RecordReader:
         """A reader on its own connection to ``redis_url``, closed on exit."""
         client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=5.0)
         try:
-            yield cls(client, FleetKeys(settings.key_prefix), settings.audit_secret)
+            yield cls(client, FleetKeys(settings.key_prefix))
         finally:
             client.close()
 
     def record(self, job_id: str) -> JobRecord:
         """The job's record, or JobNotFoundError (never submitted, or past retention)."""
         check_id(job_id)
-        fields = self._redis.hgetall(self._keys.job(job_id))
+        fields = text_map(self._redis.hgetall(self._keys.job(job_id)))
         if not fields or "status" not in fields:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
         return JobRecord.from_hash(fields)
@@ -86,7 +92,7 @@ class RecordReader:
         value = self._redis.hget(self._keys.job(job_id), "status")
         if value is None:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
-        return JobStatus(value)
+        return JobStatus(text(value))
 
     def result(self, job_id: str) -> JobResult | None:
         """The final result, or None while the job has not ended."""
@@ -96,31 +102,54 @@ class RecordReader:
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
         return JobResult.model_validate_json(raw) if raw else None
 
-    def audit_entries(self, job_id: str) -> list[tuple[str, str]]:
-        """Every audit entry as stored, ``(event JSON, chain hash)``, oldest first."""
+    def ended(self, job_id: str) -> bool:
+        """Whether the record holds a final result (nothing is parsed: a damaged one still counts)."""
         check_id(job_id)
-        stream = self._redis.xrange(self._keys.audit(job_id))
-        return [(fields.get("event", ""), fields.get("hash", "")) for _entry_id, fields in stream]
+        status, raw = self._redis.hmget(self._keys.job(job_id), ["status", "result"])
+        if status is None:
+            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
+        return bool(raw)
+
+    def audit_entries(self, job_id: str) -> list[ChainEntry]:
+        """Every audit entry as stored, oldest first."""
+        check_id(job_id)
+        stream = self._redis.xrange(self._keys.audit(job_id)) or []
+        return [ChainEntry.from_fields(text_map(fields or {})) for _entry_id, fields in stream]
 
     def audit(self, job_id: str) -> list[AuditEvent]:
         """The job's audit events, oldest first."""
         entries = self.audit_entries(job_id)
         if not entries and not self._redis.exists(self._keys.job(job_id)):
             raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
-        return [AuditEvent.model_validate_json(event_json) for event_json, _hash in entries]
+        return [AuditEvent.model_validate_json(entry.event) for entry in entries]
 
-    def verify_chain(self, job_id: str) -> tuple[bool, int | None]:
-        """Whether the job's audit chain holds: ``(True, None)`` or ``(False, first_bad_index)``."""
-        entries = self.audit_entries(job_id)
-        if not entries and not self._redis.exists(self._keys.job(job_id)):
-            raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
-        head = self._redis.hget(self._keys.job(job_id), "audit_head")
-        return verify_entries(self._secret, entries, head)
+    def evidence(self, job_id: str) -> JobEvidence:
+        """The job's record fields and audit entries, read in one round trip (for verification)."""
+        [evidence] = self.evidence_many([job_id])
+        return evidence
+
+    def evidence_many(self, job_ids: list[str]) -> list[JobEvidence]:
+        """Record fields and audit entries of many jobs in one MULTI/EXEC: a consistent snapshot, so
+        a job that ends meanwhile is seen before or after its final write, never half-way."""
+        pipe = self._redis.pipeline(transaction=True)
+        for job_id in job_ids:
+            check_id(job_id)
+            pipe.hgetall(self._keys.job(job_id))
+            pipe.xrange(self._keys.audit(job_id))
+        replies = pipe.execute()
+        return [
+            JobEvidence(
+                job_id,
+                text_map(fields or {}),
+                [ChainEntry.from_fields(text_map(f or {})) for _entry_id, f in stream or []],
+            )
+            for job_id, fields, stream in zip(job_ids, replies[::2], replies[1::2], strict=True)
+        ]
 
     def batch_counts(self, batch_id: str) -> dict[str, int]:
         """``{"total": n, "queued": ..., "running": ..., ...}``: one HGETALL."""
         check_id(batch_id, "batch id")
-        raw = self._redis.hgetall(self._keys.batch_counts(batch_id))
+        raw = text_map(self._redis.hgetall(self._keys.batch_counts(batch_id)))
         counts = {s.value: 0 for s in JobStatus}
         counts.update({k: int(v) for k, v in raw.items()})
         counts.setdefault("total", 0)
@@ -128,7 +157,7 @@ class RecordReader:
 
     def batch_job_ids(self, batch_id: str) -> list[str]:
         check_id(batch_id, "batch id")
-        return list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
+        return text_list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
 
     def job_ids(
         self, batch_id: str | None = None, status: JobStatus | str | None = None, limit: int = 1000
@@ -141,17 +170,17 @@ class RecordReader:
                 ids = [i for i, s in zip(ids, statuses, strict=True) if s == JobStatus(status).value]
             return ids[:limit]
         key = self._keys.status_index(status) if status is not None else self._keys.all_jobs
-        return list(self._redis.zrevrange(key, 0, limit - 1))
+        return text_list(self._redis.zrevrange(key, 0, limit - 1))
 
     def records(self, job_ids: list[str]) -> list[JobRecord]:
         """Records of many jobs in one round trip; ids without a record are left out."""
         pipe = self._redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hgetall(self._keys.job(job_id))
-        return [JobRecord.from_hash(f) for f in pipe.execute() if f and "status" in f]
+        return [JobRecord.from_hash(text_map(f)) for f in pipe.execute() if f and "status" in f]
 
     def _statuses(self, job_ids: list[str]) -> list[str | None]:
         pipe = self._redis.pipeline(transaction=False)
         for job_id in job_ids:
             pipe.hget(self._keys.job(job_id), "status")
-        return pipe.execute()
+        return [text_or_none(status) for status in pipe.execute()]

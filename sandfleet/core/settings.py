@@ -27,9 +27,11 @@ DEFAULT_CONCURRENCY = 32  # jobs in flight per worker; most wait on the model an
 DEFAULT_TRANSIENT_RETRIES = 5
 DEFAULT_TRANSIENT_BACKOFF_S = 5.0
 DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
-DEV_AUDIT_SECRET = "sandfleet-dev-audit-key"  # anyone can forge a chain keyed with this: set your own
+DEFAULT_WORKER_STATE_DIR = "~/.sandfleet/worker"
 DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
+DEFAULT_MAX_SESSIONS = 2  # shell jobs' session sandboxes per worker, apart from max_sandboxes
+DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S = 600.0
 
 
 def _comma_list(value: Any) -> Any:
@@ -69,6 +71,14 @@ class Settings(BaseSettings):
 
     pool_size: int = Field(DEFAULT_POOL_SIZE, ge=0, description="warm containers kept per sandbox config")
     max_sandboxes: int = Field(DEFAULT_MAX_SANDBOXES, ge=1, description="live containers per worker")
+    max_sessions: int = Field(
+        DEFAULT_MAX_SESSIONS,
+        ge=1,
+        description="shell jobs' session sandboxes per worker (not in max_sandboxes)",
+    )
+    wheelhouse_dir: str | None = Field(
+        None, description="host folder of wheels, mounted read-only into session sandboxes for installs"
+    )
 
     retention_s: int = DEFAULT_RETENTION_S
     visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
@@ -82,7 +92,14 @@ class Settings(BaseSettings):
     transient_backoff_max_s: float = Field(
         DEFAULT_TRANSIENT_BACKOFF_MAX_S, gt=0, description="longest retry delay"
     )
-    audit_secret: str = Field(DEV_AUDIT_SECRET, description="HMAC key of the audit hash chain")
+    worker_state_dir: str = Field(
+        DEFAULT_WORKER_STATE_DIR,
+        description="the worker host's own folder: its signing keys live in keys/{worker}.pem (mode 0600)",
+    )
+    trusted_keys: str | None = Field(
+        None,
+        description="a key set from `sandfleet keys export`: verify audit chains with these keys only",
+    )
 
     # Operator policy: what a job may ask of its sandbox.
     policy_networks: CommaList = Field(default_factory=lambda: ["none"], description="networks jobs may use")
@@ -96,6 +113,9 @@ class Settings(BaseSettings):
     policy_runtimes: CommaList = Field(
         default_factory=list, description="Docker runtimes jobs may use; empty: any"
     )
+    policy_max_exec_timeout_s: float = Field(
+        DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S, gt=0, description="the longest one sandbox_exec may run (seconds)"
+    )
 
     @field_validator("policy_networks")
     @classmethod
@@ -105,19 +125,8 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown network(s) {', '.join(unknown)}: use none, restricted or full")
         return v or ["none"]
 
-    @property
-    def uses_dev_audit_secret(self) -> bool:
-        """Whether the audit chain is keyed with the published development key (anyone can forge it)."""
-        return self.audit_secret == DEV_AUDIT_SECRET
-
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """The process's settings, read once from the environment."""
     return Settings()
-
-
-DEV_AUDIT_SECRET_WARNING = (
-    "SANDFLEET_AUDIT_SECRET is not set: audit chains are keyed with the published development key, "
-    "so anyone can forge one. Set a secret of your own in production."
-)

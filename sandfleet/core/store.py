@@ -1,10 +1,12 @@
 """The write side of job records: the queued records, deliveries, state transitions and the one
 final record. Every record is written here, by producers and workers alike.
 
-Submitting writes the queued records of a batch in one MULTI/EXEC (all or nothing). Every later
-change is one Lua script (:mod:`sandfleet.core.lua`), so the record, the status indexes, the batch
-counts and the retention move together, and the final-record guard makes the first final write win:
-a redelivered or duplicated job ends exactly once.
+Submitting writes the queued records of a batch in one MULTI/EXEC (all or nothing), each with its
+audit chain's entry 0. Every later change is one Lua script (:mod:`sandfleet.core.lua`), so the
+record, the status indexes, the batch counts and the retention move together, and the final-record
+guard makes the first final write win: a redelivered or duplicated job ends exactly once. The final
+write appends the chain's seal in the same script, signed by the finishing worker, so the record
+served and the seal that proves it are written together or not at all.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from enum import StrEnum
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
-from sandfleet.core.chain import GENESIS_HASH, chain_hash, encode_event
+from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, key_info_json, signed_entry
+from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, record_commitment, sha256_hex
 from sandfleet.core.contracts import (
     AuditEvent,
     AuditKind,
@@ -29,17 +33,19 @@ from sandfleet.core.contracts import (
 from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
 from sandfleet.core.lua import COUNT_DELIVERY, TRANSITION
 from sandfleet.core.records import JobRecord, RecordReader
+from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
+from sandfleet.core.signing import ChainSigner
 
 log = logging.getLogger(__name__)
 
 
-def queued_fields(job_id: str, spec: JobSpec, now: float) -> dict[str, str]:
-    """The record's fields when the producer enqueues the job."""
-    fields = {
+def queued_fields(job_id: str, spec_json: str, spec: JobSpec, now: float) -> dict[FieldT, EncodableT]:
+    """The record's fields when the producer enqueues the job (``spec_json``: the spec as stored)."""
+    fields: dict[FieldT, EncodableT] = {
         "job_id": job_id,
         "status": JobStatus.QUEUED.value,
-        "spec": spec.model_dump_json(),
+        "spec": spec_json,
         "queued_at": repr(now),
         "updated_at": repr(now),
         "attempts": "0",
@@ -59,19 +65,36 @@ class Transition(StrEnum):
 
 
 class JobStore:
-    """Writes of one fleet's job records. Thread-safe; share one per worker process."""
+    """Writes of one fleet's job records. Thread-safe; share one per worker process.
 
-    def __init__(self, client: redis.Redis, settings: Settings) -> None:
+    Args:
+        signer: the worker's key (``None`` for a producer, which writes only queued records). Final
+            records and audit events are written only with one.
+    """
+
+    def __init__(self, client: redis.Redis, settings: Settings, signer: ChainSigner | None = None) -> None:
         self.redis = client
         self.settings = settings
+        self.signer = signer
         self.keys = FleetKeys(settings.key_prefix)
-        self.reader = RecordReader(client, self.keys, settings.audit_secret)
+        self.reader = RecordReader(client, self.keys)
         self._transition = client.register_script(TRANSITION)
         self._count_delivery = client.register_script(COUNT_DELIVERY)
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> JobStore:
-        return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True), settings)
+    def from_settings(cls, settings: Settings, signer: ChainSigner | None = None) -> JobStore:
+        return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True), settings, signer)
+
+    def audit_sink(self, job_id: str) -> RedisAuditSink:
+        """The job's audit stream, written with this store's signer."""
+        return RedisAuditSink(self.redis, self.settings, job_id, self._require_signer())
+
+    def _require_signer(self) -> ChainSigner:
+        if self.signer is None:
+            raise RuntimeError(
+                "this store has no signing key: only a worker writes audit events and final records"
+            )
+        return self.signer
 
     def record_queued(self, jobs: list[tuple[str, JobSpec]]) -> None:
         """Write the queued records of ``jobs`` and their first audit event in one transaction.
@@ -83,15 +106,17 @@ class JobStore:
         pipe = self.redis.pipeline(transaction=True)
         for job_id, spec in jobs:
             record = self.keys.job(job_id)
-            event = AuditEvent(
-                ts=now, job_id=job_id, kind=AuditKind.STATE, data={"status": JobStatus.QUEUED.value}
-            )
-            event_json = encode_event(event)
-            head = chain_hash(self.settings.audit_secret, GENESIS_HASH, event_json)
-            pipe.hset(
-                record, mapping={**queued_fields(job_id, spec, now), "audit_head": head, "audit_count": 1}
-            )
-            pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head})
+            spec_json = spec.model_dump_json()
+            data = {"status": JobStatus.QUEUED.value, "spec_sha256": sha256_hex(spec_json)}
+            event_json = encode_event(AuditEvent(ts=now, job_id=job_id, kind=AuditKind.STATE, data=data))
+            head = link_hash(GENESIS_HASH, event_json)
+            fields: dict[FieldT, EncodableT] = {
+                **queued_fields(job_id, spec_json, spec, now),
+                "audit_head": head,
+                "audit_count": 1,
+            }
+            pipe.hset(record, mapping=fields)
+            pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head, "sig": "", "key": ""})
             pipe.zadd(self.keys.all_jobs, {job_id: now})
             pipe.zadd(self.keys.status_index(JobStatus.QUEUED), {job_id: now})
             for key in (record, self.keys.audit(job_id)):
@@ -134,35 +159,59 @@ class JobStore:
 
     def record(self, job_id: str) -> JobRecord | None:
         """The job's record, or None if there is none."""
-        fields = self.redis.hgetall(self.keys.job(job_id))
+        fields = text_map(self.redis.hgetall(self.keys.job(job_id)))
         return JobRecord.from_hash(fields) if fields and "status" in fields else None
 
     def status(self, job_id: str) -> JobStatus | None:
         """The job's status alone (one HGET, no record to parse), or None if there is no record."""
         value = self.redis.hget(self.keys.job(job_id), "status")
-        return None if value is None else JobStatus(value)
+        return None if value is None else JobStatus(text(value))
 
     def mark_running(self, job_id: str, worker: str) -> Transition:
         """queued (or running, on a redelivery) -> running; counts one more attempt."""
-        return self._apply(job_id, JobStatus.RUNNING, worker=worker)
+        return self._transition_to(job_id, JobStatus.RUNNING, worker=worker)
 
     def mark_queued(self, job_id: str) -> Transition:
         """running -> queued: the job waits for a retry after a transient failure."""
-        return self._apply(job_id, JobStatus.QUEUED)
+        return self._transition_to(job_id, JobStatus.QUEUED)
 
     def finish(self, job_id: str, result: JobResult, *, worker: str = "", token: str = "") -> Transition:
-        """Write the final record. Only the first call for a job writes; later ones get ALREADY_FINAL.
+        """Write the final record and the chain's seal. Only the first call for a job writes; later
+        ones get ALREADY_FINAL and write nothing (no second seal).
 
         Args:
+            worker: the finishing worker; must be the signer's (the default).
             token: stored in the final-record guard, to tell which delivery wrote the record.
         """
         if not result.status.is_final:
             raise ValueError(f"a final record needs a final status, got {result.status}")
+        signer = self._require_signer()
+        if worker and worker != signer.worker:
+            raise ValueError(f"worker {worker!r} cannot write a final record signed by {signer.worker!r}")
         if result.job_id != job_id:
             result = result.model_copy(update={"job_id": job_id})
-        return self._apply(
-            job_id, result.status, worker=worker, result_json=result.model_dump_json(), token=token or worker
-        )
+        result_json = result.model_dump_json()
+        data: dict[str, Any] = {"status": result.status.value, "worker": signer.worker}
+        if result.error is not None:
+            data["error"] = result.error.model_dump(mode="json")
+        data["record"] = record_commitment(result_json)
+        seal_json = encode_event(AuditEvent(ts=time.time(), job_id=job_id, kind=AuditKind.STATE, data=data))
+        head = text_or_none(self.redis.hget(self.keys.job(job_id), "audit_head")) or GENESIS_HASH
+        for _ in range(MAX_APPEND_TRIES):
+            entry = signed_entry(signer, job_id, head, seal_json)
+            seal = [head, entry.event, entry.hash, entry.sig, entry.key, key_info_json(signer, entry)]
+            outcome, detail = self._apply(
+                job_id,
+                result.status,
+                worker=signer.worker,
+                result_json=result_json,
+                token=token or signer.worker,
+                seal=seal,
+            )
+            if outcome != "moved":
+                return Transition(outcome)
+            head = detail  # another writer appended an event first: link the seal to it
+        raise RuntimeError(f"audit stream of job {job_id} kept moving; its final record was not written")
 
     def finish_with_error(
         self, job_id: str, status: JobStatus, kind: str, message: str, **kw: Any
@@ -173,7 +222,7 @@ class JobStore:
 
     def record_rejected(self, reason: str, **details: Any) -> None:
         """Note a discarded message in the fleet's capped ``rejected`` stream (never raises)."""
-        fields = {
+        fields: dict[FieldT, EncodableT] = {
             "ts": repr(time.time()),
             "reason": reason,
             "details": json.dumps(details, default=str)[:4096],
@@ -184,9 +233,17 @@ class JobStore:
             log.exception("could not record a rejected message (%s)", reason)
 
     def _apply(
-        self, job_id: str, status: JobStatus, *, worker: str = "", result_json: str = "", token: str = ""
-    ) -> Transition:
-        batch_id = self.redis.hget(self.keys.job(job_id), "batch_id") or "-"
+        self,
+        job_id: str,
+        status: JobStatus,
+        *,
+        worker: str = "",
+        result_json: str = "",
+        token: str = "",
+        seal: list[str] | None = None,
+    ) -> tuple[str, str]:
+        """Run the TRANSITION script; ``(outcome, detail)`` as it returns them."""
+        batch_id = text_or_none(self.redis.hget(self.keys.job(job_id), "batch_id")) or "-"
         keys = [
             self.keys.job(job_id),
             self.keys.final_guard(job_id),
@@ -195,6 +252,7 @@ class JobStore:
             self.keys.batch_jobs(batch_id),
             self.keys.audit(job_id),
             self.keys.deliveries(job_id),
+            self.keys.signing_keys,
             *self.keys.status_indexes(),
         ]
         args = [
@@ -206,11 +264,16 @@ class JobStore:
             token or "final",
             result_json,
             worker,
+            *(seal or ["", "", "", "", "", ""]),
             *(s.value for s in JobStatus),
         ]
-        outcome, previous = self._transition(keys=keys, args=args)
+        outcome, detail = text_list(self._transition(keys=keys, args=args))
         if outcome == Transition.ALREADY_FINAL:
-            log.info("job %s already ended (%s): %s not recorded", job_id, previous, status)
+            log.info("job %s already ended (%s): %s not recorded", job_id, detail, status)
         elif outcome == Transition.MISSING:
             log.warning("job %s has no record: %s not recorded", job_id, status)
+        return outcome, detail
+
+    def _transition_to(self, job_id: str, status: JobStatus, *, worker: str = "") -> Transition:
+        outcome, _detail = self._apply(job_id, status, worker=worker)
         return Transition(outcome)

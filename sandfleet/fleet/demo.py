@@ -8,6 +8,12 @@ tasks page shows it; and, unless a real model is configured (``OPENAI_API_KEY``,
 ``--model``), the replay model answering with the reference program. It submits the reference question
 with the producer ``Client``, waits, prints the RESULT beside the plain-Python totals, and stops
 everything it started (not with ``--keep-running``).
+
+With ``--compare`` it also submits the question as a chat job (the same tool and data, a plain
+tool-calling loop, no sandbox) and shows both answers side by side, checked against the totals. The
+replay model plays back the reference run there: the reference program for code-action, and for
+chat the reference chat agent's reply, which read all 500 rows and still got two totals wrong. With a
+real model both answers are live.
 """
 
 from __future__ import annotations
@@ -22,13 +28,14 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
 import click
 
 from sandfleet.core.settings import Settings, get_settings
+from sandfleet.fleet.local import SANDFLEET_ARGV, FleetConfig, LocalFleet, WorkerProcess
 
 DEMO_TOOLS = "sandfleet.worker.tools.examples.orders"
 DEMO_TOOL_NAMES = ["load_orders"]
@@ -38,11 +45,28 @@ START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 DEFAULT_TIMEOUT_S = 120.0
 CENT = 0.005
-SANDFLEET = "from sandfleet.cli import main; main(prog_name='sandfleet')"  # the CLI, in this interpreter
+
+
+# The reference chat agent's answer (DESIGN.md, "The reference scenario"): it read all 500 rows and
+# reported these totals; North America and LATAM are wrong (108,664.00 and 81,328.00 are right).
+REFERENCE_CHAT_TOTALS = {"North America": 109555.0, "LATAM": 79585.0, "EMEA": 77689.0, "APAC": 65023.0}
+TOOL_LOOP_PROMPT = "(?i)with the help of the tools"  # matches the shell and chat system prompt
+
+
+def reference_chat_reply() -> str:
+    """The reference chat agent's final reply, as the replay model plays it back."""
+    lines = "\n".join(
+        f"{n}. {region}: ${total:,.2f}" for n, (region, total) in enumerate(REFERENCE_CHAT_TOTALS.items(), 1)
+    )
+    return (
+        "I went through all 500 orders and added up quantity times unit price for July to September "
+        f"2026, per region:\n\n{lines}\n\nRESULT: {json.dumps(REFERENCE_CHAT_TOTALS)}"
+    )
 
 
 def demo_replay_script() -> dict[str, Any]:
-    """The replay script: the reference question gets the reference program (deploy/demo/replay.json)."""
+    """The replay script (deploy/demo/replay.json): the reference question gets the reference program
+    from a code-action job, and the reference chat agent's calls and reply from a chat job."""
     from sandfleet.worker.scenario import REFERENCE_PROGRAM
 
     reply = (
@@ -50,8 +74,12 @@ def demo_replay_script() -> dict[str, Any]:
         f"quantity times unit price per region.\n\n```python\n{REFERENCE_PROGRAM}```\n"
     )
     other = "```python\nprint('RESULT: \"this replay model only knows the reference question\"')\n```\n"
+    chat = [{"tool_calls": [{"name": "load_orders", "arguments": {}}]}, reference_chat_reply()]
     return {
-        "rules": [{"match": "(?i)revenue per region in Q3 2026", "responses": [reply]}],
+        "rules": [
+            {"match": "(?i)revenue per region in Q3 2026", "system": TOOL_LOOP_PROMPT, "responses": chat},
+            {"match": "(?i)revenue per region in Q3 2026", "responses": [reply]},
+        ],
         "default": [other],
     }
 
@@ -143,115 +171,63 @@ def check_sandbox_ready() -> None:
 
 @dataclass
 class DemoStack:
-    """The processes the demo started, in a scratch folder. ``stop`` ends exactly those."""
+    """What the demo started: a local fleet (its own worker, and Redis only if the fleet's does not
+    answer) and Flower. ``stop`` ends exactly those."""
 
-    settings: Settings
-    folder: Path
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    logs: dict[str, IO[bytes]] = field(default_factory=dict)
-    owner_label: str = ""
+    fleet: LocalFleet
+    flower: subprocess.Popen[bytes] | None = None
+    flower_log: IO[bytes] | None = None
 
-    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-        log = open(self.folder / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
-        self.logs[name] = log
-        process = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=log,
+    @property
+    def settings(self) -> Settings:
+        return self.fleet.settings
+
+    @property
+    def worker(self) -> WorkerProcess:
+        return self.fleet.workers[0]
+
+    def pids(self) -> dict[str, int]:
+        pids = {"worker": self.worker.process.pid}
+        if self.fleet.redis is not None and self.fleet.redis.process is not None:
+            pids["redis"] = self.fleet.redis.process.pid
+        if self.flower is not None:
+            pids["flower"] = self.flower.pid
+        return pids
+
+    def start_worker(self) -> None:
+        self.fleet.start_worker(f"demo-{self.fleet.token}", wait=False)
+
+    def start_flower(self, port: int) -> str:
+        self.flower_log = open(self.fleet.folder / "flower.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.flower = subprocess.Popen(
+            [*SANDFLEET_ARGV, "flower", f"--port={port}", "--address=127.0.0.1"],
+            env=self.fleet.worker_env(),
+            stdout=self.flower_log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self.processes[name] = process
-        return process
-
-    def child_env(self, **extra: str) -> dict[str, str]:
-        """This process's environment (model keys and other settings pass through) plus the demo's."""
-        import os
-
-        return {
-            **os.environ,
-            "SANDFLEET_REDIS_URL": self.settings.redis_url,
-            "SANDFLEET_KEY_PREFIX": self.settings.key_prefix,
-            **extra,
-        }
-
-    def start_redis(self) -> str:
-        port = free_port()
-        options = f"--bind 127.0.0.1 --port {port} --appendonly no --maxmemory-policy noeviction"
-        argv = ["redis-server", *options.split(), "--save", "", "--dir", str(self.folder)]
-        self.spawn("redis", argv, self.child_env())
-        url = f"redis://127.0.0.1:{port}/0"
-        self.wait("redis", lambda: redis_answers(url))
-        return url
-
-    def start_worker(self, data_dir: Path, model: str) -> None:
-        from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
-
-        env = self.child_env(
-            SANDFLEET_TOOLS=DEMO_TOOLS, SANDFLEET_DATA_DIR=str(data_dir), SANDFLEET_MODEL=model
-        )
-        name = f"demo-{self.folder.name[-8:]}@%h"
-        options = f"--concurrency=4 --sandboxes=2 --loglevel=info --hostname={name}"
-        argv = [sys.executable, "-c", SANDFLEET, "worker", *options.split()]
-        process = self.spawn("worker", argv, env)
-        self.owner_label = Owner(
-            socket.gethostname(), process.pid, process_start_ticks(process.pid) or 0
-        ).label()
-
-    def start_flower(self, port: int) -> str:
-        argv = [sys.executable, "-c", SANDFLEET, "flower", f"--port={port}", "--address=127.0.0.1"]
-        self.spawn("flower", argv, self.child_env())
         url = f"http://127.0.0.1:{port}/"
-        self.wait("flower", lambda: _http_ok(url + "healthcheck"))
-        return url
-
-    def wait(self, name: str, ready: Any, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while not ready():
-            self.check_alive(name)
-            if time.monotonic() > deadline:
-                raise click.ClickException(
-                    f"{name} did not start within {timeout_s:g} s:\n{self.log_tail(name)}"
-                )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not _http_ok(url + "healthcheck"):
+            if self.flower.poll() is not None or time.monotonic() > deadline:
+                tail = (self.fleet.folder / "flower.log").read_text(errors="replace")[-2000:]
+                raise click.ClickException(f"Flower did not start within {START_TIMEOUT_S:g} s:\n{tail}")
             time.sleep(0.1)
-
-    def check_alive(self, name: str) -> None:
-        process = self.processes[name]
-        if process.poll() is not None:
-            raise click.ClickException(f"{name} exited with {process.returncode}:\n{self.log_tail(name)}")
-
-    def log_tail(self, name: str, chars: int = 2000) -> str:
-        self.logs[name].flush()
-        return (self.folder / f"{name}.log").read_text(errors="replace")[-chars:]
+        return url
 
     def stop(self) -> None:
-        """Worker and Flower together (the worker's warm shutdown drains its sandbox pool), then Redis."""
-        self._stop(["worker", "flower"])
-        self._stop(["redis"])
-        if self.owner_label:  # a worker killed mid-run leaves containers: remove them by owner label
+        """Flower and the fleet (the worker's warm shutdown drains its sandbox pool; then our Redis)."""
+        if self.flower is not None and self.flower.poll() is None:
+            self.flower.send_signal(signal.SIGTERM)
             try:
-                from sandfleet.worker.sandbox.reaper import prune
-
-                prune(owners={self.owner_label})
-            except Exception as e:
-                click.echo(f"sandfleet demo: could not check for leftover sandboxes: {e}", err=True)
-        self.processes.clear()
-
-    def _stop(self, names: list[str]) -> None:
-        """SIGTERM to ``names`` at once, then wait for each (SIGKILL after STOP_TIMEOUT_S)."""
-        mine = {name: self.processes[name] for name in names if name in self.processes}
-        for process in mine.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        for name, process in mine.items():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+                self.flower.wait(timeout=STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-            self.logs[name].close()
+                self.flower.kill()
+                self.flower.wait()
+        if self.flower_log is not None:
+            self.flower_log.close()
+        self.fleet.stop()
 
 
 def _http_ok(url: str) -> bool:
@@ -281,8 +257,15 @@ def _http_ok(url: str) -> bool:
     type=float,
     help="Seconds to wait for the job.",
 )
+@click.option(
+    "--compare",
+    is_flag=True,
+    help="Also run the question as a chat job (the baseline) and compare the answers.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the report.")
-def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: float, as_json: bool) -> None:
+def demo(
+    model: str | None, no_flower: bool, keep_running: bool, timeout_s: float, compare: bool, as_json: bool
+) -> None:
     """Run the reference question (Q3 2026 revenue per region) through the fleet; exit 0 when the fleet's
     RESULT matches the plain-Python totals."""
     from sandfleet.core.errors import SandfleetError
@@ -302,17 +285,29 @@ def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: floa
         raise click.ClickException(str(e)) from None
     folder = Path(tempfile.mkdtemp(prefix="sandfleet-demo-"))
     prefix = f"{base.key_prefix}-demo-{uuid.uuid4().hex[:8]}"
-    stack = DemoStack(base.model_copy(update={"key_prefix": prefix}), folder)
     report: dict[str, Any] = {"question": REFERENCE_QUESTION, "key_prefix": prefix, "started": []}
+    stack = DemoStack(demo_fleet(base, folder, prefix, chosen, report, say))
     finished = False
     try:
-        _start(stack, report, base, chosen, with_flower=not no_flower, say=say)
+        _start(stack, report, with_flower=not no_flower, say=say)
         began = time.monotonic()
         with Client(settings=stack.settings) as client:
             job = client.submit(REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"])
             say(f"job {job.job_id}: submitted; waiting (at most {timeout_s:g} s)")
+            chat_job = None
+            if compare:
+                chat_job = client.submit(
+                    REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"], mode="chat"
+                )
+                say(f"job {chat_job.job_id}: the same question as a chat job (the baseline)")
             result = _wait(job, stack, timeout_s)
+            chat_result = _wait(chat_job, stack, timeout_s) if chat_job is not None else None
         expected = expected_q3_revenue(generate_orders())
+        if chat_result is not None:
+            report["compare"] = [
+                _compared("code-action", result, expected),
+                _compared("chat", chat_result, expected),
+            ]
         report.update(
             job_id=job.job_id,
             status=result.status.value,
@@ -327,7 +322,7 @@ def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: floa
         raise click.ClickException(str(e)) from None
     finally:
         if keep_running and finished:
-            report["running"] = {name: p.pid for name, p in stack.processes.items()}
+            report["running"] = stack.pids()
             report["folder"] = str(folder)
         else:  # a failed demo never leaves anything behind
             stack.stop()
@@ -336,39 +331,47 @@ def demo(model: str | None, no_flower: bool, keep_running: bool, timeout_s: floa
     sys.exit(0 if report["match"] else 1)
 
 
-def _start(
-    stack: DemoStack,
-    report: dict[str, Any],
-    base: Settings,
-    model: str | None,
-    *,
-    with_flower: bool,
-    say: Any,
-) -> None:
-    """Start what is missing: Redis (only when the fleet's does not answer), the worker, Flower."""
+def demo_fleet(
+    base: Settings, folder: Path, prefix: str, model: str | None, report: dict[str, Any], say: Any
+) -> LocalFleet:
+    """The demo's fleet: the fleet's Redis when it answers (else one of its own), the example order
+    tools, fresh reference data, and ``model`` (None: the replay model with the reference program)."""
     from sandfleet.core.queue import redact_url
-    from sandfleet.worker.scenario import write_reference_data
 
-    if redis_answers(base.redis_url):
-        report["redis_url"] = redact_url(base.redis_url)
-        say(f"Redis   {report['redis_url']} (already running)")
-    else:
-        url = stack.start_redis()
-        stack.settings = stack.settings.model_copy(update={"redis_url": url})
-        report["redis_url"] = url
-        report["started"].append("redis")
-        say(f"Redis   {url} (started: {redact_url(base.redis_url)} did not answer)")
     if model is None:
-        script = stack.folder / "replay.json"
+        script = folder / "demo-replay.json"
         script.write_text(json.dumps(demo_replay_script(), indent=2))
         model = f"replay:{script}"
     report["model"] = model
-    data_dir = write_reference_data(stack.folder / "data").parent
-    stack.start_worker(data_dir, model)
+    config = FleetConfig(
+        workers=0,
+        concurrency=4,
+        sandboxes=2,
+        tools=DEMO_TOOLS,
+        loglevel="info",
+        env={"SANDFLEET_MODEL": model},
+        inherit_settings=True,  # the user's model endpoint and other settings pass through
+    )
+    if redis_answers(base.redis_url):
+        report["redis_url"] = redact_url(base.redis_url)
+        say(f"Redis   {report['redis_url']} (already running)")
+        return LocalFleet(config, folder, redis_url=base.redis_url, key_prefix=prefix)
+    fleet = LocalFleet(config, folder, key_prefix=prefix)
+    fleet.prepare()
+    report["redis_url"] = fleet.redis_url
+    report["started"].append("redis")
+    say(f"Redis   {fleet.redis_url} (started: {redact_url(base.redis_url)} did not answer)")
+    return fleet
+
+
+def _start(stack: DemoStack, report: dict[str, Any], *, with_flower: bool, say: Any) -> None:
+    """Start the worker, and Flower before the job (Flower only shows tasks whose events it saw)."""
+    stack.start_worker()
     report["started"].append("worker")
-    say(f"worker  started (tools {DEMO_TOOLS}, data {data_dir}, key prefix {stack.settings.key_prefix})")
-    say(f"model   {model}")
-    if with_flower:  # before the job: Flower only shows tasks whose events it saw
+    fleet = stack.fleet
+    say(f"worker  started (tools {DEMO_TOOLS}, data {fleet.data_dir}, key prefix {fleet.key_prefix})")
+    say(f"model   {report['model']}")
+    if with_flower:
         report["flower_url"] = stack.start_flower(free_port(FLOWER_PORT)) + "tasks"
         report["started"].append("flower")
         say(f"Flower  {report['flower_url']}")
@@ -378,14 +381,59 @@ def _wait(job: Any, stack: DemoStack, timeout_s: float) -> Any:
     """The job's result; fails at once when the worker dies, quoting its log."""
     deadline = time.monotonic() + timeout_s
     while True:
-        stack.check_alive("worker")
+        if not stack.worker.alive():
+            code = stack.worker.process.returncode
+            raise click.ClickException(f"the worker exited with {code}:\n{stack.worker.log_tail()}")
         try:
             return job.result(timeout=min(2.0, max(0.1, deadline - time.monotonic())))
         except TimeoutError:
             if time.monotonic() >= deadline:
                 raise click.ClickException(
-                    f"job {job.job_id} has not ended after {timeout_s:g} s; worker log:\n{stack.log_tail('worker')}"
+                    f"job {job.job_id} has not ended after {timeout_s:g} s; worker log:\n{stack.worker.log_tail()}"
                 ) from None
+
+
+def _compared(mode: str, result: Any, expected: dict[str, float]) -> dict[str, Any]:
+    """One job of ``--compare``: its answer, figures and check against the plain-Python totals."""
+    from sandfleet.worker.answers import check_answer
+
+    check = check_answer(expected, result.result)
+    return {
+        "mode": mode,
+        "job_id": result.job_id,
+        "status": result.status.value,
+        "result": result.result,
+        "model_calls": result.usage.model_calls,
+        "tokens": result.usage.prompt_tokens + result.usage.completion_tokens,
+        "tool_calls": result.tool_calls,
+        "seconds": round(result.timings.get("total_s", 0.0), 2),
+        "matches": check.matches,
+        "check": check.summary(),
+    }
+
+
+def format_side_by_side(rows: list[dict[str, Any]], expected: dict[str, float]) -> str:
+    """Each region's total by mode beside the plain-Python one, then each mode's figures."""
+    from sandfleet.worker.answers import as_mapping
+
+    got = [as_mapping(r["result"]) or {} for r in rows]
+    head = "".join(f"{r['mode']:>16}" for r in rows)
+    lines = [f"  {'region':<16}{head}{'plain Python':>16}"]
+    for region, want in expected.items():
+        cells = ""
+        for mapping in got:
+            value = mapping.get(region)
+            shown = f"{value:,.2f}" if isinstance(value, int | float) else "-"
+            mark = " " if isinstance(value, int | float) and abs(value - want) < CENT else "*"
+            cells += f"{shown + mark:>16}"
+        lines.append(f"  {region:<16}{cells}{want:>16,.2f}")
+    lines.append("  (* differs from plain Python)")
+    for r in rows:
+        lines.append(
+            f"  {r['mode']:<12} {r['status']}: {r['model_calls']} model calls, {r['tokens']:,} tokens, "
+            f"{r['tool_calls']} tool calls, {r['seconds']} s; matches: {r['check']}"
+        )
+    return "\n".join(lines)
 
 
 def _print_report(report: dict[str, Any], as_json: bool, keep_running: bool) -> None:
@@ -398,6 +446,11 @@ def _print_report(report: dict[str, Any], as_json: bool, keep_running: bool) -> 
     click.echo(f"RESULT: {json.dumps(report['result'])}")
     click.echo(format_comparison(report["result"], report["expected"]))
     click.echo(f"match: {'yes' if report['match'] else 'NO'}")
+    if "compare" in report:
+        click.echo("\ncode-action beside chat (the same question, tool and data; chat has no sandbox):")
+        click.echo(format_side_by_side(report["compare"], report["expected"]))
+        if report["model"].startswith("replay:"):
+            click.echo("  (replay model: it plays back the reference run's program and chat reply)")
     if "flower_url" in report:
         state = "still running" if keep_running else "stopped now; --keep-running keeps it up"
         click.echo(f"Flower: {report['flower_url']} ({state})")

@@ -1,9 +1,11 @@
-"""A local fleet for ``sandfleet loadtest --local`` and the benchmarks: started here, stopped here.
+"""A local fleet: ``sandfleet worker`` processes on one Redis, started here and stopped here.
 
-It owns, in a scratch folder: a ``redis-server`` on a free loopback port (no persistence), the
-reference data, a replay model script whose every answer is the given program, and ``workers``
-``sandfleet worker`` subprocesses. :meth:`LocalFleet.stop` ends exactly those processes and removes
-any container they still own (by owner label), so nothing outlives it.
+The one helper behind ``sandfleet loadtest --local``, ``sandfleet demo``, the benchmarks and the
+tests that need real workers. It owns, in a scratch folder: a ``redis-server`` on a free loopback
+port (no persistence) unless it is given a Redis to use, the reference data, optionally a replay
+model script whose every answer is one program, and the worker subprocesses, each in a process
+group of its own (so a signal reaches exactly that worker). :meth:`LocalFleet.stop` ends exactly
+those processes and removes any container they still own (by owner label), so nothing outlives it.
 """
 
 from __future__ import annotations
@@ -22,13 +24,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from sandfleet.core.settings import Settings
 from sandfleet.fleet.local_redis import RedisServer
+from sandfleet.producer.client import Client
 from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 from sandfleet.worker.scenario import write_reference_data
 
 WORKER_READY_TIMEOUT_S = 60.0
 WORKER_STOP_TIMEOUT_S = 60.0
-READY_MARK = " ready."  # what Celery logs once a worker consumes
+# The CLI in this interpreter (works from a venv without its bin/ on PATH).
+SANDFLEET_ARGV = [sys.executable, "-c", "from sandfleet.cli import main; main(prog_name='sandfleet')"]
 
 
 def replay_script(program: str) -> dict[str, object]:
@@ -43,7 +48,17 @@ def replay_model_name(script: Path, latency_s: float) -> str:
 
 @dataclass
 class FleetConfig:
-    """What to start. ``env`` adds ``SANDFLEET_*`` settings for the workers (e.g. POOL_SIZE)."""
+    """What to start and how.
+
+    Attributes:
+        workers: workers :meth:`LocalFleet.start` starts (more can be added with ``start_worker``).
+        concurrency, sandboxes: each worker's jobs in flight and live containers.
+        tools: the workers' ``SANDFLEET_TOOLS``.
+        program: what the fleet's replay model (its workers' default model) answers every question with.
+        env: more ``SANDFLEET_*`` settings for the workers (e.g. ``SANDFLEET_POOL_SIZE``).
+        inherit_settings: pass this process's ``SANDFLEET_*`` variables on (the demo: the user's
+            model endpoint); otherwise workers see only what the fleet sets.
+    """
 
     workers: int = 1
     concurrency: int = 16
@@ -53,35 +68,72 @@ class FleetConfig:
     model_latency_s: float = 0.0
     env: dict[str, str] = field(default_factory=dict)
     loglevel: str = "warning"
+    inherit_settings: bool = False
 
 
 @dataclass
 class WorkerProcess:
+    """One ``sandfleet worker`` subprocess. ``name`` is its Celery hostname (``name@host``)."""
+
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
     log_file: IO[bytes]
     owner_label: str = ""
 
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log(self) -> str:
+        if not self.log_file.closed:  # still running: what it wrote so far
+            self.log_file.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def log_tail(self, chars: int = 2000) -> str:
+        return self.log()[-chars:]
+
 
 class LocalFleet:
-    """Redis + worker subprocesses in a scratch folder. Use as a context manager; ``start`` waits
-    until every worker consumes."""
+    """Workers (and, unless given one, a Redis) in a scratch folder. Use as a context manager.
 
-    def __init__(self, config: FleetConfig, folder: Path | None = None) -> None:
-        self.config = config
+    Args:
+        config: what to start.
+        folder: the scratch folder (a new temporary one, removed on stop, when None).
+        redis_url: a Redis to use (it is neither started nor stopped here); None: start one.
+        key_prefix: the fleet's key prefix (a fresh one keeps fleets on one Redis apart).
+    """
+
+    def __init__(
+        self,
+        config: FleetConfig | None = None,
+        folder: Path | None = None,
+        *,
+        redis_url: str | None = None,
+        key_prefix: str = "sandfleet",
+    ) -> None:
+        self.config = config or FleetConfig()
         self._own_folder = folder is None
-        self.folder = Path(folder or tempfile.mkdtemp(prefix="sandfleet-loadtest-"))
+        self.folder = Path(folder or tempfile.mkdtemp(prefix="sandfleet-fleet-"))
         self.token = uuid.uuid4().hex[:8]
-        self.redis = RedisServer(self.folder / "redis")
+        self.redis = None if redis_url else RedisServer(self.folder / "redis")
+        self._redis_url = redis_url
+        self.key_prefix = key_prefix
         self.workers: list[WorkerProcess] = []
         self.script_path = self.folder / "replay.json"
         self.data_dir = self.folder / "data"
-        self.model = replay_model_name(self.script_path, config.model_latency_s)
+        self.model = replay_model_name(self.script_path, self.config.model_latency_s)
 
     @property
     def redis_url(self) -> str:
-        return self.redis.url
+        return self._redis_url or (self.redis.url if self.redis else "")
+
+    @property
+    def settings(self) -> Settings:
+        """Settings of a producer (or reader) of this fleet."""
+        return Settings(redis_url=self.redis_url, key_prefix=self.key_prefix)
+
+    def client(self) -> Client:
+        return Client(settings=self.settings)
 
     def __enter__(self) -> LocalFleet:
         try:
@@ -97,114 +149,146 @@ class LocalFleet:
     # -- starting -----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        write_reference_data(self.data_dir)
-        self.script_path.write_text(json.dumps(replay_script(self.config.program)))
-        self.redis.start()
-        for index in range(self.config.workers):
-            self.start_worker(f"lt{index + 1}-{self.token}")
+        """Redis (if it is ours), the data, the model script, ``config.workers`` workers; waits until
+        every worker consumes."""
+        self.prepare()
+        for _ in range(self.config.workers):
+            self.start_worker(wait=False)
         self.wait_ready()
 
-    def worker_env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")}
+    def prepare(self) -> None:
+        """The folder, the reference data, the replay script and our Redis (each once)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if not self.data_dir.exists():
+            write_reference_data(self.data_dir)
+        if not self.script_path.exists():
+            self.script_path.write_text(json.dumps(replay_script(self.config.program)))
+        if self.redis is not None and not self.redis.running:
+            self.redis.start()
+
+    def worker_env(self, **extra: str) -> dict[str, str]:
+        inherit = self.config.inherit_settings
+        env = {k: v for k, v in os.environ.items() if inherit or not k.startswith("SANDFLEET_")}
         env.update(
             {
                 "SANDFLEET_REDIS_URL": self.redis_url,
+                "SANDFLEET_KEY_PREFIX": self.key_prefix,
                 "SANDFLEET_DATA_DIR": str(self.data_dir),
                 "SANDFLEET_TOOLS": self.config.tools,
-                "SANDFLEET_MODEL": self.model,
                 "SANDFLEET_MAX_SANDBOXES": str(self.config.sandboxes),
-                **self.config.env,
+                "SANDFLEET_WORKER_STATE_DIR": str(self.folder / "worker-state"),  # its signing keys
             }
         )
+        env["SANDFLEET_MODEL"] = self.model  # config.env may name another model
+        env.update(self.config.env)
+        env.update(extra)
         return env
 
-    def start_worker(self, name: str) -> WorkerProcess:
+    def start_worker(
+        self,
+        name: str | None = None,
+        *,
+        concurrency: int | None = None,
+        sandboxes: int | None = None,
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+    ) -> WorkerProcess:
+        """One more worker (named ``name@host``; a fresh name when None); ``wait``: until it consumes."""
+        self.prepare()
+        name = name or f"w{len(self.workers) + 1}-{self.token}"
         log_path = self.folder / f"worker-{name}.log"
         log_file = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
         cmd = [
-            sys.executable,
-            "-c",
-            "from sandfleet.cli import main; main(prog_name='sandfleet')",
+            *SANDFLEET_ARGV,
             "worker",
-            f"--concurrency={self.config.concurrency}",
-            f"--sandboxes={self.config.sandboxes}",
-            f"--hostname={name}@%h",
+            f"--concurrency={concurrency or self.config.concurrency}",
+            f"--sandboxes={sandboxes or self.config.sandboxes}",
+            f"--hostname={name}@{socket.gethostname()}",
             f"--loglevel={self.config.loglevel}",
         ]
         process = subprocess.Popen(
-            cmd, env=self.worker_env(), stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            env=self.worker_env(**(env or {})),
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
         )
-        worker = WorkerProcess(name, process, log_path, log_file)
+        worker = WorkerProcess(f"{name}@{socket.gethostname()}", process, log_path, log_file)
         self.workers.append(worker)
+        if wait:
+            self.wait_ready([worker])
         return worker
 
-    def wait_ready(self, timeout_s: float = WORKER_READY_TIMEOUT_S) -> None:
-        """Wait until every worker answers a Celery ping (it consumes), and note its owner label.
+    def wait_ready(
+        self, workers: list[WorkerProcess] | None = None, timeout_s: float = WORKER_READY_TIMEOUT_S
+    ) -> None:
+        """Wait until the workers answer a Celery ping (they consume), and note their owner labels.
 
         Raises:
             RuntimeError: a worker exited or did not answer in time (the end of its log is quoted).
         """
         from sandfleet.core.queue import make_app
-        from sandfleet.core.settings import Settings
 
-        app = make_app(Settings(redis_url=self.redis_url))
+        app = make_app(self.settings)
         deadline = time.monotonic() + timeout_s
         try:
-            waiting = {f"{w.name}@{socket.gethostname()}": w for w in self.workers if not w.owner_label}
+            waiting = {w.name: w for w in (workers or self.workers) if not w.owner_label}
             while waiting:
                 for worker in waiting.values():
-                    if worker.process.poll() is not None:
+                    if not worker.alive():
                         raise RuntimeError(
-                            f"worker {worker.name} exited with {worker.process.returncode}:\n{self.log_tail(worker)}"
+                            f"worker {worker.name} exited with {worker.process.returncode}:\n{worker.log_tail()}"
                         )
-                replies = app.control.ping(timeout=0.5) or []
-                for reply in replies:
+                for reply in app.control.ping(timeout=0.5) or []:
                     for hostname in reply:
-                        worker = waiting.pop(hostname, None)
-                        if worker is not None:
-                            pid = worker.process.pid
-                            worker.owner_label = Owner(
-                                socket.gethostname(), pid, process_start_ticks(pid) or 0
-                            ).label()
+                        ready = waiting.pop(hostname, None)
+                        if ready is not None:
+                            pid = ready.process.pid
+                            ticks = process_start_ticks(pid) or 0
+                            ready.owner_label = Owner(socket.gethostname(), pid, ticks).label()
                 if waiting and time.monotonic() > deadline:
-                    names = ", ".join(w.name for w in waiting.values())
-                    tail = self.log_tail(next(iter(waiting.values())))
+                    names = ", ".join(waiting)
+                    tail = next(iter(waiting.values())).log_tail()
                     raise RuntimeError(f"workers not ready after {timeout_s:g} s: {names}\n{tail}")
         finally:
             app.close()
 
     # -- reading ------------------------------------------------------------------------------------
 
+    def by_name(self, name: str) -> WorkerProcess | None:
+        return next((w for w in self.workers if w.name == name), None)
+
     def worker_pids(self) -> list[int]:
-        return [w.process.pid for w in self.workers if w.process.poll() is None]
+        return [w.process.pid for w in self.workers if w.alive()]
 
     def owner_labels(self) -> set[str]:
         return {w.owner_label for w in self.workers if w.owner_label}
 
-    def log_tail(self, worker: WorkerProcess, chars: int = 2000) -> str:
-        worker.log_file.flush()
-        return worker.log_path.read_text(errors="replace")[-chars:]
-
     # -- stopping -----------------------------------------------------------------------------------
 
+    def kill(self, worker: WorkerProcess, sig: int = signal.SIGKILL) -> None:
+        """Signal exactly that worker (kill -9 by default: it dies holding what it held)."""
+        os.kill(worker.process.pid, sig)
+
     def stop(self) -> None:
-        """Stop the workers (warm shutdown: their pools drain), remove what they left, stop Redis."""
+        """Stop the workers (warm shutdown: their pools drain), remove what they left, stop our Redis."""
         owners = self.owner_labels()
         for worker in self.workers:
-            if worker.process.poll() is None:
+            if worker.alive():
                 worker.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + WORKER_STOP_TIMEOUT_S
         for worker in self.workers:
             try:
                 worker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                worker.process.kill()
+                os.killpg(worker.process.pid, signal.SIGKILL)
                 worker.process.wait()
             worker.log_file.close()
         if owners:
             _remove_containers_of(owners)
-        self.redis.stop()
+        if self.redis is not None:
+            self.redis.stop()
         self.workers = []
         if self._own_folder:
             shutil.rmtree(self.folder, ignore_errors=True)
@@ -217,4 +301,4 @@ def _remove_containers_of(owners: set[str]) -> None:
 
         prune(owners=owners)
     except Exception as e:  # the engine is gone: nothing of ours can be running on it either
-        print(f"loadtest: could not check for leftover containers: {e}", file=sys.stderr)
+        print(f"local fleet: could not check for leftover containers: {e}", file=sys.stderr)

@@ -42,7 +42,6 @@ COMPOSE_FILE = REPO / "docker-compose.yml"
 LOCAL_CA_DIR = Path("/usr/local/share/ca-certificates")
 REDIS_PASSWORD = "compose-test-pw"
 FLOWER_AUTH = ("admin", "compose-test-flower")
-AUDIT_SECRET = "compose-test-audit"
 IMAGE_TAG = "test"
 UP_TIMEOUT_S = 1500  # a cold build downloads Debian packages and wheels
 JOB_TIMEOUT_S = 180
@@ -174,7 +173,6 @@ def stack(compose: list[str], docker_engine) -> Iterator[Stack]:  # type: ignore
         "SANDFLEET_IMAGE_TAG": IMAGE_TAG,
         "SANDFLEET_REDIS_PASSWORD": REDIS_PASSWORD,
         "SANDFLEET_FLOWER_AUTH": ":".join(FLOWER_AUTH),
-        "SANDFLEET_AUDIT_SECRET": AUDIT_SECRET,
         "SANDFLEET_COMPOSE_REDIS_PORT": str(redis_port),
         "SANDFLEET_COMPOSE_FLOWER_PORT": str(flower_port),
     }
@@ -250,7 +248,7 @@ def basic_get(url: str, auth: tuple[str, str] | None) -> tuple[int, bytes]:
 @pytest.mark.slow
 @pytest.mark.timeout(UP_TIMEOUT_S + 600)
 def test_stack_runs_the_reference_scenario(stack: Stack, docker_engine) -> None:  # type: ignore[no-untyped-def]
-    settings = Settings(redis_url=stack.redis_url, key_prefix="sandfleet", audit_secret=AUDIT_SECRET)
+    settings = Settings(redis_url=stack.redis_url, key_prefix="sandfleet")
     backends = ["docker"] + (["gvisor"] if "runsc" in docker_engine.runtimes else [])
     with Client(settings=settings) as client:
         jobs = {

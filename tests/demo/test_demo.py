@@ -14,7 +14,13 @@ import pytest
 import redis
 
 from sandfleet.core.settings import Settings
-from sandfleet.fleet.demo import choose_model, demo_replay_script, payload_totals, totals_match
+from sandfleet.fleet.demo import (
+    REFERENCE_CHAT_TOTALS,
+    choose_model,
+    demo_replay_script,
+    payload_totals,
+    totals_match,
+)
 from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.scenario import (
     REFERENCE_ANSWER,
@@ -39,12 +45,33 @@ def test_deploy_replay_script_is_the_demo_script() -> None:
 
 
 def test_replay_script_answers_the_reference_question_with_the_reference_program() -> None:
-    from sandfleet.worker.llm.replay_script import parse_script
+    from sandfleet.worker.llm.replay_script import match_rule, parse_script
     from sandfleet.worker.scenario import REFERENCE_QUESTION
 
     script = parse_script(demo_replay_script(), source="demo")
-    rule = next(r for r in script.rules if r.pattern.search(REFERENCE_QUESTION))
+    code_action = [
+        {"role": "system", "content": "Write ONE program."},
+        {"role": "user", "content": REFERENCE_QUESTION},
+    ]
+    rule = script.rules[match_rule(script, code_action)]
     assert extract_program(rule.responses[0].text) == REFERENCE_PROGRAM
+
+
+def test_replay_script_answers_a_chat_job_as_the_reference_chat_agent_did() -> None:
+    """A tool-loop prompt gets the reference chat agent: one load_orders call, then its (wrong) totals."""
+    from sandfleet.worker.engine.prompt import tool_loop_system
+    from sandfleet.worker.engine.toolloop import parse_answer
+    from sandfleet.worker.llm.replay_script import match_rule, parse_script
+    from sandfleet.worker.scenario import REFERENCE_QUESTION
+
+    script = parse_script(demo_replay_script(), source="demo")
+    system = tool_loop_system(shell=False, max_tool_calls=50)
+    chat = [{"role": "system", "content": system}, {"role": "user", "content": REFERENCE_QUESTION}]
+    calls, answer = script.rules[match_rule(script, chat)].responses
+    assert [c.name for c in calls.tool_calls] == ["load_orders"]
+    assert parse_answer(answer.text) == REFERENCE_CHAT_TOTALS
+    wrong = {r for r, total in REFERENCE_CHAT_TOTALS.items() if total != REFERENCE_ANSWER[r]}
+    assert wrong == {"North America", "LATAM"}  # DESIGN.md: two of four wrong
 
 
 def test_model_choice() -> None:
@@ -110,8 +137,9 @@ def unused_port() -> int:
 @pytest.mark.slow
 @pytest.mark.timeout(DEMO_TIMEOUT_S + 30)
 def test_demo_end_to_end(docker_engine, skip_or_fail, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """``sandfleet demo --json`` with no Redis answering: it starts one, a worker and Flower, runs the
-    reference question with the replay model, reports the exact totals, and stops what it started."""
+    """``sandfleet demo --compare --json`` with no Redis answering: it starts one, a worker and Flower,
+    runs the reference question with the replay model, reports the exact totals beside the chat
+    baseline's, and stops what it started."""
     import shutil
 
     if shutil.which("redis-server") is None:
@@ -121,7 +149,11 @@ def test_demo_end_to_end(docker_engine, skip_or_fail, tmp_path: Path) -> None:  
     env.update(SANDFLEET_REDIS_URL=missing_redis, TMPDIR=str(tmp_path))
     began = time.monotonic()
     done = subprocess.run(
-        [SANDFLEET, "demo", "--json"], env=env, capture_output=True, text=True, timeout=DEMO_TIMEOUT_S
+        [SANDFLEET, "demo", "--compare", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=DEMO_TIMEOUT_S,
     )
     took_s = time.monotonic() - began
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr[-4000:]}"
@@ -134,6 +166,11 @@ def test_demo_end_to_end(docker_engine, skip_or_fail, tmp_path: Path) -> None:  
     assert report["started"] == ["redis", "worker", "flower"]
     assert report["flower_url"].startswith("http://127.0.0.1:") and report["flower_url"].endswith("/tasks")
     assert "Flower  http://127.0.0.1:" in done.stderr
+    code_action, chat = report["compare"]
+    assert code_action["mode"] == "code-action" and code_action["matches"] is True
+    assert code_action["result"] == REFERENCE_ANSWER and code_action["model_calls"] == 1
+    assert chat["mode"] == "chat" and chat["status"] == "succeeded" and chat["matches"] is False
+    assert chat["result"] == REFERENCE_CHAT_TOTALS and chat["check"].startswith("NO: 2 of 4 wrong")
     # Everything it started is stopped again, and its scratch folder is gone.
     assert not answers(report["redis_url"])
     flower_port = int(report["flower_url"].split(":")[2].split("/")[0])

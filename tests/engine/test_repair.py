@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from sandfleet.core.contracts import JobStatus
+from sandfleet.core.contracts import ErrorKind, JobStatus
 from sandfleet.worker.engine import ListAudit
+from sandfleet.worker.sandbox.container import AGENT_KILLED
 from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
 
 from .helpers import job, model_requests, python_block, run
@@ -91,6 +92,42 @@ def test_an_endless_loop_that_never_recovers_times_out(engine_services: Any, rep
     assert [a.timed_out for a in result.attempts] == [True, True]
     assert all(a.timings["run_s"] < 10 for a in result.attempts)
     assert "killed at its time limit" in model_requests(audit)[1][-1]["content"]
+
+
+KILL_EVERY_PROCESS_PROGRAM = """
+import os, signal
+
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    os.kill(pid, signal.SIGKILL)  # the agent (pid 1) first, the program itself last
+"""
+
+
+def test_a_program_that_kills_its_sandboxs_agent_fails_the_job_as_agent_killed(
+    engine_services: Any, replay: Any, gvisor: Any
+) -> None:
+    """Under gVisor the program's SIGKILL reaches the agent: no limit was hit, and the job says what
+    happened (under runc the agent is out of reach; the next test)."""
+    server = replay({"default": [python_block(KILL_EVERY_PROCESS_PROGRAM)]})
+    spec = job("kill them all", sandbox={"backend": "gvisor"}, code_action={"max_repairs": 0})
+    result = run(spec, engine_services, server)
+
+    assert result.status == JobStatus.FAILED
+    assert result.error is not None and result.error.kind == ErrorKind.AGENT_KILLED
+    assert result.error.message == f"no answer after 1 attempt: {AGENT_KILLED}"
+    (attempt,) = result.attempts
+    assert attempt.limits_hit == [] and attempt.failure == AGENT_KILLED and attempt.runtime == "runsc"
+
+
+def test_under_runc_the_agent_outlives_a_program_that_kills_every_process(
+    engine_services: Any, replay: Any
+) -> None:
+    server = replay({"default": [python_block(KILL_EVERY_PROCESS_PROGRAM)]})
+    result = run(job("kill them all", code_action={"max_repairs": 0}), engine_services, server)
+
+    assert result.error is not None and result.error.kind == ErrorKind.PROGRAM
+    assert result.error.message == "no answer after 1 attempt: the program exited with code 137"
+    (attempt,) = result.attempts
+    assert attempt.limits_hit == [] and attempt.exit_code == 137 and attempt.runtime == "runc"
 
 
 def test_a_timeout_then_a_fast_program_is_repaired(engine_services: Any, replay: Any) -> None:

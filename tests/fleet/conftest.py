@@ -2,25 +2,31 @@
 
 Each test gets its own ``key_prefix``, and the broker queue is named after the prefix, so tests on one
 Redis never see each other's records or messages. Everything under the prefix is deleted afterwards.
+The ``store`` plays a worker: it signs with the key of worker ``TEST_WORKER``, made in the test's own
+worker state folder and registered like a real worker's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
 
+from sandfleet.core.key_registry import KeyRegistry, start_signer
+from sandfleet.core.keys import FleetKeys
 from sandfleet.core.settings import Settings, get_settings
+from sandfleet.core.signing import FileSigner
 from sandfleet.core.store import JobStore
 from sandfleet.producer.client import Client
 
-from .helpers import fleet_settings_for, keys_under
+from .helpers import TEST_WORKER, fleet_settings_for, keys_under
 
 
 @pytest.fixture
-def settings(redis_server: str) -> Settings:
-    return fleet_settings_for(redis_server)
+def settings(redis_server: str, tmp_path: Path) -> Settings:
+    return fleet_settings_for(redis_server, worker_state_dir=str(tmp_path / "worker-state"))
 
 
 @pytest.fixture
@@ -40,8 +46,14 @@ def client(settings: Settings, raw_redis: redis.Redis) -> Iterator[Client]:
 
 
 @pytest.fixture
-def store(settings: Settings, raw_redis: redis.Redis) -> Iterator[JobStore]:
-    s = JobStore.from_settings(settings)
+def signer(settings: Settings, raw_redis: redis.Redis) -> FileSigner:
+    """Worker ``TEST_WORKER``'s key, registered in the fleet's key register."""
+    return start_signer(settings, TEST_WORKER, KeyRegistry(raw_redis, FleetKeys(settings.key_prefix)))
+
+
+@pytest.fixture
+def store(settings: Settings, signer: FileSigner) -> Iterator[JobStore]:
+    s = JobStore.from_settings(settings, signer)
     yield s
     s.redis.close()
 
@@ -52,7 +64,7 @@ def cli_env(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> Iterator[dic
     env = {
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
+        "SANDFLEET_WORKER_STATE_DIR": settings.worker_state_dir,
         "SANDFLEET_RETENTION_S": str(settings.retention_s),
     }
     for name, value in env.items():

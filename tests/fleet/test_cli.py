@@ -102,7 +102,8 @@ def test_result_and_jobs(cli_env: dict, client: Client, store: JobStore) -> None
     store.finish(job.job_id, JobResult(job_id=job.job_id, status=JobStatus.SUCCEEDED, result="forty-two"))
     assert run("result", job.job_id)[:2] == (0, "forty-two\n")
     code, out, _ = run("result", job.job_id, "--json")
-    assert JobResult.model_validate_json(out).result == "forty-two"
+    data = json.loads(out)
+    assert data.pop("verified") is True and JobResult.model_validate(data).result == "forty-two"
 
     failed = client.submit("Will fail")
     store.finish_with_error(
@@ -135,7 +136,7 @@ def test_audit_lists_events_and_verifies_the_chain(
     store.redis.xadd(stream, {**fields, "event": fields["event"].replace("queued", "running")})
     code, out, err = run("audit", job.job_id, "--verify", "--json")
     assert code == 1 and "audit chain BROKEN at event 0" in err
-    assert json.loads(out)["data"] == {"status": "running"}
+    assert json.loads(out)["data"]["status"] == "running"
 
 
 def write_csv(path: Path, rows: list[dict[str, str]]) -> Path:
@@ -218,3 +219,36 @@ def test_batch_without_wait_prints_the_batch_id(cli_env: dict, tmp_path: Path, c
     code, out, _ = run("batch", str(source), "--batch-id", "nightly-1")
     assert (code, out.strip()) == (0, "nightly-1")
     assert client.batch("nightly-1").progress().counts["queued"] == 2
+
+
+def test_submit_and_batch_take_a_mode_and_jobs_shows_it(
+    cli_env: dict, client: Client, raw_redis: redis.Redis, settings: Settings, tmp_path: Path
+) -> None:
+    code, out, _ = run("submit", "Chat about it", "--mode", "chat", "--tools", "load_orders")
+    assert code == 0 and client.get(out.strip()).record().spec.mode == "chat"
+    (message,) = [json.loads(m) for m in raw_redis.lrange(queue_name(settings), 0, -1)]
+    assert message["headers"]["argsrepr"] == "['chat', 'Chat about it']"  # what Flower shows
+
+    source = tmp_path / "jobs.jsonl"
+    source.write_text('{"question": "row one"}\n{"question": "row two", "mode": "code-action"}\n')
+    code, out, _ = run("batch", str(source), "--mode", "shell")
+    assert code == 0
+    modes = {r.spec.question: r.spec.mode for r in client.jobs(batch=out.strip())}
+    assert modes == {"row one": "shell", "row two": "code-action"}  # a row's own mode wins
+
+    code, out, _ = run("jobs")
+    assert "  queued     chat         " in out and "  queued     shell        " in out
+    code, out, _ = run("jobs", "--json")
+    assert sorted(json.loads(line)["mode"] for line in out.splitlines()) == ["chat", "code-action", "shell"]
+
+
+def test_a_mode_that_does_not_exist_is_refused_and_nothing_enqueued(
+    cli_env: dict, raw_redis: redis.Redis, settings: Settings, tmp_path: Path
+) -> None:
+    code, _, err = run("submit", "q", "--mode", "agent")
+    assert code == 2 and "'agent' is not one of 'code-action', 'shell', 'chat'" in err
+    source = tmp_path / "jobs.jsonl"
+    source.write_text('{"question": "fine"}\n{"question": "bad", "mode": "agentic"}\n')
+    code, _, err = run("batch", str(source))
+    assert code == 2 and "line 2: mode: Input should be 'code-action', 'shell' or 'chat'" in err
+    assert keys_under(raw_redis, settings.key_prefix) == []

@@ -33,7 +33,7 @@ def test_a_transient_failure_requeues_the_job_for_a_retry(client: Client, store:
     job = client.submit("Docker is down")
     spec = job.record().spec.model_dump(mode="json")
     with pytest.raises(SandboxUnavailableError):
-        run_delivery(store, job.job_id, spec, run=docker_down, retries=0, last_try=False, worker="w1")
+        run_delivery(store, job.job_id, spec, run=docker_down, retries=0, last_try=False)
     record = job.record()
     assert record.status == JobStatus.QUEUED and record.attempts == 1
     assert job.audit()[-1].data["status"] == "queued" and job.audit()[-1].data["retry"] == 1
@@ -42,7 +42,7 @@ def test_a_transient_failure_requeues_the_job_for_a_retry(client: Client, store:
 def test_after_the_last_retry_the_job_fails_with_sandbox_unavailable(client: Client, store: JobStore) -> None:
     job = client.submit("Docker stays down")
     spec = job.record().spec.model_dump(mode="json")
-    status = run_delivery(store, job.job_id, spec, run=docker_down, retries=5, last_try=True, worker="w1")
+    status = run_delivery(store, job.job_id, spec, run=docker_down, retries=5, last_try=True)
     assert status == JobStatus.FAILED
     result = job.result(timeout=1)
     assert result.error.kind == ErrorKind.SANDBOX_UNAVAILABLE

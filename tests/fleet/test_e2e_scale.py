@@ -19,8 +19,15 @@ from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
 from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 
-from .helpers import fleet_settings_for, keys_under
-from .test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
+from .helpers import (
+    JOB_TIMEOUT_S,
+    SANDFLEET,
+    FleetWorker,
+    fleet_settings_for,
+    keys_under,
+    start_worker,
+    stop_worker,
+)
 
 TRIVIAL = '```python\nprint("RESULT: " + str(6 * 7))\n```'
 
@@ -30,7 +37,6 @@ def cli_env(settings: Settings) -> dict[str, str]:
         **os.environ,
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
     }
 
 

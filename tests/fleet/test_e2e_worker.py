@@ -10,13 +10,10 @@ import base64
 import json
 import os
 import pickle
-import signal
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -24,92 +21,24 @@ import redis
 
 from sandfleet.core.contracts import JobSpec, JobStatus
 from sandfleet.core.queue import TASK_NAME, queue_name
-from sandfleet.core.settings import Settings
-from sandfleet.producer.client import Client
 
-from .helpers import fleet_settings_for, keys_under
-
-WORKER_START_TIMEOUT_S = 60.0
-JOB_TIMEOUT_S = 120.0
-SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
-
-
-@dataclass
-class FleetWorker:
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    settings: Settings
-    client: Client
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-
-def start_worker(
-    settings: Settings,
-    folder: Path,
-    *,
-    tools: str = "",
-    sandboxes: int = 2,
-    concurrency: int = 8,
-    args: tuple[str, ...] = (),
-    env: dict[str, str] | None = None,
-) -> FleetWorker:
-    folder.mkdir(parents=True, exist_ok=True)
-    env = {
-        **os.environ,
-        "SANDFLEET_REDIS_URL": settings.redis_url,
-        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
-        "SANDFLEET_RETENTION_S": str(settings.retention_s),
-        "SANDFLEET_TOOLS": tools,
-        "SANDFLEET_POOL_SIZE": "0",
-        "SANDFLEET_DATA_DIR": str(folder / "data"),
-        **(env or {}),
-    }
-    log_path = folder / "worker.log"
-    log = log_path.open("wb")
-    cmd = [
-        SANDFLEET,
-        "worker",
-        "--concurrency",
-        str(concurrency),
-        "--sandboxes",
-        str(sandboxes),
-        "--loglevel",
-        "info",
-    ]
-    cmd += ["--hostname", f"test-{uuid.uuid4().hex[:6]}@%h", *args]
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    log.close()
-    worker = FleetWorker(process, log_path, settings, Client(settings=settings))
-    deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-    while "ready." not in worker.log():
-        if not worker.alive() or time.monotonic() > deadline:
-            stop_worker(worker)
-            pytest.fail(f"sandfleet worker did not start:\n{worker.log()[-3000:]}")
-        time.sleep(0.1)
-    return worker
-
-
-def stop_worker(worker: FleetWorker) -> None:
-    """SIGTERM (warm shutdown: the pool is drained), SIGKILL after 30 s."""
-    if worker.alive():
-        worker.process.send_signal(signal.SIGTERM)
-        try:
-            worker.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.process.pid, signal.SIGKILL)
-            worker.process.wait()
-    worker.client.close()
+from .helpers import (
+    JOB_TIMEOUT_S,
+    SANDFLEET,
+    FleetWorker,
+    fleet_settings_for,
+    keys_under,
+    start_worker,
+    stop_worker,
+)
 
 
 @pytest.fixture(scope="module")
-def fleet(redis_server: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetWorker]:
-    """A worker with no tools, for the cases decided before the engine runs."""
+def fleet(
+    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
+) -> Iterator[FleetWorker]:
+    """A worker with no tools, for the cases decided before the engine runs (a valid job that races
+    them does reach the engine, hence the engine)."""
     settings = fleet_settings_for(redis_server)
     worker = start_worker(settings, tmp_path_factory.mktemp("fleet"))
     yield worker
@@ -285,7 +214,6 @@ def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetW
         **os.environ,
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
     }
     model = engine_fleet.model  # type: ignore[attr-defined]
     cmd = [SANDFLEET, "submit", REFERENCE_QUESTION, "--tools", "load_orders", "--model", model, "--wait"]

@@ -73,3 +73,18 @@ def test_keys_live_under_the_prefix_and_ids_are_checked() -> None:
     assert keys.status_indexes()[0] == "fleet1:jobs:queued"
     with pytest.raises(ValueError, match="job id must be"):
         check_id("a b")
+
+
+def test_a_tool_loop_jobs_limits_follow_its_wall_time() -> None:
+    settings = Settings()
+    short = JobSpec(question="q", mode="chat", tool_loop={"wall_timeout": 60})
+    long = JobSpec(question="q", mode="shell", tool_loop={"wall_timeout": 3300})
+    soft, hard = job_time_limits(settings, short)
+    assert 60 < soft < hard and job_time_limits(settings, long)[0] > 3300
+    with pytest.raises(InvalidSpecError, match="time limits must nest"):
+        check_time_limits(settings, long)  # past the broker's visibility timeout
+    # code_action's caps do not stretch a chat job, and the tool loop's do not stretch a program's.
+    more_repairs = JobSpec(
+        question="q", mode="chat", tool_loop={"wall_timeout": 60}, code_action={"max_repairs": 10}
+    )
+    assert job_time_limits(settings, short) == job_time_limits(settings, more_repairs)

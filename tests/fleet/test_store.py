@@ -9,13 +9,16 @@ import threading
 import pytest
 import redis
 
-from sandfleet.core.audit import RedisAuditSink, verify_chain
-from sandfleet.core.chain import chain_hash, encode_event
+from sandfleet.core.audit import RedisAuditSink
+from sandfleet.core.chain import encode_event, link_hash, signed_message
 from sandfleet.core.contracts import AuditEvent, JobResult, JobStatus
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.settings import Settings
+from sandfleet.core.signing import ChainSigner, KeyStatus, WorkerKey
 from sandfleet.core.store import JobStore, Transition
 from sandfleet.producer.client import Client
+
+from .helpers import TEST_WORKER, start_job
 
 
 def succeeded(job_id: str, value: object = 42) -> JobResult:
@@ -32,7 +35,7 @@ def test_transitions_record_timestamps_counts_and_indexes(client: Client, store:
     assert store.redis.zscore(keys.status_index("running"), job.job_id) is not None
     assert store.redis.zscore(keys.status_index("queued"), job.job_id) is None
 
-    assert store.finish(job.job_id, succeeded(job.job_id), worker="w1") == Transition.APPLIED
+    assert store.finish(job.job_id, succeeded(job.job_id)) == Transition.APPLIED
     record = job.record()
     assert record.status == JobStatus.SUCCEEDED
     assert set(record.timestamps) == {"queued", "running", "succeeded"}
@@ -41,16 +44,16 @@ def test_transitions_record_timestamps_counts_and_indexes(client: Client, store:
     assert store.redis.zscore(keys.status_index("running"), job.job_id) is None
 
 
-def race_to_finish(settings: Settings, job_id: str, writers: int) -> list[Transition]:
+def race_to_finish(settings: Settings, job_id: str, writers: int, signer: ChainSigner) -> list[Transition]:
     """``writers`` threads, each with its own connection (as separate workers), finish at once."""
-    stores = [JobStore.from_settings(settings) for _ in range(writers)]
+    stores = [JobStore.from_settings(settings, signer) for _ in range(writers)]
     barrier = threading.Barrier(writers)
     outcomes: list[Transition] = []
 
     def write(i: int) -> None:
         result = succeeded(job_id, value=i)
         barrier.wait()
-        outcomes.append(stores[i].finish(job_id, result, worker=f"w{i}", token=f"w{i}"))
+        outcomes.append(stores[i].finish(job_id, result, token=f"w{i}"))
 
     threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
     for t in threads:
@@ -69,7 +72,7 @@ def test_exactly_one_final_record_under_racing_writers(
     for _ in range(20):
         job = client.submit("Race me")
         store.mark_running(job.job_id, "w")
-        outcomes = race_to_finish(settings, job.job_id, writers)
+        outcomes = race_to_finish(settings, job.job_id, writers, store.signer)
         assert outcomes.count(Transition.APPLIED) == 1
         assert outcomes.count(Transition.ALREADY_FINAL) == writers - 1
         winner = store.redis.get(store.keys.final_guard(job.job_id))
@@ -123,8 +126,7 @@ def test_every_key_of_a_job_expires_with_the_retention(
     batch = client.submit_batch(["retention?"])
     job_id = batch.job_ids[0]
     store.count_delivery(job_id)
-    store.mark_running(job_id, "w")
-    RedisAuditSink(store.redis, settings, job_id).emit("program", {"code": "print(1)"})
+    start_job(store, job_id).emit("program", {"code": "print(1)"})
     store.finish(job_id, succeeded(job_id))
     keys = FleetKeys(settings.key_prefix)
     for key in (*keys.job_keys(job_id), keys.batch_jobs(batch.batch_id), keys.batch_counts(batch.batch_id)):
@@ -132,17 +134,14 @@ def test_every_key_of_a_job_expires_with_the_retention(
         assert 0 < ttl <= settings.retention_s, (key, ttl)
 
 
-def test_audit_chain_verifies_and_detects_tampering(
-    client: Client, store: JobStore, settings: Settings
-) -> None:
+def test_audit_chain_verifies_and_detects_tampering(client: Client, store: JobStore) -> None:
     job = client.submit("Audit me")
-    audit = RedisAuditSink(store.redis, settings, job.job_id)
-    audit.emit("state", {"status": "running"})
+    audit = start_job(store, job.job_id)
     audit.emit("model_call", {"prompt": "p", "reply": "r", "tokens": 12}, attempt=1)
     audit.emit("tool_call", {"tool": "load_orders", "args": [], "ok": True}, attempt=1)
     events = job.audit()
     assert [e.kind for e in events] == ["state", "state", "model_call", "tool_call"]
-    assert verify_chain(store.redis, settings, job.job_id) == (True, None)
+    assert job.verify_audit() == (True, None) and job.verify().state == "unfinished"
 
     # Rewrite the stream with event 2 edited (its stored hash kept): the chain breaks at index 2.
     stream = store.keys.audit(job.job_id)
@@ -155,39 +154,51 @@ def test_audit_chain_verifies_and_detects_tampering(
             fields = {**fields, "event": json.dumps(event)}
         store.redis.xadd(stream, fields)
     assert job.verify_audit() == (False, 2)
+    assert "does not chain" in job.verify().problems[0]
 
 
-def test_audit_chain_detects_a_removed_last_event(
-    client: Client, store: JobStore, settings: Settings
-) -> None:
+def test_audit_chain_detects_a_removed_last_event(client: Client, store: JobStore) -> None:
     job = client.submit("Truncate me")
-    RedisAuditSink(store.redis, settings, job.job_id).emit("program", {"code": "x"})
+    start_job(store, job.job_id).emit("program", {"code": "x"})
     stream = store.keys.audit(job.job_id)
     last_id = store.redis.xrevrange(stream, count=1)[0][0]
     store.redis.xdel(stream, last_id)
-    assert job.verify_audit() == (False, 1)
+    assert job.verify_audit() == (False, 2)
 
 
-def test_audit_chain_needs_the_secret(client: Client, store: JobStore, settings: Settings) -> None:
+def test_an_event_needs_a_registered_workers_signature(client: Client, store: JobStore) -> None:
+    """Links have no key (anyone can compute one), so a forged event with a correct link and no
+    signature, or one made with a key the fleet never registered, is refused by the signature check."""
     job = client.submit("Forge me")
-    forged = AuditEvent(ts=0.0, job_id=job.job_id, kind="program", data={"code": "evil"})
-    head = store.redis.hget(store.keys.job(job.job_id), "audit_head")
-    digest = chain_hash("wrong-secret", head, encode_event(forged))
-    store.redis.xadd(store.keys.audit(job.job_id), {"event": encode_event(forged), "hash": digest})
-    store.redis.hset(store.keys.job(job.job_id), "audit_head", digest)
-    assert job.verify_audit() == (False, 1)
+    start_job(store, job.job_id)
+    record_key, stream = store.keys.job(job.job_id), store.keys.audit(job.job_id)
+    forged = encode_event(AuditEvent(ts=0.0, job_id=job.job_id, kind="program", data={"code": "evil"}))
+    head = store.redis.hget(record_key, "audit_head")
+    link = link_hash(head, forged)
+    store.redis.xadd(stream, {"event": forged, "hash": link, "sig": "", "key": ""})
+    store.redis.hset(record_key, mapping={"audit_head": link, "audit_count": 3})
+    assert job.verify_audit() == (False, 2) and job.verify().problems == ["event 2: not signed"]
+
+    outsider = WorkerKey.generate(TEST_WORKER)  # same worker name, a key the fleet never registered
+    last_id = store.redis.xrevrange(stream, count=1)[0][0]
+    store.redis.xdel(stream, last_id)
+    sig = outsider.sign(signed_message(job.job_id, link))
+    store.redis.xadd(stream, {"event": forged, "hash": link, "sig": sig, "key": outsider.key_id})
+    verdict = job.verify()
+    assert verdict.bad_index == 2 and "not in the key set" in verdict.problems[0]
 
 
 def test_concurrent_audit_writers_keep_one_chain(
-    client: Client, settings: Settings, redis_server: str
+    client: Client, store: JobStore, settings: Settings, redis_server: str
 ) -> None:
     job = client.submit("Two deliveries write at once")
+    start_job(store, job.job_id)
     writers, per_writer = 4, 25
     barrier = threading.Barrier(writers)
 
     def write(i: int) -> None:
         conn = redis.Redis.from_url(redis_server, decode_responses=True)
-        sink = RedisAuditSink(conn, settings, job.job_id)
+        sink = RedisAuditSink(conn, settings, job.job_id, store.signer)
         barrier.wait()
         for n in range(per_writer):
             sink.emit("tool_call", {"writer": i, "n": n})
@@ -198,13 +209,35 @@ def test_concurrent_audit_writers_keep_one_chain(
         t.start()
     for t in threads:
         t.join()
-    assert len(job.audit()) == 1 + writers * per_writer
+    assert len(job.audit()) == 2 + writers * per_writer
     assert job.verify_audit() == (True, None)
 
 
-def test_audit_events_hold_values_json_cannot(client: Client, store: JobStore, settings: Settings) -> None:
+def test_racing_finishes_seal_the_chain_once_and_match_the_record(
+    client: Client, store: JobStore, settings: Settings
+) -> None:
+    """The first final write wins, record and seal together: one seal, committing to the served record."""
+    for _ in range(10):
+        job = client.submit("Race me to the seal")
+        start_job(store, job.job_id)
+        outcomes = race_to_finish(settings, job.job_id, 4, store.signer)
+        assert outcomes.count(Transition.APPLIED) == 1
+        seals = [e for e in job.audit() if e.kind == "state" and e.data["status"] == "succeeded"]
+        assert len(seals) == 1 and job.verify().verified
+        assert job.result(timeout=1).result == int(store.redis.get(store.keys.final_guard(job.job_id))[1:])
+
+
+def test_a_sealed_chain_takes_no_more_events(client: Client, store: JobStore) -> None:
+    job = client.submit("Late writer")
+    sink = start_job(store, job.job_id)
+    store.finish(job.job_id, succeeded(job.job_id))
+    sink.emit("tool_call", {"tool": "late"})  # a late duplicate delivery: dropped, not appended
+    assert [e.kind for e in job.audit()][-1] == "state" and job.verify().verified
+
+
+def test_audit_events_hold_values_json_cannot(client: Client, store: JobStore) -> None:
     job = client.submit("Odd values")
-    RedisAuditSink(store.redis, settings, job.job_id).emit("limit", {"hit": {"pids"}, "ratio": 0.5})
+    start_job(store, job.job_id).emit("limit", {"hit": {"pids"}, "ratio": 0.5})
     assert job.audit()[-1].data["ratio"] == 0.5
     assert job.verify_audit() == (True, None)
 
@@ -219,3 +252,23 @@ def test_finish_requires_a_final_status(client: Client, store: JobStore) -> None
     job = client.submit("Not final")
     with pytest.raises(ValueError, match="final status"):
         store.finish(job.job_id, JobResult(job_id=job.job_id, status=JobStatus.RUNNING))
+
+
+def test_a_key_register_that_lost_its_data_gets_the_key_back_with_the_next_entry(
+    client: Client, store: JobStore
+) -> None:
+    """A Redis restarted without persistence forgets the register; a worker's entries bring their key
+    back (never over a revoked one)."""
+    job = client.submit("After a Redis wipe")
+    store.redis.delete(store.keys.signing_keys)
+    start_job(store, job.job_id)
+    assert job.verify().holds and client.registry.get(store.signer.key_info().key_id) is not None
+    store.redis.delete(store.keys.signing_keys)
+    store.finish(job.job_id, succeeded(job.job_id))
+    assert job.verify().verified
+
+    other = client.submit("Revoked meanwhile")
+    client.registry.set_status(store.signer.key_info().key_id, KeyStatus.REVOKED)
+    start_job(store, other.job_id)
+    assert client.registry.get(store.signer.key_info().key_id).status == KeyStatus.REVOKED
+    assert "is revoked" in other.verify().problems[0]

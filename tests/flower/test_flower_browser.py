@@ -107,9 +107,7 @@ def get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
 @pytest.fixture
 def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]:  # type: ignore[no-untyped-def]
     """Flower first (it shows only tasks whose events it saw), then a worker with the orders tools."""
-    settings = Settings(
-        redis_url=redis_server, key_prefix=f"tf{uuid.uuid4().hex[:8]}", audit_secret="flower-test"
-    )
+    settings = Settings(redis_url=redis_server, key_prefix=f"tf{uuid.uuid4().hex[:8]}")
     script = tmp_path / "replay.json"
     script.write_text(json.dumps(demo_replay_script()))
     write_reference_data(tmp_path / "data")
@@ -118,7 +116,7 @@ def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]: 
         **{k: v for k, v in os.environ.items() if not k.startswith(("SANDFLEET_", "FLOWER_", "OPENAI_"))},
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
+        "SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "worker-state"),
         "SANDFLEET_TOOLS": "sandfleet.worker.tools.examples.orders",
         "SANDFLEET_DATA_DIR": str(tmp_path / "data"),
         "SANDFLEET_MODEL": f"replay:{script}",
@@ -184,6 +182,7 @@ def test_tasks_page_lists_the_finished_job(chromium: str, fleet: Fleet, tmp_path
         time.sleep(0.5)
     assert status == 200 and task.get("name") == "sandfleet.run_job" and task.get("state") == "SUCCESS", task
     assert task["uuid"] == job.job_id and "revenue per region in Q3 2026" in task["args"]
+    assert task["args"].startswith("['code-action', ")  # the job's mode comes first
 
     page = fleet.flower_url.replace("http://", f"http://{AUTH[0]}:{AUTH[1]}@") + "/tasks"
     dom = run_chromium(chromium, tmp_path / "profile-dom", "--dump-dom", page)
@@ -191,7 +190,8 @@ def test_tasks_page_lists_the_finished_job(chromium: str, fleet: Fleet, tmp_path
     html = dom.stdout
     assert "sandfleet.run_job" in html, html[-3000:]
     assert job.job_id in html  # the uuid column is the job id
-    assert "revenue per region in Q3 2026" in html  # the args column starts with the question
+    assert "revenue per region in Q3 2026" in html  # the args column: the mode, then the question
+    assert "code-action" in html
     assert "SUCCESS" in html
 
     ARTIFACTS.mkdir(exist_ok=True)

@@ -43,6 +43,15 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"one final audit event; none lost",
     ),
     "runc_vs_runsc": (["--jobs", "6"], r"runsc / runc cost per job"),
+    "replay_batch": (
+        ["--jobs", "6", "--per-job", "2"],
+        r"replay --batch vs one replay per job: \d+\.\dx faster[\s\S]*events/s[\s\S]*"
+        r"every replay matched and every job verified",
+    ),
+    "shell_exec": (
+        ["--runs", "5", "--jobs", "3", "--turns", "2"],
+        r"docker exec / sandbox_exec: median \d+\.\dx[\s\S]*engine overhead per chat turn[\s\S]*audit to redis",
+    ),
 }
 
 

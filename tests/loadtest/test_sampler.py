@@ -9,7 +9,7 @@ import pytest
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.fleet.loadtest.sampler import LiveContainers
-from sandfleet.worker.sandbox.container import SandboxContainer
+from sandfleet.worker.sandbox.backend import backend_named
 from sandfleet.worker.sandbox.spec import Owner
 
 pytestmark = pytest.mark.docker
@@ -27,13 +27,13 @@ def wait_for(predicate: Any, timeout_s: float = 10.0) -> bool:
 def test_live_containers_follow_starts_and_deaths_of_their_owners_only(docker_engine: Any) -> None:
     mine = Owner.current()
     stranger = Owner("another-host", 1, 1)
-    already = SandboxContainer.start(SandboxConfig(), owner=mine)  # running before counting starts
+    already = backend_named().start(SandboxConfig(), owner=mine)  # running before counting starts
     counter = LiveContainers({mine.label()})
     assert counter.start()
     started = []
     try:
         assert counter.series[-1][1] == 1  # seeded from docker ps
-        started = [SandboxContainer.start(SandboxConfig(), owner=o) for o in (mine, mine, stranger)]
+        started = [backend_named().start(SandboxConfig(), owner=o) for o in (mine, mine, stranger)]
         assert wait_for(lambda: counter.series[-1][1] == 3)
         for sandbox in (already, *started):
             sandbox.destroy()

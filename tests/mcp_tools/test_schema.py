@@ -160,3 +160,15 @@ def test_a_recursive_reference_ends_as_any() -> None:
         "$defs": {"N": {"$ref": "#/$defs/N"}},
     }
     assert ToolSignature.from_schemas(schema).render("t") == "t(*, node: Any = None)"
+
+
+def test_the_servers_own_names_stand_for_the_parameters_made_of_them() -> None:
+    shape = ToolSignature.from_schemas(ODD)
+    assert shape.python_keywords({"city": "Oslo", "from": "x", "user-id": 3}) == {
+        "city": "Oslo",
+        "from_": "x",
+        "user_id": 3,
+    }
+    with pytest.raises(TypeError, match="multiple values for argument 'from_'"):
+        shape.python_keywords({"from": "x", "from_": "y"})
+    assert shape.python_keywords({"colour": "red"}) == {"colour": "red"}  # left for binding to refuse

@@ -4,7 +4,6 @@ own servers over stdio and streamable HTTP. No sandbox here: calls are made as t
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -206,12 +205,17 @@ def test_stdio_a_line_past_the_limit_ends_the_connection_boundedly(lab_stdio: Mc
 
 
 def test_stdio_env_reaches_the_server_and_nothing_else_of_the_workers(
-    lab_stdio: McpSessions, monkeypatch: pytest.MonkeyPatch
+    lab_data: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert value(lab_stdio, "lab", "secret_env", name="LAB_SECRET") == "only-for-the-lab"
-    assert os.environ.get("SANDFLEET_AUDIT_SECRET") or True
-    assert value(lab_stdio, "lab", "secret_env", name="SANDFLEET_AUDIT_SECRET") == ""
-    assert value(lab_stdio, "lab", "secret_env", name="OPENAI_API_KEY") == ""
+    monkeypatch.setenv("SANDFLEET_TEST_WORKER_SECRET", "the-workers-own")  # set before the server starts
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-workers-own")
+    with sessions_for(
+        {"lab": stdio(LAB, "--data", str(lab_data), env={"LAB_SECRET": "only-for-the-lab"})}
+    ) as lab:
+        assert value(lab, "lab", "secret_env", name="LAB_SECRET") == "only-for-the-lab"
+        assert value(lab, "lab", "secret_env", name="SANDFLEET_TEST_WORKER_SECRET") == ""
+        assert value(lab, "lab", "secret_env", name="OPENAI_API_KEY") == ""
+        assert value(lab, "lab", "secret_env", name="PATH") != ""  # the SDK's safe defaults do pass
 
 
 def test_stop_ends_every_stdio_server(lab_data: Path) -> None:

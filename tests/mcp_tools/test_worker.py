@@ -1,4 +1,4 @@
-"""MCP tools through the whole fleet: a real ``sandfleet worker --mcp-config`` on a real Redis, jobs
+"""MCP tools through the whole fleet: a real ``sandfleet worker`` (SANDFLEET_MCP_CONFIG) on a real Redis, jobs
 submitted through the Client, programs written by the replay model (an HTTP server speaking the
 OpenAI API), run in Docker sandboxes, calling real MCP servers: mcp-server-time and mcp-server-git
 from PyPI over stdio, the tests' lab server over stdio (the reference orders) and streamable HTTP.
@@ -14,8 +14,15 @@ from pathlib import Path
 
 import pytest
 import redis
-from fleet.helpers import fleet_settings_for, keys_under
-from fleet.test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
+from fleet.helpers import (
+    JOB_TIMEOUT_S,
+    SANDFLEET,
+    FleetWorker,
+    fleet_settings_for,
+    keys_under,
+    start_worker,
+    stop_worker,
+)
 
 from sandfleet.core.contracts import JobStatus
 
@@ -138,8 +145,11 @@ def mcp_fleet(
     worker = start_worker(
         settings,
         folder,
-        args=("--mcp-config", str(config)),
-        env={"SANDFLEET_TRANSIENT_RETRIES": "1", "SANDFLEET_TRANSIENT_BACKOFF_S": "0.2"},
+        env={
+            "SANDFLEET_MCP_CONFIG": str(config),
+            "SANDFLEET_TRANSIENT_RETRIES": "1",
+            "SANDFLEET_TRANSIENT_BACKOFF_S": "0.2",
+        },
     )
     worker.model = f"replay:{folder / 'script.json'}"  # type: ignore[attr-defined]
     worker.repo = repo  # type: ignore[attr-defined]
@@ -190,7 +200,6 @@ def test_the_finished_job_replays_from_its_audit_record(mcp_fleet: FleetWorker) 
         **os.environ,
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
     }
     done = subprocess.run(
         [SANDFLEET, "replay", job.job_id, "--json"], env=env, capture_output=True, text=True, timeout=120

@@ -8,16 +8,18 @@ from typing import Any
 
 import pytest
 
-from .harness import Fleet
+from sandfleet.fleet.local import LocalFleet
+
+from .harness import reliability_fleet
 
 
 @pytest.fixture
-def make_fleet(tmp_path: Path, docker_engine: Any) -> Iterator[Callable[..., Fleet]]:
-    """``make_fleet(redis_url, **env)``: a Fleet whose workers are stopped when the test ends."""
-    fleets: list[Fleet] = []
+def make_fleet(tmp_path: Path, docker_engine: Any) -> Iterator[Callable[..., LocalFleet]]:
+    """``make_fleet(redis_url, **env)``: a LocalFleet whose workers are stopped when the test ends."""
+    fleets: list[LocalFleet] = []
 
-    def make(redis_url: str, **env: str) -> Fleet:
-        fleet = Fleet(redis_url, tmp_path / f"fleet-{len(fleets)}", env=env)
+    def make(redis_url: str, **env: str) -> LocalFleet:
+        fleet = reliability_fleet(redis_url, tmp_path / f"fleet-{len(fleets)}", **env)
         fleets.append(fleet)
         return fleet
 
@@ -25,4 +27,4 @@ def make_fleet(tmp_path: Path, docker_engine: Any) -> Iterator[Callable[..., Fle
         yield make
     finally:
         for fleet in fleets:
-            fleet.close()
+            fleet.stop()

@@ -1,28 +1,21 @@
-"""A small fleet for fault tests: real ``sandfleet worker`` processes on a Redis of our own.
+"""Fault-test helpers over the one local-fleet helper (:class:`sandfleet.fleet.local.LocalFleet`):
+real ``sandfleet worker`` processes on the test's Redis, each its own process group, so kill -9
+reaches exactly that worker; everything started is stopped by ``LocalFleet.stop``.
 
-Used by tests/reliability and benchmarks/kill_workers.py. Each worker is its own process group, so
-kill -9 reaches exactly that worker; everything started here is stopped by ``Fleet.close``.
+Used by tests/reliability and benchmarks/kill_workers.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandfleet.core.settings import Settings
+from sandfleet.fleet.local import FleetConfig, LocalFleet
 from sandfleet.producer.client import Client
-
-SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
-WORKER_START_TIMEOUT_S = 60.0
-AUDIT_SECRET = "reliability-secret"
 
 
 def sleeper_script(folder: Path, seconds: float) -> Path:
@@ -37,92 +30,18 @@ def sleeper_script(folder: Path, seconds: float) -> Path:
     return path
 
 
-@dataclass
-class Worker:
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def alive(self) -> bool:
-        return self.process.poll() is None
-
-
-@dataclass
-class Fleet:
-    redis_url: str
-    folder: Path
-    env: dict[str, str] = field(default_factory=dict)
-    workers: list[Worker] = field(default_factory=list)
-    prefix: str = field(default_factory=lambda: f"rel{uuid.uuid4().hex[:8]}")
-
-    @property
-    def settings(self) -> Settings:
-        return Settings(redis_url=self.redis_url, key_prefix=self.prefix, audit_secret=AUDIT_SECRET)
-
-    def client(self) -> Client:
-        return Client(settings=self.settings)
-
-    def start_worker(self, *, concurrency: int = 4, sandboxes: int = 2, wait: bool = True) -> Worker:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        name = f"rel-{uuid.uuid4().hex[:6]}@{os.uname().nodename}"
-        env = {
-            **os.environ,
-            "SANDFLEET_REDIS_URL": self.redis_url,
-            "SANDFLEET_KEY_PREFIX": self.prefix,
-            "SANDFLEET_AUDIT_SECRET": AUDIT_SECRET,
-            "SANDFLEET_POOL_SIZE": "0",
-            "SANDFLEET_TOOLS": "",
-            **self.env,
-        }
-        log_path = self.folder / f"{name.split('@')[0]}.log"
-        with log_path.open("wb") as log:
-            cmd = [
-                SANDFLEET,
-                "worker",
-                "--concurrency",
-                str(concurrency),
-                "--sandboxes",
-                str(sandboxes),
-                "--hostname",
-                name,
-                "--loglevel",
-                "info",
-            ]
-            process = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
-        worker = Worker(name, process, log_path)
-        self.workers.append(worker)
-        if wait:
-            self.wait_ready(worker)
-        return worker
-
-    def wait_ready(self, worker: Worker) -> None:
-        deadline = time.monotonic() + WORKER_START_TIMEOUT_S
-        while "ready." not in worker.log():
-            if not worker.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"worker {worker.name} did not start:\n{worker.log()[-3000:]}")
-            time.sleep(0.1)
-
-    def by_name(self, name: str) -> Worker | None:
-        return next((w for w in self.workers if w.name == name), None)
-
-    def kill(self, worker: Worker, sig: int = signal.SIGKILL) -> None:
-        os.kill(worker.process.pid, sig)
-
-    def close(self) -> None:
-        for worker in self.workers:
-            if worker.alive():
-                worker.process.send_signal(signal.SIGTERM)
-        for worker in self.workers:
-            try:
-                worker.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.process.pid, signal.SIGKILL)
-                worker.process.wait()
+def reliability_fleet(redis_url: str, folder: Path, **env: str) -> LocalFleet:
+    """Workers (started one by one by the test) on the test's Redis, under a fresh key prefix."""
+    config = FleetConfig(
+        workers=0,
+        concurrency=4,
+        sandboxes=2,
+        tools="",
+        loglevel="info",
+        env={"SANDFLEET_POOL_SIZE": "0", **env},
+    )
+    prefix = f"rel{uuid.uuid4().hex[:8]}"
+    return LocalFleet(config, folder, redis_url=redis_url, key_prefix=prefix)
 
 
 def final_state_events(client: Client, job_id: str) -> int:
@@ -165,7 +84,7 @@ def wait_for(predicate: Any, timeout_s: float, every_s: float = 0.1) -> bool:
     return True
 
 
-def kill_round(fleet: Fleet, client: Client, model: str, *, limit_s: float = 60.0) -> dict[str, Any]:
+def kill_round(fleet: LocalFleet, client: Client, model: str, *, limit_s: float = 60.0) -> dict[str, Any]:
     """Submit one sleeping job, kill -9 the worker running it, and measure what follows.
 
     Returns a dict: job_id, lost (no final success within ``limit_s`` + the job's own time),

@@ -35,8 +35,9 @@ from typing import Any
 import pytest
 
 from sandfleet.core.config import DEFAULT_IMAGE
+from sandfleet.fleet.local import LocalFleet
 
-from .harness import Fleet, final_state_events, note_figure, running_on, sleeper_script, wait_for
+from .harness import final_state_events, note_figure, running_on, sleeper_script, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
 
@@ -257,7 +258,7 @@ def main_engine_containers_of(owner_prefix: str) -> list[str]:
 def test_jobs_wait_out_a_docker_outage_and_none_runs_unsandboxed(
     second_engine: SecondEngine,
     redis_factory: Callable[..., Any],
-    make_fleet: Callable[..., Fleet],
+    make_fleet: Callable[..., LocalFleet],
     tmp_path: Path,
 ) -> None:
     began_wall = time.time()

@@ -19,7 +19,9 @@ from typing import Any
 
 import pytest
 
-from .harness import Fleet, note_figure, wait_for
+from sandfleet.fleet.local import LocalFleet
+
+from .harness import note_figure, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
 
@@ -143,7 +145,7 @@ def test_prune_removes_a_killed_owners_containers_and_keeps_a_live_owners(owners
 
 
 def test_a_workers_periodic_reaper_removes_a_killed_owners_containers_within_60_s(
-    owners: Owners, redis_factory: Callable[..., Any], make_fleet: Callable[..., Fleet]
+    owners: Owners, redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet]
 ) -> None:
     fleet = make_fleet(redis_factory().url)
     worker = fleet.start_worker(concurrency=1, sandboxes=1)

@@ -16,14 +16,16 @@ from typing import Any
 
 import pytest
 
-from .harness import Fleet, final_state_events, note_figure, outcome_of, running_on, sleeper_script, wait_for
+from sandfleet.fleet.local import LocalFleet
+
+from .harness import final_state_events, note_figure, outcome_of, running_on, sleeper_script, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
 
 JOBS = 6
 
 
-def restart_under_load(server: Any, fleet: Fleet, model: str) -> dict[str, Any]:
+def restart_under_load(server: Any, fleet: LocalFleet, model: str) -> dict[str, Any]:
     fleet.start_worker(concurrency=2, sandboxes=2)
     fleet.start_worker(concurrency=2, sandboxes=2)
     with fleet.client() as client:
@@ -59,7 +61,7 @@ def restart_under_load(server: Any, fleet: Fleet, model: str) -> dict[str, Any]:
 
 
 def test_with_aof_a_redis_restart_loses_no_job(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., Fleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
 ) -> None:
     server = redis_factory("--save", "", "--appendonly", "yes", "--appendfsync", "always")
     fleet = make_fleet(server.url)
@@ -71,7 +73,7 @@ def test_with_aof_a_redis_restart_loses_no_job(
 
 
 def test_without_persistence_the_harness_sees_the_loss(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., Fleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
 ) -> None:
     server = redis_factory()  # no RDB, no AOF: the control
     fleet = make_fleet(server.url)

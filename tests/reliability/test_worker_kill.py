@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from sandfleet.fleet.local import LocalFleet
+
 from .harness import (
-    Fleet,
     containers_of,
     final_state_events,
     kill_round,
@@ -30,7 +31,7 @@ LIMIT_S = 60.0
 
 
 def test_killed_workers_jobs_are_redelivered_completed_once_and_their_containers_reaped(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., Fleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
 ) -> None:
     server = redis_factory()
     fleet = make_fleet(server.url)
@@ -48,7 +49,7 @@ def test_killed_workers_jobs_are_redelivered_completed_once_and_their_containers
 
 
 def test_sigterm_lets_running_jobs_finish_or_go_back_and_loses_none(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., Fleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
 ) -> None:
     server = redis_factory()
     fleet = make_fleet(server.url)

@@ -1,4 +1,4 @@
-"""The reference scenario (DESIGN.md) through the runtime: real orders tool, real sandbox, exact answer."""
+"""The reference scenario (ARCHITECTURE.md) through the runtime: real orders tool, real sandbox, exact answer."""
 
 from __future__ import annotations
 

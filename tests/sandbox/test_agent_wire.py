@@ -80,3 +80,42 @@ def test_host_headers_reach_the_agent_intact() -> None:
     reader.buf += encode(b"E", header, b"stdin") + encode(b"P")
     assert list(reader.frames()) == [(b"E", header, b"stdin"), (b"P", {}, b"")]
     assert not reader.buf
+
+
+def test_agent_frames_reach_the_host_through_the_attach_stream() -> None:
+    """What the agent writes (protocol.agent_frame) read back by the host's channel from a real
+    socket carrying Docker's attach multiplexing, split at awkward places, with stderr between."""
+    import socket
+
+    from sandfleet.worker.sandbox import protocol
+    from sandfleet.worker.sandbox.attach import DOCKER_HEAD, AttachStream
+    from sandfleet.worker.sandbox.channel import AgentChannel
+
+    frames = [
+        (protocol.HELLO, {"pid": 1, "syscall_filter": True}, b""),
+        (protocol.DONE, {"exit_code": 0, "out_len": 3, "files": ["undecodable-\udc80"]}, b"out"),
+    ]
+    stdout = b"".join(protocol.agent_frame(*frame) for frame in frames)
+    muxed = (
+        DOCKER_HEAD.pack(1, 5)
+        + stdout[:5]
+        + DOCKER_HEAD.pack(2, 6)
+        + b"oops!\n"
+        + DOCKER_HEAD.pack(1, len(stdout) - 5)
+        + stdout[5:]
+    )
+    host, container = socket.socketpair()
+    try:
+        for i in range(0, len(muxed), 7):  # chunk headers cut in two as well
+            container.sendall(muxed[i : i + 7])
+        container.shutdown(socket.SHUT_WR)
+        channel = AgentChannel(AttachStream(host))
+        received = [channel.recv(deadline=None, max_body=1024) for _ in frames]
+        assert [kind for kind, _, _ in received] == [protocol.HELLO, protocol.DONE]
+        assert received[0][1] == frames[0][1]
+        assert received[1][1] == frames[1][1]  # the lone surrogate too, as a JSON escape
+        assert received[1][2] == b"out"
+        assert bytes(channel.stderr_tail) == b"oops!\n"
+    finally:
+        host.close()
+        container.close()

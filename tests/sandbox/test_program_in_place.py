@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.worker.sandbox.container import SandboxContainer
+from sandfleet.worker.sandbox.backend import backend_named
 
 from .helpers import TEST_LABELS
 
@@ -70,7 +70,7 @@ print(len(pickle.dumps(A())) > 0, inspect.getsource(A).strip())
 def run_both_ways(config: SandboxConfig, program: str) -> list[tuple[Any, ...]]:
     outcomes = []
     for in_place in (False, True):
-        sandbox = SandboxContainer.start(config, labels=TEST_LABELS)
+        sandbox = backend_named().start(config, labels=TEST_LABELS)
         try:
             sandbox.write_file(SCRIPT, program.encode())
             done = sandbox.execute(
@@ -100,7 +100,7 @@ def test_an_uncaught_exception_shows_only_the_programs_frames(backend: str) -> N
     "env", [{"PYTHONPATH": "/workspace/lib"}, {"PYTHONUNBUFFERED": "1"}, {"LANG": "C"}, {"PATH": "/bin"}]
 )
 def test_an_environment_that_changes_how_python_starts_gets_a_new_interpreter(env: dict[str, str]) -> None:
-    sandbox = SandboxContainer.start(SandboxConfig(env=env), labels=TEST_LABELS)
+    sandbox = backend_named().start(SandboxConfig(env=env), labels=TEST_LABELS)
     try:
         sandbox.write_file(SCRIPT, b"import os; print(os.environ.get('PYTHONPATH'))")
         done = sandbox.execute(ARGV, timeout=30, python_script=SCRIPT)
@@ -111,7 +111,7 @@ def test_an_environment_that_changes_how_python_starts_gets_a_new_interpreter(en
 
 
 def test_other_variables_keep_the_program_in_place() -> None:
-    sandbox = SandboxContainer.start(
+    sandbox = backend_named().start(
         SandboxConfig(env={"GREETING": "hi", "PYTHON_VERSION": "x"}), labels=TEST_LABELS
     )
     try:

@@ -119,7 +119,8 @@ def test_inspect_shows_every_setting(shared_session: Any) -> None:
     attrs = shared_session.inspect()
     host = attrs["HostConfig"]
     check_inspect(host, backend_of(shared_session))
-    assert host["Init"] is True
+    assert host["Init"] is False  # the agent is the container's init (pid 1)
+    assert attrs["Config"]["StopSignal"] == "SIGKILL"
     assert host["Privileged"] is False
     assert attrs["Config"]["User"] == "10001:10001"
     assert attrs["Config"]["Labels"]["sandfleet.role"] == "sandbox"

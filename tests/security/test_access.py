@@ -103,7 +103,7 @@ def fleet_settings(url: str) -> Any:
 def test_a_client_and_a_worker_with_the_password_run_a_job(
     protected_redis: Listener, docker_engine: Any, tmp_path: Path
 ) -> None:
-    from fleet.test_e2e_worker import start_worker, stop_worker
+    from fleet.helpers import start_worker, stop_worker
 
     settings = fleet_settings(protected_redis.url())
     script = tmp_path / "script.json"

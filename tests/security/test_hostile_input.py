@@ -68,8 +68,7 @@ class ContainerWatch:
 @pytest.fixture(scope="module")
 def fleet(redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One worker (example order tools, reference data, default operator policy), its container watch."""
-    from fleet.helpers import fleet_settings_for, keys_under
-    from fleet.test_e2e_worker import start_worker, stop_worker
+    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
 
     from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
     from sandfleet.worker.scenario import write_reference_data

@@ -1,9 +1,12 @@
 """Hostile programs: each case runs a real attack inside a real sandbox, under runc and under runsc.
 
 One table of cases. Each program tries its attack, prints what happened as ``RESULT: {json}``, and its
-check asserts the outcome (blocked, contained, or recorded as it is under gVisor). Every run ends with
-the leftover check of conftest.py: the container is gone and no host process serves it any more.
-Outcomes go to ``artifacts/security-results.json`` (see SECURITY.md).
+check decides whether it was blocked by the mechanism the row names: each attempt must fail with the
+errno (or the error text) expected of that mechanism, so an attempt that failed for another reason
+(a NameError in the attack, a tool that is missing) does not count as refused. The check's verdict
+is what the results file publishes, and the test asserts it. Every run ends with the leftover check
+of conftest.py: the container is gone and no host process serves it any more. Outcomes go to
+``artifacts/security-results.json`` (see SECURITY.md).
 
 The network cases use network "none": nothing can leave the machine, which is the point.
 """
@@ -22,12 +25,13 @@ from typing import Any
 
 import pytest
 
+from sandfleet.worker.sandbox.container import AGENT_KILLED
+
 from .helpers import REPO, free_port, percentile, program, record, vm_hwm_kib
 
 pytestmark = [pytest.mark.docker]
 
 SECRET = "sk-sandfleet-fake-worker-secret-4242"
-ERRNO_BLOCKED = {"EPERM", "EACCES", "ENOSYS", "EROFS"}
 
 PRELUDE = program(
     r"""
@@ -43,8 +47,8 @@ PRELUDE = program(
             report[name] = {"ok": False, "errno": "EAI", "error": str(e)}
         except OSError as e:
             report[name] = {"ok": False, "errno": errno.errorcode.get(e.errno, str(e.errno)), "error": str(e)}
-        except Exception as e:
-            report[name] = {"ok": False, "errno": None, "error": f"{type(e).__name__}: {e}"}
+        except Exception as e:  # not refused by the system: the attack itself broke
+            report[name] = {"ok": False, "errno": None, "exception": f"{type(e).__name__}: {e}"}
 
 
     def syscall(nr, *args):
@@ -81,12 +85,62 @@ def payload(run: Any) -> dict[str, Any]:
     return run.result
 
 
-def all_refused(report: dict[str, Any], allowed_errnos: set[str] = ERRNO_BLOCKED) -> dict[str, Any]:
-    """Assert every attempt in the report failed with one of ``allowed_errnos``; return a summary."""
-    for name, outcome in report.items():
-        assert not outcome["ok"], f"{name} succeeded: {outcome}"
-        assert outcome["errno"] in allowed_errnos or outcome["errno"] is None, f"{name}: {outcome}"
-    return {name: outcome.get("errno") or outcome.get("error") for name, outcome in report.items()}
+@dataclass(frozen=True)
+class Refused:
+    """How one attempt must fail: with one of ``errnos`` and, if ``says`` is set, an error text
+    holding it. The errno None is a probe that found nothing (no error at all)."""
+
+    errnos: frozenset[str | None]
+    says: str | None = None
+
+    def matches(self, outcome: dict[str, Any]) -> bool:
+        return (
+            outcome.get("ok") is False
+            and "exception" not in outcome  # the attack broke: not a refusal
+            and outcome.get("errno") in self.errnos
+            and (self.says is None or self.says in str(outcome.get("error", "")))
+        )
+
+    def __str__(self) -> str:
+        names = "/".join("nothing found" if e is None else e for e in sorted(self.errnos, key=str))
+        return names + (f" saying {self.says!r}" if self.says else "")
+
+
+def refused(*errnos: str, says: str | None = None) -> Refused:
+    return Refused(frozenset(errnos), says)
+
+
+ABSENT = Refused(frozenset({None}))  # a probe that looked and found nothing
+# Expected refusals: one Refused for both runtimes, or a dict by runtime where they differ.
+Expected = dict[str, Refused | dict[str, Refused]]
+
+
+def refused_as(report: dict[str, Any], expected: Expected, runtime: str) -> tuple[bool, dict[str, Any]]:
+    """Whether every attempt failed as ``expected`` names (and every expected attempt was made):
+    (verdict, {attempt: errno or error} plus what did not match)."""
+    got: dict[str, Any] = {}
+    wrong: dict[str, str] = {}
+    for name in sorted(set(report) | set(expected)):
+        want = expected.get(name)
+        outcome = report.get(name)
+        if want is None:
+            wrong[name] = f"attempted, but no refusal is expected of it: {outcome}"
+            continue
+        if outcome is None:
+            wrong[name] = "not attempted"
+            continue
+        if isinstance(want, dict):
+            want = want[runtime]
+        got[name] = outcome.get("errno") or outcome.get("exception") or outcome.get("error")
+        if not want.matches(outcome):
+            wrong[name] = f"expected {want}, got {outcome}"
+    return not wrong, {"refused": got, **({"not as expected": wrong} if wrong else {})}
+
+
+def verdict(detail: Any, **held: bool) -> tuple[bool, Any]:
+    """(all conditions held, detail, plus the names of those that did not)."""
+    failed = [name for name, ok in held.items() if not ok]
+    return not failed, detail if not failed else {"failed": failed, "detail": detail}
 
 
 # ---- the cases ---------------------------------------------------------------------------------
@@ -111,9 +165,11 @@ FORK_BOMB = PRELUDE + program(
 def check_fork_bomb(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     # runc: the pids cgroup refuses; gVisor: its kernel's RLIMIT_NPROC does (worker/sandbox/spec.py).
     outcome = payload(run)["fork_bomb"]
-    assert outcome["errno"] == "EAGAIN", outcome
-    assert outcome["forked"] < 256, outcome  # pids_limit 256 (the agent, init and the program count too)
-    return True, f"fork stopped with EAGAIN after {outcome['forked']} children (pids_limit 256)"
+    return verdict(
+        f"fork stopped with {outcome['errno']} after {outcome['forked']} children (pids_limit 256)",
+        refused_with_eagain=outcome["errno"] == "EAGAIN",
+        below_the_pids_limit=outcome["forked"] < 256,  # pids_limit 256 (the agent and the program count too)
+    )
 
 
 MEMORY_BOMB = program(
@@ -127,11 +183,14 @@ MEMORY_BOMB = program(
 
 def check_memory_bomb(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     # runc: the program is OOM-killed; gVisor: the whole sandbox is, and the host reads Docker's OOMKilled.
-    assert run.exit_code == 137, (run.exit_code, run.stderr[-500:])
     failure = run.failure() or ""
-    assert run.oom_killed and "memory" in run.limits_hit, run.limits_hit
-    assert failure == "the program ran out of memory (exit code 137)"
-    return True, {"exit_code": run.exit_code, "oom_killed": run.oom_killed, "failure": failure}
+    return verdict(
+        {"exit_code": run.exit_code, "oom_killed": run.oom_killed, "failure": failure},
+        exit_137=run.exit_code == 137,
+        oom_killed=run.oom_killed,
+        memory_limit_hit="memory" in run.limits_hit,
+        says_out_of_memory=failure == "the program ran out of memory (exit code 137)",
+    )
 
 
 FILL_DISKS = PRELUDE + program(
@@ -164,18 +223,21 @@ def host_free_bytes() -> int:
 
 def check_fill(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     report = payload(run)
+    held = {}
     for where, limit in (("workspace", 64), ("tmp", 64), ("var_tmp", 64)):
         outcome = report[where]
-        assert not outcome["ok"] and outcome["errno"] == "ENOSPC", (where, outcome)
-        assert outcome["mib"] <= limit, (where, outcome)
+        held[f"{where}_enospc_within_{limit}_mib"] = (
+            not outcome["ok"] and outcome["errno"] == "ENOSPC" and outcome["mib"] <= limit
+        )
     written = sum(o["mib"] for o in report.values()) << 20
     drop = ctx["free_before"] - host_free_bytes()
     # Other people share this disk: allow noise, but the sandbox's writes must not have landed on it.
-    assert drop < written, f"host free space dropped by {drop} bytes while the sandbox wrote {written}"
-    return True, {
+    held["host_disk_untouched"] = drop < written
+    detail = {
         "enospc_after_mib": {k: v["mib"] for k, v in report.items()},
         "host_free_drop_mib": round(drop / 2**20, 1),
     }
+    return verdict(detail, **held)
 
 
 WRITE_ROOT = PRELUDE + program(
@@ -195,8 +257,19 @@ WRITE_ROOT = PRELUDE + program(
 )
 
 
-def check_refused(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    return True, all_refused(payload(run))
+# The root is mounted read-only (EROFS) and its files are root's, not the sandbox user's (EACCES; EPERM
+# for chmod). gVisor checks the user's permission before the mount's read-only flag.
+ROOT_WRITES: Expected = {
+    "create /evil": {"runc": refused("EROFS"), "runsc": refused("EACCES")},
+    "append /etc/passwd": refused("EACCES"),
+    "create /usr/bin/evil": {"runc": refused("EROFS"), "runsc": refused("EACCES")},
+    "mkdir /opt/evil": refused("EROFS"),
+    "chmod /etc/shadow": {"runc": refused("EROFS"), "runsc": refused("EPERM")},
+}
+
+
+def check_root_writes(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
+    return refused_as(payload(run), ROOT_WRITES, runtime)
 
 
 ZOMBIES = PRELUDE + program(
@@ -237,10 +310,15 @@ ZOMBIES = PRELUDE + program(
 
 def check_zombies(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     report = payload(run)
-    assert run.exit_code == 0 and not run.timed_out
-    assert report["own_zombies"] == 50, report
-    assert report["orphan_zombies_left"] == [], report
-    return True, {"own_zombies_seen": report["own_zombies"], "orphans_left_unreaped": 0}
+    return verdict(
+        {
+            "own_zombies_seen": report["own_zombies"],
+            "orphans_left_unreaped": len(report["orphan_zombies_left"]),
+        },
+        exited_normally=run.exit_code == 0 and not run.timed_out,
+        own_zombies_seen=report["own_zombies"] == 50,
+        orphans_reaped=report["orphan_zombies_left"] == [],
+    )
 
 
 EMFILE = PRELUDE + program(
@@ -258,8 +336,11 @@ EMFILE = PRELUDE + program(
 
 def check_emfile(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     outcome = payload(run)["open"]
-    assert outcome["errno"] == "EMFILE" and outcome["opened"] < 1024, outcome
-    return True, f"EMFILE after {outcome['opened']} files (nofile 1024)"
+    return verdict(
+        f"{outcome['errno']} after {outcome['opened']} files (nofile 1024)",
+        refused_with_emfile=outcome["errno"] == "EMFILE",
+        below_nofile=outcome["opened"] < 1024,
+    )
 
 
 def network_source(targets: list[tuple[str, str, int]]) -> str:
@@ -279,16 +360,27 @@ def network_source(targets: list[tuple[str, str, int]]) -> str:
     )
 
 
-def check_network(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    report = payload(run)
-    interfaces = report.pop("interfaces")["error"]
-    assert "eth" not in interfaces, interfaces
-    loopback = {k: report.pop(k) for k in list(report) if k.startswith("127.0.0.1")}
-    for name, outcome in loopback.items():  # the sandbox's own loopback: nothing listens there
-        assert not outcome["ok"] and outcome["errno"] == "ECONNREFUSED", (name, outcome)
-    summary = all_refused(report, ERRNO_BLOCKED | {"EAI", "ENETUNREACH", "EHOSTUNREACH"})
-    summary.update({k: v["errno"] for k, v in loopback.items()})
-    return True, {**summary, "interfaces": interfaces}
+def network_refusals(targets: list[tuple[str, str, int]]) -> Expected:
+    """Network none: no resolver answers (EAI), no route leaves (runc: ENETUNREACH, gVisor's netstack:
+    EHOSTUNREACH), and on the sandbox's own loopback nothing listens (ECONNREFUSED)."""
+    unreachable = {"runc": refused("ENETUNREACH"), "runsc": refused("EHOSTUNREACH")}
+    expected: Expected = {"dns pypi.org": refused("EAI"), "dns localhost-free name": refused("EAI")}
+    for label, host, _port in targets:
+        expected[label] = refused("ECONNREFUSED") if host == "127.0.0.1" else unreachable
+    return expected
+
+
+def network_check(
+    targets: list[tuple[str, str, int]],
+) -> Callable[[Any, str, dict[str, Any]], tuple[bool, Any]]:
+    def check_network(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
+        report = payload(run)
+        interfaces = report.pop("interfaces")["error"]
+        blocked, summary = refused_as(report, network_refusals(targets), runtime)
+        summary["interfaces"] = interfaces
+        return blocked and interfaces == "[(1, 'lo')]", summary  # only the loopback interface
+
+    return check_network
 
 
 PROC_STATUS = PRELUDE + program(
@@ -307,12 +399,16 @@ PROC_STATUS = PRELUDE + program(
 
 def check_proc_status(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     fields = payload(run)
-    assert int(fields["CapEff"][0], 16) == 0 and int(fields["CapPrm"][0], 16) == 0, fields
-    assert fields["Uid"][0] == "10001", fields
-    if runtime == "runc":
-        assert fields["NoNewPrivs"] == ["1"] and fields["Seccomp"] == ["2"], fields
-    # runsc: gVisor's own /proc; it is recorded as shown (its kernel is the boundary, not seccomp).
-    return True, {k: v[0] for k, v in fields.items() if v}
+    # runsc: gVisor's own /proc has no NoNewPrivs line; it is recorded as shown (its kernel is the
+    # boundary, not seccomp).
+    return verdict(
+        {k: v[0] for k, v in fields.items() if v},
+        no_effective_or_permitted_capability=int(fields["CapEff"][0], 16) == 0
+        and int(fields["CapPrm"][0], 16) == 0,
+        unprivileged_user=fields["Uid"][0] == "10001",
+        no_new_privs_and_seccomp=runtime != "runc"
+        or (fields["NoNewPrivs"] == ["1"] and fields["Seccomp"] == ["2"]),
+    )
 
 
 PRIVILEGED = PRELUDE + program(
@@ -385,11 +481,40 @@ PRIVILEGED = PRELUDE + program(
 )
 
 
+NOT_INSTALLED = Refused(frozenset({None}), says="not installed")
+# ptrace, io_uring, namespaces, mounts, keyrings, bpf and modules are refused with EPERM under both
+# runtimes: Docker's profile and the agent's own seccomp filter stacked on it (syscall_filter.py). The
+# tools fail as they say: su cannot authenticate (no password; its setuid bit does nothing under
+# no-new-privileges), unshare(1) is refused by the kernel, mount(1) refuses a non-root user itself
+# (the kernel's own refusal is the mount(2) row); sudo is not in the image.
+PRIVILEGED_CALLS: Expected = {
+    "su root": refused("EPERM", says="su: Authentication failure"),
+    "sudo": NOT_INSTALLED,
+    "unshare -Ur": refused("EPERM", says="unshare failed: Operation not permitted"),
+    "mount tmpfs (binary)": refused("EPERM", says="must be superuser to use mount"),
+    **{
+        name: refused("EPERM")
+        for name in (
+            "unshare(CLONE_NEWUSER)",
+            "unshare(CLONE_NEWNS)",
+            "mount(2) tmpfs",
+            "ptrace sibling",
+            "ptrace init (pid 1)",
+            "ptrace the agent (parent)",
+            "keyctl(GET_KEYRING_ID)",
+            "add_key",
+            "bpf(BPF_MAP_CREATE)",
+            "io_uring_setup",
+            "init_module",
+            "finit_module",
+            "delete_module",
+        )
+    },
+}
+
+
 def check_privileged(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    report = payload(run)
-    # ptrace, io_uring, namespaces and mounts are refused under both runtimes: Docker's profile and the
-    # agent's own seccomp filter stacked on it (worker/sandbox/agent.py).
-    return True, all_refused(report)
+    return refused_as(payload(run), PRIVILEGED_CALLS, runtime)
 
 
 KERNEL_WRITES = PRELUDE + program(
@@ -401,28 +526,43 @@ KERNEL_WRITES = PRELUDE + program(
             f.write(text)
         return "written"
 
-    attempt("/proc/sysrq-trigger", lambda: write("/proc/sysrq-trigger", "h"))
     attempt("/proc/sys/kernel/core_pattern", lambda: write("/proc/sys/kernel/core_pattern", "|/tmp/x"))
     attempt("/proc/sys/vm/drop_caches", lambda: write("/proc/sys/vm/drop_caches", "3"))
-    targets = sorted(glob.glob("/sys/fs/cgroup/*/release_agent") + glob.glob("/sys/fs/cgroup/release_agent"))
-    for path in targets or ["/sys/fs/cgroup/memory/release_agent"]:
-        attempt(path, lambda p=path: write(p, "/tmp/x"))
-    for path in ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/pids/pids.max",
+    # These exist on some kernels and cgroup versions only: each one there is attempted.
+    agents = glob.glob("/sys/fs/cgroup/*/release_agent") + glob.glob("/sys/fs/cgroup/release_agent")
+    absent = []
+    for path in ["/proc/sysrq-trigger", *(sorted(agents) or ["/sys/fs/cgroup/memory/release_agent"]),
+                 "/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/pids/pids.max",
                  "/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/pids.max",
                  "/sys/fs/cgroup/memory/cgroup.procs", "/sys/fs/cgroup/cgroup.procs",
-                 "/sys/fs/cgroup/memory/notify_on_release"):
+                 "/sys/fs/cgroup/memory/notify_on_release"]:
         if os.path.exists(path):
-            attempt(path, lambda p=path: write(p, "max" if "max" in p else "1"))
+            attempt(path, lambda p=path: write(p, "max" if "max" in p else "h" if "sysrq" in p else "/tmp/x"))
+        else:
+            absent.append(path)
     attempt("mount cgroup", lambda: syscall(165, b"cgroup", b"/workspace", b"cgroup", 0, b"memory"))
-    done()
+    print("RESULT: " + json.dumps({"attempts": report, "absent": absent}))
     """
 )
 
 
 def check_kernel_writes(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
     report = payload(run)
-    # ENOENT: the file does not exist inside (gVisor shows fewer of them); nothing was written either way.
-    return True, all_refused(report, ERRNO_BLOCKED | {"ENOENT", "EINVAL"})
+    attempts = report["attempts"]
+    # runc: Docker mounts /proc/sys, /proc/sysrq-trigger and the cgroup files read-only (EROFS; open
+    # "w" truncates, which asks for a writable mount first). gVisor: its /proc files are root's and
+    # the sandbox user may not write them (EACCES), and it shows none of those cgroup files.
+    read_only = {"runc": refused("EROFS"), "runsc": refused("EACCES")}
+    expected: Expected = {
+        "/proc/sys/kernel/core_pattern": read_only,
+        "/proc/sys/vm/drop_caches": read_only,
+        "mount cgroup": refused("EPERM"),
+    }
+    for path in attempts:
+        if path.startswith(("/proc/sysrq-trigger", "/sys/fs/cgroup/")):
+            expected[path] = read_only
+    blocked, detail = refused_as(attempts, expected, runtime)
+    return blocked, {**detail, "absent": report["absent"]}
 
 
 def secrets_source(host_paths: list[str]) -> str:
@@ -461,7 +601,20 @@ def secrets_source(host_paths: list[str]) -> str:
 
 
 def check_secrets(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    return True, all_refused(payload(run), ERRNO_BLOCKED | {"ENOENT"})
+    # Probes that look for the secret, host folders and the Docker socket and must find nothing; the
+    # socket's connect fails as there is no such file (ENOENT).
+    expected: Expected = {
+        name: ABSENT for name in ("env has the secret", "secret in /proc/*/environ", "host folder mounted")
+    }
+    for path in [
+        *ctx["host_paths"],
+        "/var/run/docker.sock",
+        "/run/docker.sock",
+        "/proc/1/root/var/run/docker.sock",
+    ]:
+        expected["exists " + path] = ABSENT
+    expected["connect docker.sock"] = refused("ENOENT")
+    return refused_as(payload(run), expected, runtime)
 
 
 def cases(ctx: dict[str, Any]) -> list[Case]:
@@ -479,13 +632,13 @@ def cases(ctx: dict[str, Any]) -> list[Case]:
         Case("fork bomb", FORK_BOMB, check_fork_bomb),
         Case("memory bomb", MEMORY_BOMB, check_memory_bomb, sandbox={"memory_limit": "256M"}),
         Case("fill /workspace, /tmp, /var/tmp", FILL_DISKS, check_fill, sandbox={"disk_limit": "64M"}),
-        Case("write to the root filesystem", WRITE_ROOT, check_refused),
+        Case("write to the root filesystem", WRITE_ROOT, check_root_writes),
         Case("zombie factory", ZOMBIES, check_zombies),
         Case("open files until EMFILE", EMFILE, check_emfile),
         Case(
             "network: DNS, external IP, host redis, gateways, metadata",
             network_source(targets),
-            check_network,
+            network_check(targets),
         ),
         Case("/proc/self/status: capabilities, no_new_privs, seccomp", PROC_STATUS, check_proc_status),
         Case("su/sudo, unshare, mount, ptrace, keyctl, bpf, io_uring, modules", PRIVILEGED, check_privileged),
@@ -593,13 +746,15 @@ def test_hostile_program_is_contained(
     result = run(case.source, runtime, sandbox=case.sandbox, **case.settings)
     try:
         blocked, detail = case.check(result, runtime, context)
-    except AssertionError as e:
-        record(case.name, runtime, False, str(e)[:2000])
+    except Exception as e:  # no RESULT, or not the report the case expects: not blocked as it names
+        record(case.name, runtime, False, f"{type(e).__name__}: {e}"[:2000])
         raise
-    record(case.name, runtime, blocked, detail)
     if case_name == "fork bomb":  # the next job on the host runs normally
         after = run("print('RESULT: fine')", runtime)
-        assert after.ok and after.result == "fine", after.failure()
+        blocked = blocked and after.ok and after.result == "fine"
+        detail = f"{detail}; next job: {after.failure() or 'ok'}"
+    record(case.name, runtime, blocked, detail)
+    assert blocked, detail
 
 
 def test_ten_gigabytes_of_stdout_are_truncated_and_memory_stays_bounded(
@@ -621,15 +776,8 @@ def test_ten_gigabytes_of_stdout_are_truncated_and_memory_stays_bounded(
     after = vm_hwm_kib()
     cap = 1024**2
     size = len(json.dumps(result.to_dict()))
-    assert result.stdout_truncated and "output" in result.limits_hit
-    assert len(result.stdout.encode()) <= cap
-    assert size < 3 * cap, f"the run's record is {size} bytes"
     growth_mib = (after - before) / 1024
-    assert growth_mib < 200, f"peak RSS of the test process grew by {growth_mib:.0f} MiB"
-    record(
-        "10 GiB of stdout",
-        runtime,
-        True,
+    blocked, detail = verdict(
         {
             "timed_out": result.timed_out,
             "stdout_kept_bytes": len(result.stdout.encode()),
@@ -638,7 +786,13 @@ def test_ten_gigabytes_of_stdout_are_truncated_and_memory_stays_bounded(
             "peak_rss_after_mib": round(after / 1024, 1),
             "elapsed_s": round(elapsed, 1),
         },
+        truncated=result.stdout_truncated and "output" in result.limits_hit,
+        kept_within_the_cap=len(result.stdout.encode()) <= cap,
+        record_below_3_mib=size < 3 * cap,
+        test_process_grew_below_200_mib=growth_mib < 200,
     )
+    record("10 GiB of stdout", runtime, blocked, detail)
+    assert blocked, detail
 
 
 TIMEOUT_PROGRAMS = {
@@ -661,20 +815,18 @@ def test_programs_past_their_deadline_are_killed_within_a_second(
         t = result.timings
         exec_wall = t["total_s"] - t["acquire_s"] - t["files_s"]  # from the host's side
         overshoots.append(exec_wall - EXEC_TIMEOUT_S)
-    p95 = percentile(overshoots, 95)
-    assert max(overshoots) < 1.0, overshoots
-    record(
-        "killed at exec_timeout",
-        runtime,
-        True,
+    blocked, detail = verdict(
         {
             "runs": len(overshoots),
             "exec_timeout_s": EXEC_TIMEOUT_S,
             "overshoot_p50_s": round(percentile(overshoots, 50), 3),
-            "overshoot_p95_s": round(p95, 3),
+            "overshoot_p95_s": round(percentile(overshoots, 95), 3),
             "overshoot_max_s": round(max(overshoots), 3),
         },
+        every_run_killed_within_1_s=max(overshoots) < 1.0,
     )
+    record("killed at exec_timeout", runtime, blocked, detail)
+    assert blocked, overshoots
 
 
 def test_job_b_sees_nothing_of_job_a(runtime: str, run: Callable[..., Any]) -> None:
@@ -711,9 +863,13 @@ def test_job_b_sees_nothing_of_job_a(runtime: str, run: Callable[..., Any]) -> N
     assert first.ok and first.result == "planted", first.failure()
     second = run(job_b, runtime)
     assert second.ok, second.failure()
-    assert first.container_id != second.container_id
-    assert second.result == {"files": [], "processes": []}, second.result
-    record("job B sees job A's files or processes", runtime, True, second.result)
+    blocked, detail = verdict(
+        second.result,
+        another_container=first.container_id != second.container_id,
+        nothing_of_job_a_seen=second.result == {"files": [], "processes": []},
+    )
+    record("job B sees job A's files or processes", runtime, blocked, detail)
+    assert blocked, detail
 
 
 # ---- fixed gaps (were strict xfails): each now holds under both runtimes ----------------------------
@@ -758,3 +914,79 @@ def test_ptrace_inside_the_sandbox_is_refused(run: Callable[..., Any], runtime: 
 def test_io_uring_is_refused(run: Callable[..., Any], runtime: str) -> None:
     result = run(PRIVILEGED, runtime)
     assert not payload(result)["io_uring_setup"]["ok"]
+
+
+# ---- a program that kills every process it sees ----------------------------------------------------
+KILL_EVERY_PROCESS = program(
+    """
+    import json, os, signal
+    me = os.getpid()
+    signalled = []
+    for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+        if pid != me:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                signalled.append(pid)
+            except OSError:
+                pass
+    print("RESULT: " + json.dumps({"signalled": signalled, "init_alive": os.path.exists("/proc/1")}), flush=True)
+    os.kill(me, signal.SIGKILL)  # and itself, last
+    """
+)
+
+
+def test_a_program_that_kills_every_process_it_sees_is_reported_as_what_it_did(
+    runtime: str, run: Callable[..., Any]
+) -> None:
+    """No memory limit is hit, and the result never says so. Under runc the agent is pid 1 and the
+    kernel drops the program's SIGKILL to it: the agent lives, and the program ends by its own kill.
+    gVisor delivers the signal: the agent dies, the sandbox with it, and the host reports that the
+    program killed the sandbox's agent (the engine saw neither an OOM kill nor a kill request)."""
+    result = run(KILL_EVERY_PROCESS, runtime)
+    failure = result.failure() or ""
+    assert not result.oom_killed and result.limits_hit == [] and "memory" not in failure, (
+        result.limits_hit,
+        failure,
+    )
+    if runtime == "runc":
+        report = payload(result)
+        blocked, detail = verdict(
+            {"signalled": report["signalled"], "exit_code": result.exit_code, "failure": failure},
+            the_agent_was_signalled=1 in report["signalled"],
+            the_agent_lived_on=report["init_alive"] and not result.agent_killed and result.error is None,
+            ended_by_its_own_kill=result.exit_code == 137 and failure == "the program exited with code 137",
+        )
+        record("kill every process it sees (the agent too)", runtime, blocked, detail)
+        assert blocked, detail
+        return
+    assert result.agent_killed and result.exit_code == -1 and not result.result_found, result.to_dict()
+    assert result.error == AGENT_KILLED and failure == AGENT_KILLED
+    record(
+        "kill every process it sees (the agent too)",
+        runtime,
+        False,
+        {"agent_killed": True, "failure": failure, "contained": "only its own sandbox ended"},
+    )
+
+
+def test_an_attack_that_breaks_is_not_counted_as_refused(run: Callable[..., Any]) -> None:
+    """An attempt that fails for another reason than the mechanism its row names (here a NameError in
+    the attack, and an errno other than the expected one) makes the row not blocked."""
+    source = PRELUDE + program(
+        """
+        attempt("write /etc/passwd", lambda: open(undefined_name, "a"))
+        attempt("create /evil", lambda: open("/evil", "w"))
+        done()
+        """
+    )
+    report = payload(run(source, "runc"))
+    assert report["write /etc/passwd"]["exception"].startswith("NameError"), report
+    blocked, detail = refused_as(
+        report, {"write /etc/passwd": refused("EACCES"), "create /evil": refused("EACCES")}, "runc"
+    )
+    assert not blocked
+    assert set(detail["not as expected"]) == {"write /etc/passwd", "create /evil"}, (
+        detail
+    )  # EROFS, not EACCES
+    assert refused_as(report, {"create /evil": refused("EROFS")}, "runc")[0] is False  # one not expected
+    assert refused_as({"create /evil": report["create /evil"]}, {"create /evil": refused("EROFS")}, "runc")[0]

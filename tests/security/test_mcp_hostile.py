@@ -195,10 +195,10 @@ def test_names_that_are_not_identifiers_and_wire_names_cannot_slip_past_the_sche
     assert done.ok, (done.failure(), done.stderr)
     r = done.result
     assert r["renamed"]["value"]["arguments"] == {"city": "Oslo", "from": "x", "user-id": 3}
-    assert (
-        r["wire names"]["type"] == "TypeError"
-        and "unexpected keyword argument 'from'" in r["wire names"]["message"]
-    )
+    # The server's own names stand for the parameters made of them (how a tool-calling model names
+    # them); their values are checked all the same: "user-id" must be an integer.
+    assert r["wire names"]["type"] == "TypeError"
+    assert "argument user_id: '3; drop' is not of type 'integer'" in r["wire names"]["message"]
     assert r["nested bad"]["type"] == "ValueError" and "guest['address']['zip']" in r["nested bad"]["message"]
     # Keys the schema does not forbid pass through as plain data, to the server that declared them.
     assert r["nested extra"]["ok"] and r["nested extra"]["value"]["arguments"]["guest"]["address"][
@@ -211,8 +211,9 @@ def test_names_that_are_not_identifiers_and_wire_names_cannot_slip_past_the_sche
         "MCP: odd names and nested schemas from raw frames",
         RUNTIME,
         True,
-        "get-weather.now callable as odd__get_weather_now; wire names (from, user-id) refused as unexpected "
-        "keywords; nested values checked on the host before the server (pattern, type)",
+        "get-weather.now callable as odd__get_weather_now; the server's own names (from, user-id) stand "
+        "for the parameters and their values are checked; nested values checked on the host before the "
+        "server (pattern, type)",
     )
 
 

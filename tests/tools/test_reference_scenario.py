@@ -1,4 +1,4 @@
-"""The reference scenario: the generator as DESIGN.md specifies it, the exact answer, and the program."""
+"""The reference scenario: the generator as ARCHITECTURE.md specifies it, the exact answer, and the program."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ DESIGN_ANSWER = {"North America": 108664.0, "LATAM": 81328.0, "EMEA": 77689.0, "
 
 
 def design_recipe() -> list[tuple]:
-    """DESIGN.md's recipe, written out literally with the global generator."""
+    """ARCHITECTURE.md's recipe, written out literally with the global generator."""
     random.seed(15)
     products = [("Starter", 29.0), ("Team", 99.0), ("Business", 249.0), ("Enterprise", 899.0)]
     regions = ["EMEA", "North America", "APAC", "LATAM"]

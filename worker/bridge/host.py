@@ -121,7 +121,9 @@ class ToolBridge:
             seq = self._seq
         began = time.perf_counter()
         request_id: Any = None
-        tool, args, kwargs = "?", [], {}
+        tool = "?"
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
         try:
             if header.get("oversize") is not None:
                 raise _Refusal(

@@ -1,4 +1,5 @@
-"""``sandfleet ask QUESTION``: one job in this process, no Redis and no Celery, sandboxed as always."""
+"""``sandfleet ask QUESTION``: one job in this process, no Redis and no Celery, sandboxed as always
+(``--mode shell`` in a session sandbox; ``--mode chat`` runs no model code, only the tools, on the host)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import uuid
 
 import click
 
+from sandfleet.core.contracts import JobMode
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import describe_validation_error, parse_options, sandbox_option
 from sandfleet.worker.cli.common import mcp_config_option
@@ -25,6 +27,14 @@ from sandfleet.worker.cli.common import mcp_config_option
 @mcp_config_option
 @click.option("--model", default=None, help="provider:model, e.g. openai:gpt-5-mini or replay:script.json.")
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint for this job.")
+@click.option(
+    "--mode",
+    type=click.Choice([m.value for m in JobMode]),
+    default="code-action",
+    show_default=True,
+    help="code-action: one program per attempt; shell: a tool loop with a session sandbox; chat: a tool "
+    "loop, no sandbox.",
+)
 @sandbox_option
 @click.option("--exec-timeout", type=float, default=None, help="Seconds each program may run (default 120).")
 @click.option("--max-repairs", type=int, default=None, help="Repairs after a failed program (default 1).")
@@ -32,19 +42,20 @@ from sandfleet.worker.cli.common import mcp_config_option
 @click.option("--show-program", is_flag=True, help="Print the final program to stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole job result as JSON.")
 def ask(
-    question,
-    tool_modules,
-    mcp_config,
-    model,
-    base_url,
-    options,
-    exec_timeout,
-    max_repairs,
-    max_tool_calls,  # type: ignore[no-untyped-def]
-    show_program,
-    as_json,
+    question: str,
+    tool_modules: tuple[str, ...],
+    mcp_config: str | None,
+    model: str | None,
+    base_url: str | None,
+    mode: str,
+    options: tuple[str, ...],
+    exec_timeout: float | None,
+    max_repairs: int | None,
+    max_tool_calls: int | None,
+    show_program: bool,
+    as_json: bool,
 ) -> None:
-    """Answer QUESTION with one model-written program run in a fresh sandbox; print the RESULT payload."""
+    """Answer QUESTION (by default with one model-written program run in a fresh sandbox); print the RESULT payload."""
     from pydantic import ValidationError
 
     from sandfleet.core.contracts import JobSpec, JobStatus
@@ -65,20 +76,27 @@ def ask(
     }
     try:
         python_tools = ToolRegistry.from_modules(tool_specs(tool_modules, settings))
-        parse_options(options)  # refuse bad sandbox options before any MCP server starts
+        spec = JobSpec(
+            question=question,
+            tools=python_tools.names(),
+            model=model,
+            mode=mode,
+            sandbox=parse_options(options),
+            code_action=code_action,
+        )
+    except ValidationError as e:
+        raise click.UsageError(describe_validation_error(e)) from None
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    try:
         with (
-            mcp_sessions(mcp_config_path(mcp_config, settings)) as sessions,
+            mcp_sessions(mcp_config_path(mcp_config, settings)) as mcp,
             EngineServices.start(
-                settings, registry=python_tools, mcp=sessions, pool_size=0, max_sandboxes=1
+                settings, registry=python_tools, mcp=mcp, pool_size=0, max_sandboxes=1
             ) as services,
         ):
-            spec = JobSpec(
-                question=question,
-                tools=services.registry.names(),  # the job may call every tool offered
-                model=model,
-                sandbox=parse_options(options),
-                code_action=code_action,
-            )
+            # The job may call every tool offered, the MCP servers' included.
+            spec = spec.model_copy(update={"tools": services.registry.names()})
             # refuse a missing key before any work
             services.model_client(spec.model or settings.model, base_url)
             result = run_job(
@@ -88,8 +106,6 @@ def ask(
                 audit=NullAudit(),
                 base_url=base_url,
             )
-    except ValidationError as e:
-        raise click.UsageError(describe_validation_error(e)) from None
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if show_program and result.final_program:
@@ -97,7 +113,9 @@ def ask(
     if as_json:
         click.echo(result.model_dump_json())
     elif result.status == JobStatus.SUCCEEDED:
-        text = result.attempts[-1].result_text
+        text = result.attempts[-1].result_text if result.attempts else None
+        if text is None and isinstance(result.result, str):
+            text = result.result
         click.echo(text if text is not None else json.dumps(result.result))
     if result.status != JobStatus.SUCCEEDED:
         if not as_json:

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 
 from sandfleet.core.errors import SandfleetError
-from sandfleet.core.settings import DEV_AUDIT_SECRET_WARNING, Settings, get_settings
+from sandfleet.core.settings import Settings, get_settings
 from sandfleet.worker.images import DATA_SCIENCE_TAG, SANDBOX_TAG
 
 REDIS_TIMEOUT_S = 2.0
@@ -136,17 +136,29 @@ def model_check(settings: Settings) -> Check:
     return Check("model endpoint", True, detail, required=False)
 
 
-def audit_secret_check(settings: Settings) -> Check:
-    """Informational: the development audit key lets anyone forge an audit chain."""
-    if settings.uses_dev_audit_secret:
+def signing_keys_check(settings: Settings) -> Check:
+    """Informational: the worker signing keys on this host, and whether only their owner can read them."""
+    from pathlib import Path
+
+    folder = Path(settings.worker_state_dir).expanduser() / "keys"
+    files = sorted(folder.glob("*.pem")) if folder.is_dir() else []
+    if not files:
         return Check(
-            "audit secret",
-            False,
-            "the development key: anyone can forge an audit chain",
-            "set SANDFLEET_AUDIT_SECRET to a secret of your own (the same on every worker and producer)",
+            "signing keys",
+            True,
+            f"none yet in {folder}: a worker makes its key on first start",
             required=False,
         )
-    return Check("audit secret", True, "set (SANDFLEET_AUDIT_SECRET)", required=False)
+    exposed = [f.name for f in files if f.stat().st_mode & 0o077]
+    if exposed:
+        return Check(
+            "signing keys",
+            False,
+            f"readable by others: {', '.join(exposed)} in {folder}",
+            f"chmod 600 {folder}/*.pem, then rotate them (sandfleet keys rotate WORKER): they may be copied",
+            required=False,
+        )
+    return Check("signing keys", True, f"{len(files)} worker key(s) in {folder}, mode 0600", required=False)
 
 
 def mcp_checks(path: str) -> list[Check]:
@@ -232,7 +244,7 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config:
     checks += [
         redis_check(settings.redis_url, require_redis),
         model_check(settings),
-        audit_secret_check(settings),
+        signing_keys_check(settings),
     ]
     if mcp_config or settings.mcp_config:
         checks += mcp_checks(mcp_config or settings.mcp_config or "")
@@ -240,6 +252,4 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config:
         click.echo(json.dumps([asdict(c) for c in checks], indent=2))
     else:
         click.echo(render_table(checks))
-        if settings.uses_dev_audit_secret:
-            click.secho(f"warning: {DEV_AUDIT_SECRET_WARNING}", fg="yellow", err=True)
     raise SystemExit(exit_status(checks))

@@ -52,6 +52,10 @@ def worker(
     Uses the thread pool: --concurrency jobs in flight share --sandboxes containers. The MCP servers
     of --mcp-config are started with the first job and stopped with the worker.
     """
+    import redis
+    from celery.utils.nodenames import default_nodename, host_format
+
+    from sandfleet.core.errors import SigningKeyError
     from sandfleet.core.queue import queue_name
     from sandfleet.worker.celery_app import create_app
 
@@ -73,14 +77,20 @@ def worker(
             load_mcp_config(settings.mcp_config)  # malformed: refused here, naming the line and field
     except SandfleetError as e:
         raise click.ClickException(f"refusing to start: {e}") from None
+    name = host_format(default_nodename(hostname))  # the node name, exactly as Celery makes it
+    try:  # every record this worker writes is signed: no usable key, no worker
+        app.state.load_signer(name)
+    except SigningKeyError as e:
+        raise click.ClickException(f"refusing to start: {e}") from None
+    except redis.RedisError as e:  # Redis not up yet: the key is registered once the worker connects
+        click.echo(f"warning: cannot register the signing key yet ({e}); retrying when connected", err=True)
     argv = [
         "worker",
+        f"--hostname={name}",
         "--pool=threads",
         f"--concurrency={concurrency}",
         f"--queues={queues or queue_name(settings)}",
         f"--loglevel={loglevel.upper()}",
         "--events",
     ]
-    if hostname:
-        argv.append(f"--hostname={hostname}")
     app.worker_main(argv)

@@ -2,7 +2,7 @@
 
 Flower learns about tasks from Celery events as they happen (it keeps them in memory), so start it
 before the jobs you want to see. The tasks page shows each task's id (the job id) and its arguments,
-which the producer sends as ``argsrepr`` = ``[job id, start of the question]``.
+which the producer sends as ``argsrepr`` = ``[mode, start of the question]``.
 
 The options Flower is started with are decided here, in pure functions (:func:`check_exposure`,
 :func:`flower_argv`), and passed explicitly, so an address or a missing password cannot slip in from
@@ -21,7 +21,7 @@ from sandfleet.core.settings import Settings, get_settings
 DEFAULT_PORT = 5555
 DEFAULT_ADDRESS = "127.0.0.1"
 AUTH_ENVVAR = "SANDFLEET_FLOWER_AUTH"
-# The tasks page: the job id (uuid) and the arguments (job id, start of the question) come first.
+# The tasks page: the job id (uuid) and the arguments (mode, start of the question) come first.
 TASKS_COLUMNS = "name,uuid,state,args,received,started,runtime,worker"
 LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
 

@@ -65,6 +65,6 @@ def build(
         return
     click.echo(f"{'IMAGE':<30} {'STATUS':<20} {'TIME':>8} {'SIZE':>8}")
     for r in results:
-        status = "unchanged, skipped" if r.status == "skipped" else "built"
-        took = "-" if r.status == "skipped" else f"{r.seconds:.1f} s"
+        status = "unchanged, skipped" if r.status == recipes.BuildStatus.SKIPPED else "built"
+        took = "-" if r.status == recipes.BuildStatus.SKIPPED else f"{r.seconds:.1f} s"
         click.echo(f"{r.tag:<30} {status:<20} {took:>8} {recipes.format_size(r.size_bytes):>8}")

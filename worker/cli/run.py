@@ -28,7 +28,7 @@ from sandfleet.worker.cli.common import (
 @click.option("--exec-timeout", type=float, default=None, help="Seconds the program may run (default 120).")
 @click.option("--max-tool-calls", type=int, default=None, help="Tool calls allowed (default 50).")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole run result as JSON.")
-def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls, as_json) -> None:  # type: ignore[no-untyped-def]
+def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls, as_json) -> None:
     """Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload."""
     from sandfleet.worker.mcp.catalog import ToolCatalog
     from sandfleet.worker.runtime import ProgramRuntime

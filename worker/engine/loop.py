@@ -10,18 +10,19 @@ earlier call stands in for one repeat) and the call's record says ``replayed``; 
 attempts' calls. New calls (other arguments, or more repeats than before) run normally.
 
 A failing program is a result (failed / timed_out), never an exception. Only infrastructure raises:
-SandboxUnavailableError, ModelUnavailableError and ToolServerUnavailableError (an MCP server the
-job's tools need is down): transient, the job is retried later.
+SandboxUnavailableError and ModelUnavailableError (transient: the job is retried later).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
+from sandfleet.core.chain import canonical_json, sha256_hex
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import (
     AttemptRecord,
@@ -41,7 +42,6 @@ from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.runtime import RunResult
-from sandfleet.worker.sandbox.container import preflight
 from sandfleet.worker.sandbox.policy import check_sandbox_policy
 
 log = logging.getLogger("sandfleet.engine")
@@ -81,12 +81,11 @@ def run_job(
     try:
         config = SandboxConfig.model_validate(spec.sandbox)
         check_sandbox_policy(config, settings)
-        services.require_tools(spec.tools)  # a tool whose MCP server is down: transient, raised
         allowed = services.registry.subset(spec.tools)
         model = services.model_client(model_name, base_url)
-        preflight(config)
+        services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
-        message = str(e) if isinstance(e, InvalidSpecError) else _validation_text(e)
+        message = _validation_text(e) if isinstance(e, ValidationError) else str(e)
         audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
         return JobResult(
             job_id=job_id,
@@ -107,7 +106,7 @@ def run_job(
     phase = {"model_s": 0.0, "acquire_s": 0.0, "run_s": 0.0, "tool_s": 0.0, "sandbox_s": 0.0}
     memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call_key -> results
     last_failure = ""
-    timed_out = False
+    timed_out = agent_killed = False
     for number in range(1, spec.code_action.max_repairs + 2):
         try:
             reply = model.complete(messages)
@@ -143,7 +142,7 @@ def run_job(
         messages.append({"role": "assistant", "content": reply.text})
         program = extract_program(reply.text)
         if program is None:
-            last_failure, timed_out = "the reply contained no Python program", False
+            last_failure, timed_out, agent_killed = "the reply contained no Python program", False, False
             log.debug("attempt %d: no program in the reply:\n%s", number, reply.text)
             attempts.append(
                 AttemptRecord(number=number, program=None, reply=reply.text, failure=last_failure)
@@ -170,9 +169,7 @@ def run_job(
                 tools=allowed.names(),
                 job_id=job_id,
                 side_effect_memo={key: list(results) for key, results in memo.items()},
-                on_call=lambda record, n=number: audit.emit(
-                    AuditKind.TOOL_CALL, record.model_dump(mode="json"), n
-                ),
+                on_call=functools.partial(_emit_tool_call, audit, number),
             )
         except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
             error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
@@ -206,7 +203,7 @@ def run_job(
             )
             return result
         _remember_side_effects(memo, run.tool_calls, services)
-        last_failure, timed_out = failure, run.timed_out
+        last_failure, timed_out, agent_killed = failure, run.timed_out, run.agent_killed
         messages.append(
             repair_message(
                 failure,
@@ -222,6 +219,8 @@ def run_job(
     status = JobStatus.TIMED_OUT if timed_out else JobStatus.FAILED
     if timed_out:
         kind = ErrorKind.TIMEOUT
+    elif agent_killed:
+        kind = ErrorKind.AGENT_KILLED
     elif attempts and attempts[-1].program is None:
         kind = ErrorKind.NO_PROGRAM
     else:
@@ -250,7 +249,7 @@ def _finish(
     model: str,
     audit: AuditSink,
 ) -> JobResult:
-    audit.emit("error", error.model_dump())
+    audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
     return JobResult(
         job_id=job_id,
         status=status,
@@ -270,6 +269,10 @@ def _account(phase: dict[str, float], run: RunResult) -> None:
     phase["run_s"] += run.timings.get("run_s", 0.0)
     phase["tool_s"] += run.timings.get("tool_s", 0.0)
     phase["sandbox_s"] += run.timings.get("total_s", 0.0)
+
+
+def _emit_tool_call(audit: AuditSink, attempt: int, record: ToolCallRecord) -> None:
+    audit.emit(AuditKind.TOOL_CALL, record.model_dump(mode="json"), attempt)
 
 
 def _attempt(number: int, program: str, reply: str, run: RunResult, failure: str | None) -> AttemptRecord:
@@ -302,12 +305,14 @@ def _run_event(run: RunResult) -> dict[str, Any]:
         "exit_code": run.exit_code,
         "timed_out": run.timed_out,
         "result_found": run.result_found,
+        "result_sha256": sha256_hex(canonical_json(run.result)) if run.result_found else None,
         "stdout_tail": run.stdout[-TAIL_CHARS:],
         "stderr_tail": run.stderr[-TAIL_CHARS:],
         "stdout_truncated": run.stdout_truncated,
         "stderr_truncated": run.stderr_truncated,
         "limits_hit": run.limits_hit,
         "oom_killed": run.oom_killed,
+        "agent_killed": run.agent_killed,
         "error": run.error,
         "timings": run.timings,
         "tool_calls": len(run.tool_calls),

@@ -1,4 +1,4 @@
-"""The messages sent to the model: the system prompt, the conversation, and repair requests.
+"""The messages sent to the model: the system prompts (code-action, tool loop), the conversation, repairs.
 
 The texts live as package data (``prompts/*.txt``) so they can be read and changed without code.
 """
@@ -49,3 +49,16 @@ def repair_message(
     if stdout.strip():
         details.append(f"The end of its stdout:\n```\n{stdout[-STDOUT_TAIL_CHARS:]}\n```")
     return {"role": "user", "content": template("repair").format(failure=failure, details="\n".join(details))}
+
+
+def tool_loop_system(
+    *, shell: bool, max_tool_calls: int, data_science: bool = False, network: str = "none"
+) -> str:
+    """The system prompt of a shell or chat job (prompts/tool_loop.txt with shell.txt or chat.txt)."""
+    if shell:
+        libraries = "the standard library, numpy and pandas" if data_science else "the standard library"
+        access = "no network" if network == "none" else f"network access ({network})"
+        mode = template("shell").format(libraries=libraries, network=access).strip()
+    else:
+        mode = template("chat").strip()
+    return template("tool_loop").format(max_tool_calls=max_tool_calls, mode=mode)

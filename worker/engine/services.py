@@ -1,5 +1,6 @@
-"""What a worker process shares between its jobs: the sandbox pool, the tools, the model clients,
-and the sessions of its MCP servers (started once, stopped with the services)."""
+"""What a worker process shares between its jobs: the sandbox pool, the session sandboxes of shell
+jobs, the tools, the model clients, and the sessions of its MCP servers (started once, stopped
+with the services)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sandfleet.worker.bridge.host import CallPolicy, allow_all
 from sandfleet.worker.llm.client import ModelClient, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
+from sandfleet.worker.shell.keeper import SessionKeeper
 from sandfleet.worker.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ class EngineServices:
             self._catalog = ToolCatalog(registry, mcp)
         self._python_tools = registry
         self.runtime = ProgramRuntime(pool, registry, policy)
+        self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
         self._lock = threading.Lock()
 
@@ -113,12 +116,16 @@ class EngineServices:
             return client
 
     def close(self) -> None:
-        """Drain the pool (no container outlives the services), then stop the MCP servers started here."""
+        """Destroy the session sandboxes and drain the pool (no container outlives the services), then
+        stop the MCP servers started here."""
         try:
-            self.pool.close()
+            self.sessions.close()
         finally:
-            if self.mcp is not None and self._owns_mcp:
-                self.mcp.stop()
+            try:
+                self.pool.close()
+            finally:
+                if self.mcp is not None and self._owns_mcp:
+                    self.mcp.stop()
 
     def __enter__(self) -> EngineServices:
         return self

@@ -12,6 +12,10 @@ Model names are ``provider:model``:
   server for that script (see ``sandfleet.worker.llm.replay_registry``) and calls it through the same
   ``openai`` client: the same code path as a real model.
 
+Function calling: ``complete(messages, tools=...)`` sends OpenAI function tools (JSON schemas) and the
+reply carries the calls the model asked for (``ModelReply.tool_calls``), their arguments as the raw
+JSON text the model wrote, unparsed: the caller decides what a malformed one means.
+
 Retries are ours, not the SDK's (it gets ``max_retries=0``): rate limits (429), 5xx, timeouts and
 connection errors are tried again ``settings.model_max_retries`` times with jittered exponential
 backoff, then raise ``ModelUnavailableError`` (the transient branch, which job retries key on). Any
@@ -37,6 +41,7 @@ from sandfleet.worker.llm.retry import RetryPolicy, compute_backoff, is_retryabl
 __all__ = [
     "ModelClient",
     "ModelReply",
+    "ModelToolCall",
     "OpenAIChatClient",
     "RetryPolicy",
     "compute_backoff",
@@ -59,6 +64,15 @@ _REFUSAL_HINTS = {
 
 
 @dataclass(frozen=True)
+class ModelToolCall:
+    """One function call the model asked for: its id, the function's name, the arguments as sent (JSON text)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class ModelReply:
     """One completed model call.
 
@@ -69,6 +83,8 @@ class ModelReply:
         latency_s: wall time of the whole call in seconds, failed tries and backoff included.
         model: the model that answered, as the endpoint named it.
         attempts: calls made, the successful one included (1 when nothing was retried).
+        tool_calls: the function calls the reply asks for (only when tools were offered).
+        finish_reason: why the model stopped (``stop``, ``tool_calls``, ``length``), as the endpoint said.
     """
 
     text: str
@@ -77,6 +93,8 @@ class ModelReply:
     latency_s: float
     model: str
     attempts: int = 1
+    tool_calls: tuple[ModelToolCall, ...] = ()
+    finish_reason: str | None = None
 
 
 class ModelClient(Protocol):
@@ -84,7 +102,13 @@ class ModelClient(Protocol):
 
     name: str
 
-    def complete(self, messages: list[dict[str, str]]) -> ModelReply: ...
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        timeout_s: float | None = None,
+    ) -> ModelReply: ...
 
 
 class OpenAIChatClient:
@@ -112,8 +136,19 @@ class OpenAIChatClient:
         self._retry = retry
         self._sleep = sleep
 
-    def complete(self, messages: list[dict[str, str]]) -> ModelReply:
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        timeout_s: float | None = None,
+    ) -> ModelReply:
         """Ask the model for the next assistant message.
+
+        Args:
+            messages: the conversation, OpenAI chat format (tool calls and tool results included).
+            tools: OpenAI function tools the model may call (``{"type": "function", "function": ...}``).
+            timeout_s: this request's timeout in seconds, when shorter than the client's own.
 
         Raises:
             ModelUnavailableError: rate-limited, timed out, unreachable or 5xx on every try.
@@ -122,7 +157,9 @@ class OpenAIChatClient:
         started = time.monotonic()
         for attempt in range(1, self._retry.max_tries + 1):
             try:
-                response = self._client.chat.completions.create(model=self.model, messages=_as_sdk(messages))
+                response = self._client.chat.completions.create(
+                    model=self.model, messages=_as_sdk(messages), **self._options(tools, timeout_s)
+                )
             except openai.APIStatusError as e:
                 if not is_retryable_status(e.status_code):
                     raise ModelError(self._refusal(e)) from e
@@ -150,17 +187,28 @@ class OpenAIChatClient:
     def _base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
+    def _options(self, tools: list[dict[str, Any]] | None, timeout_s: float | None) -> dict[str, Any]:
+        options: dict[str, Any] = {}
+        if tools:
+            options["tools"] = tools
+        if timeout_s is not None:
+            options["timeout"] = max(0.1, timeout_s)
+        return options
+
     def _reply(self, response: Any, latency_s: float, attempts: int) -> ModelReply:
         if not response.choices:
             raise ModelError(f"model {self.name} at {self._base_url} sent a reply with no choices")
         usage = response.usage
+        choice = response.choices[0]
         return ModelReply(
-            text=response.choices[0].message.content or "",
+            text=choice.message.content or "",
             prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
             completion_tokens=(usage.completion_tokens or 0) if usage else 0,
             latency_s=latency_s,
             model=response.model or self.model,
             attempts=attempts,
+            tool_calls=tuple(_tool_calls(choice.message)),
+            finish_reason=choice.finish_reason,
         )
 
     def _refusal(self, e: openai.APIStatusError) -> str:
@@ -261,6 +309,17 @@ def _error_message(e: openai.APIStatusError) -> str:
     return e.message
 
 
-def _as_sdk(messages: list[dict[str, str]]) -> Any:
+def _tool_calls(message: Any) -> list[ModelToolCall]:
+    """The function calls of an SDK message; a call of another kind is kept under its kind's name."""
+    calls = []
+    for call in getattr(message, "tool_calls", None) or []:
+        function = getattr(call, "function", None)
+        name = getattr(function, "name", None) or f"<{getattr(call, 'type', 'unknown')} call>"
+        arguments = getattr(function, "arguments", None)
+        calls.append(ModelToolCall(id=call.id or "", name=name, arguments=arguments or ""))
+    return calls
+
+
+def _as_sdk(messages: list[dict[str, Any]]) -> Any:
     """The messages as the SDK's typed parameter (plain dicts are what it sends anyway)."""
     return messages

@@ -7,6 +7,7 @@ its framing, plus ``TOKENS_REPLY_PRIMING`` per request. Good enough for load tes
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import time
@@ -14,7 +15,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from sandfleet.worker.llm.replay_script import message_text
+from sandfleet.worker.llm.replay_script import ScriptedToolCall, message_text
 
 CHARS_PER_TOKEN = 4
 TOKENS_PER_MESSAGE = 3
@@ -40,10 +41,40 @@ def estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / CHARS_PER_TOKEN)
 
 
-def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
-    """Rough token count of a prompt: every message's text plus its framing."""
-    body = sum(estimate_tokens(message_text(m)) + TOKENS_PER_MESSAGE for m in messages)
-    return body + TOKENS_REPLY_PRIMING
+def estimate_prompt_tokens(messages: Sequence[Mapping[str, Any]], tools: Sequence[Any] | None = None) -> int:
+    """Rough token count of a prompt: every message's text (tool calls' arguments included) plus its
+    framing, and the JSON of the tools offered."""
+    body = sum(
+        estimate_tokens(message_text(m)) + estimate_tokens(_calls_text(m)) + TOKENS_PER_MESSAGE
+        for m in messages
+    )
+    offered = estimate_tokens(json.dumps(list(tools))) if tools else 0
+    return body + offered + TOKENS_REPLY_PRIMING
+
+
+def _calls_text(message: Mapping[str, Any]) -> str:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return ""
+    parts = []
+    for call in calls:
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if isinstance(function, Mapping):
+            parts.append(f"{function.get('name', '')}{function.get('arguments', '')}")
+    return "".join(parts)
+
+
+def tool_call_objects(calls: Sequence[ScriptedToolCall], completion_id: str) -> list[dict[str, Any]]:
+    """The ``tool_calls`` of an assistant message, OpenAI's shape; ids default to ``call_<n>``."""
+    stem = completion_id.rsplit("-", 1)[-1][:8]
+    return [
+        {
+            "id": call.id or f"call_{stem}_{i}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": call.arguments},
+        }
+        for i, call in enumerate(calls)
+    ]
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -60,8 +91,21 @@ def new_completion_id() -> str:
     return f"chatcmpl-replay-{uuid.uuid4().hex[:24]}"
 
 
-def chat_completion(*, completion_id: str, model: str, text: str, prompt_tokens: int) -> dict[str, Any]:
-    """A non-streamed ``chat.completion`` holding one assistant message."""
+def chat_completion(
+    *,
+    completion_id: str,
+    model: str,
+    text: str,
+    prompt_tokens: int,
+    tool_calls: Sequence[ScriptedToolCall] = (),
+) -> dict[str, Any]:
+    """A non-streamed ``chat.completion`` holding one assistant message (with its tool calls, if any)."""
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+    completion_tokens = estimate_tokens(text)
+    if tool_calls:
+        message["content"] = text or None  # OpenAI sends null content beside tool calls
+        message["tool_calls"] = tool_call_objects(tool_calls, completion_id)
+        completion_tokens += estimate_tokens("".join(c.name + c.arguments for c in tool_calls))
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -71,23 +115,29 @@ def chat_completion(*, completion_id: str, model: str, text: str, prompt_tokens:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
                 "logprobs": None,
             }
         ],
-        "usage": usage(prompt_tokens, estimate_tokens(text)),
+        "usage": usage(prompt_tokens, completion_tokens),
     }
 
 
 def chat_completion_chunks(
-    *, completion_id: str, model: str, text: str, prompt_tokens: int, include_usage: bool
+    *,
+    completion_id: str,
+    model: str,
+    text: str,
+    prompt_tokens: int,
+    include_usage: bool,
+    tool_calls: Sequence[ScriptedToolCall] = (),
 ) -> Iterator[dict[str, Any]]:
     """The ``chat.completion.chunk`` objects of a streamed reply, in order (``[DONE]`` not included).
 
-    The role first, then the text piece by piece, then the finish reason; with ``include_usage``
-    (``stream_options.include_usage``) every chunk carries ``usage: null`` and one last chunk with no
-    choices carries the figures, as OpenAI does.
+    The role first, then the text piece by piece, then each tool call whole (id, name and arguments in
+    one delta), then the finish reason; with ``include_usage`` (``stream_options.include_usage``) every
+    chunk carries ``usage: null`` and one last chunk with no choices carries the figures, as OpenAI does.
     """
     created = int(time.time())
 
@@ -107,11 +157,14 @@ def chat_completion_chunks(
     yield chunk({"role": "assistant", "content": ""}, None)
     for piece in _STREAM_PIECE.findall(text):
         yield chunk({"content": piece}, None)
-    yield chunk({}, "stop")
+    for index, call in enumerate(tool_call_objects(tool_calls, completion_id)):
+        yield chunk({"tool_calls": [{"index": index, **call}]}, None)
+    yield chunk({}, "tool_calls" if tool_calls else "stop")
     if include_usage:
         last = chunk({}, None)
         last["choices"] = []
-        last["usage"] = usage(prompt_tokens, estimate_tokens(text))
+        calls_text = "".join(c.name + c.arguments for c in tool_calls)
+        last["usage"] = usage(prompt_tokens, estimate_tokens(text) + estimate_tokens(calls_text))
         yield last
 
 

@@ -8,17 +8,29 @@ A script is a JSON or YAML file::
           - "first program"
           - {text: "repaired program", latency: 1.5}
           - {status: 500, error: "simulated outage"}
+          - tool_calls:                 # function calls, for a tool-calling loop (text optional)
+              - {name: load_orders, arguments: {}}
+              - {name: read_text, arguments: '{"path": broken'}   # a string is sent as it is
+          - "RESULT: the answer after the calls"
+        system: "calling tools"         # optional: the rule also needs this regex in a system message
         latency: 0.2                    # optional, seconds, for this rule's text replies
         fail_first: 1                   # optional: the first N requests this rule matches fail...
         fail_status: 429                # ...with this HTTP status (default 429), then it answers
     default: ["used when no rule matches"]   # optional
 
 Matching: a rule matches when its regex is found (``re.search``) in the content of any user message,
-earlier turns of the history included; the first matching rule wins; then ``default``. Use inline
-flags for more (``(?i)`` ignores case, ``(?s)`` lets ``.`` cross lines).
+earlier turns of the history included, and, when it has a ``system`` regex, that one in a system
+message (so one script can answer a code-action job and a chat job on the same question); the first
+matching rule wins; then ``default``. Use inline flags for more (``(?i)`` ignores case, ``(?s)`` lets
+``.`` cross lines).
 
 Choosing the reply: ``responses[i]`` answers a request whose messages already contain ``i`` assistant
-messages (so the first program, then the repaired one); past the end the last one repeats.
+messages (so the first program, then the repaired one; in a tool-calling loop, each reply with tool
+calls is one assistant message); past the end the last one repeats.
+
+Tool calls: a response with ``tool_calls`` answers with those function calls (``finish_reason``
+``tool_calls``), each ``{name, arguments, id}``: ``arguments`` a mapping (sent as its JSON) or a string
+(sent exactly, so a script can send malformed JSON); ``id`` optional (``call_<n>_<i>`` by default).
 
 ``fail_first`` is the one piece of state: the server counts the requests each rule has matched since
 it started, and the first N of them get ``fail_status`` whatever their messages. That is how a test
@@ -43,16 +55,27 @@ DEFAULT_FAIL_STATUS = 429
 SIMULATED_ERROR_MESSAGE = "simulated error from the replay script"
 
 _SCRIPT_KEYS = ("rules", "default")
-_RULE_KEYS = ("match", "responses", "latency", "fail_first", "fail_status")
-_RESPONSE_KEYS = ("text", "latency", "status", "error")
+_RULE_KEYS = ("match", "responses", "system", "latency", "fail_first", "fail_status")
+_RESPONSE_KEYS = ("text", "tool_calls", "latency", "status", "error")
+_TOOL_CALL_KEYS = ("name", "arguments", "id")
+
+
+@dataclass(frozen=True)
+class ScriptedToolCall:
+    """One function call a scripted reply asks for; ``arguments`` is the JSON text sent as it is."""
+
+    name: str
+    arguments: str
+    id: str | None = None
 
 
 @dataclass(frozen=True)
 class ScriptedResponse:
-    """One scripted answer: a text reply, or an HTTP error (``status`` set) to simulate a failure.
+    """One scripted answer: a text reply (with tool calls or without), or an HTTP error (``status`` set).
 
     Attributes:
         text: the assistant message, for a successful reply.
+        tool_calls: function calls the reply asks for.
         status: an HTTP error status (400-599) to answer with instead of a reply.
         error: the error message sent with ``status``.
         latency_s: seconds to wait before answering; ``None`` falls back to the rule's, then the server's.
@@ -62,14 +85,17 @@ class ScriptedResponse:
     status: int | None = None
     error: str | None = None
     latency_s: float | None = None
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
 class ReplayRule:
-    """A regex over user messages and the answers it gives, by number of assistant messages."""
+    """A regex over user messages (and, optionally, one over system messages) and the answers it
+    gives, by number of assistant messages."""
 
     pattern: re.Pattern[str]
     responses: tuple[ScriptedResponse, ...]
+    system: re.Pattern[str] | None = None
     latency_s: float | None = None
     fail_first: int = 0
     fail_status: int = DEFAULT_FAIL_STATUS
@@ -134,7 +160,10 @@ def count_assistant_messages(messages: Sequence[Mapping[str, Any]]) -> int:
 def match_rule(script: ReplayScript, messages: Sequence[Mapping[str, Any]]) -> int | None:
     """The index of the first rule whose regex is found in any user message, or ``None``."""
     texts = user_contents(messages)
+    systems = [message_text(m) for m in messages if m.get("role") == "system"]
     for index, rule in enumerate(script.rules):
+        if rule.system is not None and not any(rule.system.search(text) for text in systems):
+            continue
         if any(rule.pattern.search(text) for text in texts):
             return index
     return None
@@ -172,19 +201,15 @@ def _parse_rule(data: object, where: str) -> ReplayRule:
     for key in ("match", "responses"):
         if key not in mapping:
             raise InvalidSpecError(f"{where}: missing '{key}'")
-    pattern = mapping["match"]
-    if not isinstance(pattern, str):
-        raise InvalidSpecError(f"{where}.match: must be a regular expression string, got {pattern!r}")
-    try:
-        compiled = re.compile(pattern)
-    except re.error as e:
-        raise InvalidSpecError(f"{where}.match: bad regular expression {pattern!r}: {e}") from e
+    compiled = _regex(mapping["match"], f"{where}.match")
+    system = None if mapping.get("system") is None else _regex(mapping["system"], f"{where}.system")
     fail_first = mapping.get("fail_first", 0)
     if not _is_int(fail_first) or fail_first < 0:
         raise InvalidSpecError(f"{where}.fail_first: must be a whole number >= 0, got {fail_first!r}")
     return ReplayRule(
         pattern=compiled,
         responses=_parse_responses(mapping["responses"], f"{where}.responses"),
+        system=system,
         latency_s=_latency(mapping.get("latency"), f"{where}.latency"),
         fail_first=fail_first,
         fail_status=_status(mapping.get("fail_status", DEFAULT_FAIL_STATUS), f"{where}.fail_status"),
@@ -203,9 +228,12 @@ def _parse_response(data: object, where: str) -> ScriptedResponse:
     if isinstance(data, str):
         return ScriptedResponse(text=data)
     mapping = _mapping(data, where, _RESPONSE_KEYS, what="a text or a mapping")
-    text, status = mapping.get("text"), mapping.get("status")
-    if (text is None) == (status is None):
-        raise InvalidSpecError(f"{where}: give either 'text' (a reply) or 'status' (a simulated HTTP error)")
+    text, status, calls = mapping.get("text"), mapping.get("status"), mapping.get("tool_calls")
+    replies = text is not None or calls is not None
+    if replies == (status is not None):
+        raise InvalidSpecError(
+            f"{where}: give either 'text' and/or 'tool_calls' (a reply) or 'status' (a simulated HTTP error)"
+        )
     if text is not None and not isinstance(text, str):
         raise InvalidSpecError(f"{where}.text: must be a string, got {type(text).__name__}")
     error = mapping.get("error")
@@ -216,7 +244,41 @@ def _parse_response(data: object, where: str) -> ScriptedResponse:
         status=None if status is None else _status(status, f"{where}.status"),
         error=error if status is None else (error or SIMULATED_ERROR_MESSAGE),
         latency_s=_latency(mapping.get("latency"), f"{where}.latency"),
+        tool_calls=() if calls is None else _parse_tool_calls(calls, f"{where}.tool_calls"),
     )
+
+
+def _parse_tool_calls(data: object, where: str) -> tuple[ScriptedToolCall, ...]:
+    if not isinstance(data, list) or not data:
+        raise InvalidSpecError(f"{where}: must be a non-empty list of {{name, arguments}} mappings")
+    calls = []
+    for i, item in enumerate(data):
+        mapping = _mapping(item, f"{where}[{i}]", _TOOL_CALL_KEYS)
+        name = mapping.get("name")
+        if not isinstance(name, str) or not name:
+            raise InvalidSpecError(f"{where}[{i}].name: must be a non-empty string, got {name!r}")
+        arguments = mapping.get("arguments", {})
+        if isinstance(arguments, Mapping):
+            arguments = json.dumps(dict(arguments))
+        elif not isinstance(arguments, str):
+            raise InvalidSpecError(
+                f"{where}[{i}].arguments: a mapping (sent as JSON) or a string (sent as it is), "
+                f"got {type(arguments).__name__}"
+            )
+        call_id = mapping.get("id")
+        if call_id is not None and (not isinstance(call_id, str) or not call_id):
+            raise InvalidSpecError(f"{where}[{i}].id: must be a non-empty string, got {call_id!r}")
+        calls.append(ScriptedToolCall(name=name, arguments=arguments, id=call_id))
+    return tuple(calls)
+
+
+def _regex(pattern: object, where: str) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise InvalidSpecError(f"{where}: must be a regular expression string, got {pattern!r}")
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise InvalidSpecError(f"{where}: bad regular expression {pattern!r}: {e}") from e
 
 
 def _mapping(data: object, where: str, known: Sequence[str], what: str = "a mapping") -> Mapping[str, Any]:

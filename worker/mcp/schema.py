@@ -126,6 +126,22 @@ class ToolSignature:
             ]
         )
 
+    def python_keywords(self, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """Keywords by Python name: a server's property name that is not itself a parameter of the
+        signature stands for the parameter made of it (``from`` -> ``from_``); anything else is left
+        for binding to refuse."""
+        python = {p.name for p in self.parameters}
+        renamed = {p.wire: p.name for p in self.parameters if p.wire != p.name}
+        if not renamed or all(key in python for key in kwargs):
+            return kwargs
+        out: dict[str, Any] = {}
+        for key, value in kwargs.items():
+            name = key if key in python or key not in renamed else renamed[key]
+            if name in out:
+                raise TypeError(f"got multiple values for argument {name!r} (as {key!r} too)")
+            out[name] = value
+        return out
+
     def arguments(self, bound: inspect.BoundArguments) -> dict[str, Any]:
         """The call's arguments by the server's property names; ``None`` for an optional parameter
         that does not accept null means "not given", as the signature shows it."""

@@ -37,8 +37,16 @@ class McpTool(Tool):
 
     stops_at_timeout: ClassVar[bool] = True
 
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The server's own schema: what a tool-calling model (shell and chat jobs) is offered."""
+        assert self.shape is not None
+        return self.shape.input_schema
+
     def call(self, args: list[Any], kwargs: dict[str, Any], timeout_s: float | None = None) -> Any:
-        """Bind, validate, call the server, convert the answer.
+        """Bind, validate, call the server, convert the answer. Keywords may use the Python names
+        the signature shows or the server's own (``from``, ``user-id``: how a tool-calling model,
+        offered the schema, names them); either way the values are checked against the schema.
 
         Raises:
             TypeError: the arguments do not fit the signature, or a value has the wrong type.
@@ -47,7 +55,7 @@ class McpTool(Tool):
                 :func:`~sandfleet.worker.mcp.results.result_value`.
         """
         assert self.shape is not None and self.sessions is not None
-        arguments = self.shape.arguments(self.bind(args, kwargs))
+        arguments = self.shape.arguments(self.bind(args, self.shape.python_keywords(kwargs)))
         self.shape.validate(self.name, arguments)
         limit = self.timeout_s if timeout_s is None else min(timeout_s, self.timeout_s)
         result = self.sessions.call(self.server, self.remote, arguments, limit)

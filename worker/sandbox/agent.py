@@ -10,20 +10,24 @@ under python3 with the standard library only. It waits for frames from the host 
   - writes, reads and lists files from inside (Docker's archive API cannot, on read-only roots);
   - kills everything it started when told to, or when its own copy of the deadline passes.
 
-Frames both ways: struct "!cII" (kind, header length, body length), a header, then the body. The
-host's headers are marshal data (the host is trusted here); the agent's are JSON, which the host
-parses as untrusted input. Everything here is untrusted by the host: the program runs as the same
-user and may kill or impersonate the agent; the host enforces every cap and deadline itself.
+The frames, both ways, are defined in protocol.py, which the host ships with this file (with
+syscall_filter.py: spec.boot_payload). Everything here is untrusted by the host: the program runs
+as the same user and may impersonate the agent; the host enforces every cap and deadline itself.
+
+The agent is the container's init (pid 1, no other init in front of it), which puts it out of the
+program's reach where the kernel allows: Linux drops every signal sent to a pid namespace's init
+from inside that namespace unless init handles it, and the agent handles none (SIGINT goes back to
+the default; SIGPIPE and SIGXFSZ are ignored). gVisor's kernel does not drop them, so under runsc a
+program can still kill the agent; the host then tells that from an out-of-memory kill
+(engine.DockerSandbox.ended). As init the agent also reaps the orphans the program leaves.
 
 Start-up is paid once per job, so the agent imports only built-in modules: json (through re and
 enum), selectors and signal would cost a sandbox ~12 ms of CPU, about 4% of a trivial job.
 """
 
 import gc
-import marshal
 import os
 import select
-import struct
 import sys
 import time
 
@@ -32,8 +36,14 @@ try:
 except ImportError:  # another Python implementation
     import signal
 
-HEAD = struct.Struct("!cII")
-PIPE_LEN = struct.Struct("!I")
+if "sandfleet_protocol" in sys.modules:  # in the sandbox: shipped with this file (spec.BOOT)
+    protocol = sys.modules["sandfleet_protocol"]
+    syscall_filter = sys.modules["sandfleet_syscall_filter"]
+else:  # this file loaded on the host, as the tests do
+    from sandfleet.worker.sandbox import protocol, syscall_filter
+
+to_json = protocol.to_json  # how the agent writes its headers (protocol.agent_frame uses it)
+CALL_LENGTH = protocol.CALL_LENGTH
 CHUNK = 65536
 # A command has exited but something it started still holds its stdout/stderr open (a daemonised
 # child): read what is buffered for this long, then kill the leftovers instead of waiting for them.
@@ -47,35 +57,9 @@ MAX_OUTSTANDING_CALLS = 16
 STARTUP_MODULES = globals().get("STARTUP_MODULES", frozenset())
 
 
-# JSON string escapes: control characters, quote and backslash; lone surrogates (undecodable file
-# names) become \udcXX through the "backslashreplace" encoding of the whole header.
-_ESCAPES = {i: f"\\u{i:04x}" for i in range(32)}
-_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
-
-
-def to_json(value):
-    """JSON text of the agent's headers: dicts, lists, strings, numbers, booleans and None."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(int(value))
-    if isinstance(value, float):
-        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else "null"
-    if isinstance(value, str):
-        return '"' + value.translate(_ESCAPES) + '"'
-    if isinstance(value, dict):
-        return "{" + ",".join(to_json(str(k)) + ":" + to_json(v) for k, v in value.items()) + "}"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(to_json(v) for v in value) + "]"
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
-
-
 def send(kind, header=None, body=b""):
-    data = to_json(header or {}).encode("utf-8", "backslashreplace")
-    out = HEAD.pack(kind, len(data), len(body)) + data + body
-    view = memoryview(out)
+    """Write one frame to the host (fd 1), whole."""
+    view = memoryview(protocol.agent_frame(kind, header, body))
     while view:
         view = view[os.write(1, view) :]
 
@@ -89,122 +73,6 @@ def not_dumpable():
         return True
     except Exception:
         return False
-
-
-# -- a second syscall filter, stacked on the engine's own seccomp profile ---------------------------
-# Docker 20.10's default profile still allows io_uring and ptrace, among others. The agent adds a
-# seccomp filter of its own before any command runs; filters stack in the kernel (and in gVisor's),
-# so a syscall must pass both. Denied calls fail with EPERM; clone3 says ENOSYS so libc falls back
-# to clone, whose namespace flags are refused.
-_DENIED = {  # arch -> syscall numbers
-    0xC000003E: (  # x86_64
-        425,
-        426,
-        427,  # io_uring_setup, io_uring_enter, io_uring_register
-        101,
-        310,
-        311,  # ptrace, process_vm_readv, process_vm_writev
-        248,
-        249,
-        250,  # add_key, request_key, keyctl
-        321,
-        298,
-        323,  # bpf, perf_event_open, userfaultfd
-        272,
-        308,  # unshare, setns
-        165,
-        166,
-        155,
-        161,  # mount, umount2, pivot_root, chroot
-        175,
-        313,
-        176,
-        246,
-        320,  # init_module, finit_module, delete_module, kexec_load, kexec_file_load
-        303,
-        304,
-        169,
-        167,
-        168,
-        163,  # name/open_by_handle_at, reboot, swapon, swapoff, acct
-    ),
-    0xC00000B7: (  # aarch64
-        425,
-        426,
-        427,
-        117,
-        270,
-        271,
-        217,
-        218,
-        219,
-        280,
-        241,
-        282,
-        97,
-        268,
-        40,
-        39,
-        41,
-        51,
-        105,
-        273,
-        106,
-        104,
-        294,
-        264,
-        265,
-        142,
-        224,
-        225,
-        89,
-    ),
-}
-_CLONE = {0xC000003E: 56, 0xC00000B7: 220}
-_CLONE3 = 435
-_NAMESPACE_FLAGS = 0x7E020000  # CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
-_X32_BIT = 0x40000000
-
-
-def install_syscall_filter():
-    """Install the extra seccomp filter for this process and all it starts. True when in place."""
-    import ctypes
-
-    arch = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}.get(os.uname().machine)
-    if arch is None:
-        return False
-    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
-    # Every jump goes forward (BPF allows no other): checks, then the clone-flags block, then returns.
-    body = [(ld, 0, 0, 0)]  # the syscall number
-    if arch == 0xC000003E:
-        body.append((jge, "EPERM", 0, _X32_BIT))
-    body += [(jeq, "EPERM", 0, nr) for nr in _DENIED[arch]]
-    body += [(jeq, "CLONE", 0, _CLONE[arch]), (jeq, "ENOSYS", 0, _CLONE3), (ret, 0, 0, allow)]
-    labels = {"CLONE": len(body)}
-    body += [(ld, 0, 0, 16), (jset, "EPERM", 0, _NAMESPACE_FLAGS), (ret, 0, 0, allow)]  # clone: flags
-    labels.update(EPERM=len(body), ENOSYS=len(body) + 1)
-    body += [(ret, 0, 0, eperm), (ret, 0, 0, enosys)]
-    prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm)]  # another arch: deny everything
-    for i, (code, jt, jf, k) in enumerate(body):
-        prog.append((code, labels[jt] - i - 1 if isinstance(jt, str) else jt, jf, k))
-
-    class SockFilter(ctypes.Structure):
-        _fields_ = [
-            ("code", ctypes.c_ushort),
-            ("jt", ctypes.c_ubyte),
-            ("jf", ctypes.c_ubyte),
-            ("k", ctypes.c_uint),
-        ]
-
-    class SockFprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(SockFilter))]
-
-    array = (SockFilter * len(prog))(*[SockFilter(*ins) for ins in prog])
-    fprog = SockFprog(len(prog), array)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS (Docker set it already; needed without root)
-    return libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
 READ, WRITE = select.POLLIN, select.POLLOUT
@@ -245,23 +113,26 @@ class HostReader:
         self.buf += data
 
     def frames(self):
-        while len(self.buf) >= HEAD.size:
-            kind, hlen, blen = HEAD.unpack_from(self.buf)
-            end = HEAD.size + hlen + blen
+        head = protocol.HEAD
+        while len(self.buf) >= head.size:
+            kind, hlen, blen = head.unpack_from(self.buf)
+            end = head.size + hlen + blen
             if len(self.buf) < end:
                 return
-            header = marshal.loads(self.buf[HEAD.size : HEAD.size + hlen]) if hlen else {}
-            body = bytes(self.buf[HEAD.size + hlen : end])
+            header = protocol.read_host_header(self.buf[head.size : head.size + hlen])
+            body = bytes(self.buf[head.size + hlen : end])
             del self.buf[:end]
             yield kind, header, body
 
 
 class Capture:
-    """One output stream of a command: the first `cap` bytes, the total, and the last RESULT line."""
+    """One output stream of a command: the first `cap` bytes, the total, the last RESULT line, and
+    (with `tail_cap`, for shell sessions) the last `tail_cap` bytes."""
 
-    def __init__(self, cap, result_cap=0):
-        self.cap, self.result_cap = cap, result_cap
+    def __init__(self, cap, result_cap=0, tail_cap=0):
+        self.cap, self.result_cap, self.tail_cap = cap, result_cap, tail_cap
         self.kept = bytearray()
+        self.tail = bytearray()
         self.total = 0
         self.partial = bytearray()
         self.partial_overflow = False
@@ -273,6 +144,9 @@ class Capture:
         room = self.cap - len(self.kept)
         if room > 0:
             self.kept += data[:room]
+        if self.tail_cap:
+            self.tail += data[-self.tail_cap :]
+            del self.tail[: max(0, len(self.tail) - self.tail_cap)]
         if self.result_cap:
             self._scan(data)
 
@@ -318,7 +192,7 @@ class Capture:
 
 
 def kill_everything():
-    """SIGKILL every process this user may signal but the agent and init; count the survivors."""
+    """SIGKILL every process this user may signal but the agent (and init); count the survivors."""
     me = os.getpid()
     for _ in range(50):
         try:
@@ -326,6 +200,7 @@ def kill_everything():
         except (ProcessLookupError, PermissionError):
             pass
         time.sleep(0.002)
+        reap()
         if not others(me):
             return 0
     return len(others(me))
@@ -353,7 +228,7 @@ class Agent:
 
     def serve(self):
         send(
-            b"H",
+            protocol.HELLO,
             {
                 "pid": os.getpid(),
                 "uid": os.getuid(),
@@ -361,7 +236,7 @@ class Agent:
                 "python": sys.version.split()[0],
                 "booted_from": globals().get("BOOTED_FROM", "source"),
                 "not_dumpable": not_dumpable(),
-                "syscall_filter": install_syscall_filter(),
+                "syscall_filter": syscall_filter.install(os.uname().machine),
             },
         )
         while not self.reader.eof:
@@ -373,22 +248,22 @@ class Agent:
 
     def handle(self, kind, header, body):
         try:
-            if kind == b"E":
+            if kind == protocol.EXECUTE:
                 self.execute(header, body)
-            elif kind == b"W":
+            elif kind == protocol.WRITE:
                 self.write_file(header, body)
-            elif kind == b"R":
+            elif kind == protocol.READ:
                 self.read_file(header)
-            elif kind == b"L":
+            elif kind == protocol.LIST:
                 self.list_files(header)
-            elif kind == b"P":
-                send(b"A", {"ok": True})
-            elif kind in (b"K", b"T"):
+            elif kind == protocol.PING:
+                send(protocol.ANSWER, {"ok": True})
+            elif kind in (protocol.KILL, protocol.TOOL_REPLY):
                 pass  # a kill or tool reply for a command that already ended
             else:
-                send(b"A", {"ok": False, "error": f"unknown frame kind {kind!r}"})
+                send(protocol.ANSWER, {"ok": False, "error": f"unknown frame kind {kind!r}"})
         except Exception as e:  # report and keep serving; the host decides what it means
-            send(b"A", {"ok": False, "error": f"{type(e).__name__}: {e}"})
+            send(protocol.ANSWER, {"ok": False, "error": f"{type(e).__name__}: {e}"})
 
     def write_file(self, header, body):
         path = header["path"]
@@ -402,16 +277,16 @@ class Agent:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        send(b"A", {"ok": True, "size": len(body)})
+        send(protocol.ANSWER, {"ok": True, "size": len(body)})
 
     def read_file(self, header):
         limit = header.get("max_bytes", 64 << 20)
         with open(header["path"], "rb") as f:
             data = f.read(limit + 1)
         if len(data) > limit:
-            send(b"A", {"ok": False, "error": f"file is larger than {limit} bytes"})
+            send(protocol.ANSWER, {"ok": False, "error": f"file is larger than {limit} bytes"})
         else:
-            send(b"A", {"ok": True, "size": len(data)}, data)
+            send(protocol.ANSWER, {"ok": True, "size": len(data)}, data)
 
     def list_files(self, header):
         root = header.get("path", ".")
@@ -419,7 +294,7 @@ class Agent:
         for base, dirs, names in os.walk(root):
             dirs.sort()
             files.extend(os.path.relpath(os.path.join(base, n), root) for n in sorted(names))
-        send(b"A", {"ok": True, "files": files})
+        send(protocol.ANSWER, {"ok": True, "files": files})
 
     def execute(self, req, stdin):
         started = time.monotonic()
@@ -445,7 +320,7 @@ class Agent:
                 for fd in (call_r, call_w, reply_r, reply_w):
                     os.close(fd)
             send(
-                b"D",
+                protocol.DONE,
                 {
                     "exit_code": 127,
                     "timed_out": False,
@@ -460,8 +335,9 @@ class Agent:
         if stdin:
             proc.feed(stdin)
         cap = req.get("max_output", 1 << 20)
-        out = Capture(cap, req.get("max_result", 0))
-        err = Capture(cap)
+        tail = req.get("tail", 0)
+        out = Capture(cap, req.get("max_result", 0), tail)
+        err = Capture(cap, 0, tail)
         streams = {proc.stdout: out, proc.stderr: err}
         for fd in streams:
             os.set_blocking(fd, False)
@@ -499,12 +375,12 @@ class Agent:
                 elif tag == "reply":
                     calls.flush()
             for kind, _header, body in self.reader.frames():
-                if kind == b"K":
+                if kind == protocol.KILL:
                     killed_by = "host"
-                elif kind == b"T" and calls:
+                elif kind == protocol.TOOL_REPLY and calls:
                     calls.reply(body)
                 else:
-                    send(b"A", {"ok": False, "error": "busy: a command is running"})
+                    send(protocol.ANSWER, {"ok": False, "error": "busy: a command is running"})
             if calls:
                 calls.sync(self.sel)
             if killed_by:
@@ -540,7 +416,7 @@ class Agent:
         result = out.result or b""
         ooms_after = oom_kills()
         send(
-            b"D",
+            protocol.DONE,
             {
                 "oom_killed": ooms_before is not None and ooms_after is not None and ooms_after > ooms_before,
                 "exit_code": code,
@@ -554,11 +430,13 @@ class Agent:
                 "out_len": len(out.kept),
                 "err_len": len(err.kept),
                 "result_len": len(result),
+                "out_tail_len": len(out.tail),
+                "err_tail_len": len(err.tail),
                 "result_overflow": out.result_overflow,
                 "run_s": time.monotonic() - started,
                 "forked": in_place,
             },
-            bytes(out.kept) + bytes(err.kept) + result,
+            bytes(out.kept) + bytes(err.kept) + result + bytes(out.tail) + bytes(err.tail),
         )
 
 
@@ -635,6 +513,7 @@ class Child:
         report_r, report_w = os.pipe2(os.O_CLOEXEC)  # says why exec failed, closes on success
         if script is not None:
             gc.freeze()  # the child need not scan (and so copy) the agent's objects
+        self.returncode = None
         self.pid = os.fork()
         if self.pid == 0:  # the child: set up, then exec; on any failure report and exit 127
             try:
@@ -656,6 +535,7 @@ class Child:
                 if script is None:
                     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
                     os.execvpe(argv[0], argv, env)
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a fresh interpreter
                 os.environ.clear()
                 os.environ.update(env)
                 os.close(report_w)  # as exec would have: the start worked
@@ -663,6 +543,7 @@ class Child:
                 os.write(report_w, f"{type(e).__name__}: {e}".encode())
                 os._exit(127)
             become_program(script, argv)  # outside the try: its SystemExit must reach the interpreter
+        RUNNING[self.pid] = self
         for fd in (out_w, err_w, report_w, *((in_r,) if want_stdin else ())):
             os.close(fd)
         self.stdout, self.stderr, self._stdin = out_r, err_r, in_w
@@ -670,7 +551,6 @@ class Child:
         while chunk := os.read(report_r, 4096):
             failure += chunk
         os.close(report_r)
-        self.returncode = None
         if failure:
             self.wait()
             self.close()
@@ -688,16 +568,13 @@ class Child:
         os.close(self._stdin)
 
     def poll(self):
+        """The exit code (-N: killed by signal N), or None while it runs. Reaps orphans too."""
         if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
+            reap()
         return self.returncode
 
     def wait(self):
-        if self.returncode is None:
-            _, status = os.waitpid(self.pid, 0)
-            self.returncode = os.waitstatus_to_exitcode(status)
+        reap(until_exited=self)
         return self.returncode
 
     def close(self):
@@ -706,6 +583,28 @@ class Child:
                 os.close(fd)
             except OSError:
                 pass
+
+
+RUNNING = {}  # pid -> Child: the commands the agent waits for, whose exit status reap() keeps
+
+
+def reap(until_exited=None):
+    """Collect every exited child, waiting for ``until_exited`` (a Child) if given.
+
+    As the sandbox's init the agent inherits the orphans of every program, and each holds a pid
+    (which the pids limit counts) until it is reaped; a command's own status is kept on its Child.
+    """
+    while True:
+        blocking = until_exited is not None and until_exited.returncode is None
+        try:
+            pid, status = os.waitpid(-1, 0 if blocking else os.WNOHANG)
+        except ChildProcessError:  # no children left
+            return
+        if pid == 0:
+            return
+        child = RUNNING.pop(pid, None)
+        if child is not None:
+            child.returncode = os.waitstatus_to_exitcode(status)
 
 
 def read_some(fd):
@@ -755,7 +654,10 @@ class ProgramCalls:
             return
         if not data:
             if self.buf or self.skip:
-                send(b"C", {"malformed": "truncated request: the program closed the channel mid-frame"})
+                send(
+                    protocol.CALL,
+                    {"malformed": "truncated request: the program closed the channel mid-frame"},
+                )
             self.open = False
             return
         if self.skip:
@@ -766,26 +668,28 @@ class ProgramCalls:
         self.forward()
 
     def forward(self):
-        while len(self.buf) >= PIPE_LEN.size and not self.skip and self.outstanding < MAX_OUTSTANDING_CALLS:
-            (n,) = PIPE_LEN.unpack_from(self.buf)
+        while (
+            len(self.buf) >= CALL_LENGTH.size and not self.skip and self.outstanding < MAX_OUTSTANDING_CALLS
+        ):
+            (n,) = CALL_LENGTH.unpack_from(self.buf)
             if n > self.max_request:
-                send(b"C", {"oversize": n})
+                send(protocol.CALL, {"oversize": n})
                 self.outstanding += 1
-                del self.buf[: PIPE_LEN.size]
+                del self.buf[: CALL_LENGTH.size]
                 used = min(n, len(self.buf))
                 del self.buf[:used]
                 self.skip = n - used
                 continue
-            if len(self.buf) < PIPE_LEN.size + n:
+            if len(self.buf) < CALL_LENGTH.size + n:
                 break
-            send(b"C", {}, bytes(self.buf[PIPE_LEN.size : PIPE_LEN.size + n]))
+            send(protocol.CALL, {}, bytes(self.buf[CALL_LENGTH.size : CALL_LENGTH.size + n]))
             self.outstanding += 1
-            del self.buf[: PIPE_LEN.size + n]
+            del self.buf[: CALL_LENGTH.size + n]
 
     def reply(self, body):
         """Queue a reply for the program and write what the pipe takes now (never blocks)."""
         self.outstanding = max(0, self.outstanding - 1)
-        self.pending += PIPE_LEN.pack(len(body)) + body
+        self.pending += CALL_LENGTH.pack(len(body)) + body
         self.flush()
         self.forward()  # requests held back while too many were outstanding
 
@@ -827,4 +731,5 @@ class ProgramCalls:
 
 if __name__ == "__main__" or __name__ == "sandfleet_agent":
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # handled, it would reach init from inside (module doc)
     Agent().serve()

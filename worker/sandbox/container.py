@@ -1,23 +1,23 @@
-"""One live sandbox container and the conversation with its agent.
+"""One live sandbox and the conversation with its agent, whatever backend runs it.
 
-A container is created locked down (see spec.py), attached, started, and handed the agent, which
-says hello; from then on the host sends commands, files and tool replies, and keeps every deadline
-itself. ``destroy`` always removes the container, and logs rather than raises.
+A backend (engine.DockerBackend) makes the sandbox, connects its stdin/stdout and calls ``boot``:
+the agent is sent and says hello; from then on the host sends commands, files and tool replies,
+and keeps every deadline itself. What the conversation cannot see (how a sandbox whose stream
+closed ended; removing it) it asks of the backend's handle. ``destroy`` always removes the sandbox,
+and logs rather than raises.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import Limit
 from sandfleet.core.errors import SandboxError
-from sandfleet.worker.sandbox import engine
+from sandfleet.worker.sandbox import protocol
 from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, Call, CallConversation
 from sandfleet.worker.sandbox.channel import (
     AgentChannel,
@@ -25,9 +25,7 @@ from sandfleet.worker.sandbox.channel import (
     ChannelError,
     ChannelTimeoutError,
 )
-from sandfleet.worker.sandbox.spec import Owner, agent_payload, command_env, container_kwargs
-
-log = logging.getLogger("sandfleet.sandbox")
+from sandfleet.worker.sandbox.spec import agent_payload, command_env
 
 HELLO_TIMEOUT_S = 60.0
 FILE_TIMEOUT_S = 60.0
@@ -35,11 +33,50 @@ KILL_GRACE_S = 1.0
 DEFAULT_OUTPUT_CAP = 1024**2
 MAX_FILE_BYTES = 256 * 1024**2
 TOOL_SUBSTEP_S = 5.0
-PING_FRESH_S = 1.0  # a successful ping vouches for the engine this long (jobs preflight twice each)
+SIGKILL_EXIT = 128 + 9
+AGENT_KILLED = (
+    "the program killed the sandbox's own agent process (its main process, which runs the program) "
+    "with SIGKILL, and the sandbox ended with it: no limit was hit (neither the kernel's OOM killer "
+    "nor anything outside the sandbox sent that signal); the program's output was lost"
+)
+KILLED_FROM_OUTSIDE = "the sandbox was killed from outside (docker kill, its removal, or the engine stopping)"
 
 # (header, body) of one tool call from the program -> the JSON reply bytes to send back (None: the
 # handler's ``overdue()`` answered it already, see sandfleet.worker.sandbox.calls).
 CallHandler = Callable[[dict[str, Any], bytes], bytes | None]
+
+
+@dataclass(frozen=True)
+class SandboxEnd:
+    """How a sandbox whose stream closed ended, as its backend saw it."""
+
+    exit_code: int | None = None  # of its main process, the agent (128 + N: killed by signal N)
+    oom_killed: bool = False  # by the kernel's OOM killer: the memory limit
+    killed_from_outside: bool = False  # through its backend (killed, removed, the engine stopping)
+    gone: bool = False  # the backend no longer knows it
+
+    @property
+    def agent_killed(self) -> bool:
+        """The agent died of a SIGKILL that came from inside the sandbox: from the program."""
+        return self.exit_code == SIGKILL_EXIT and not (self.oom_killed or self.killed_from_outside)
+
+
+class SandboxHandle(Protocol):
+    """One sandbox as its backend holds it: what the agent's channel cannot tell or do."""
+
+    id: str
+    runtime: str  # e.g. the Docker runtime (runc, runsc)
+
+    def ended(self) -> SandboxEnd:
+        """How it ended, once the stream closed. Raises SandboxUnavailableError: no engine."""
+        ...
+
+    def remove(self) -> None:
+        """Kill and remove it. Never raises."""
+
+    def inspect(self) -> dict[str, Any]:
+        """The backend's own description of it (``docker inspect``)."""
+        ...
 
 
 @dataclass
@@ -56,11 +93,15 @@ class ExecResult:
     stderr_bytes: int = 0
     result_line: bytes | None = None
     result_overflow: bool = False
+    stdout_end: str = ""  # the last ``tail`` bytes of each stream, when execute was asked for them
+    stderr_end: str = ""
     oom_killed: bool = False
     duration_s: float = 0.0
     agent_run_s: float = 0.0
     forked: bool = False  # a Python program run in a fork of the agent (no new interpreter)
     survivors: int = 0
+    agent_killed: bool = False  # the program killed the agent, which ended the sandbox
+    killed_from_outside: bool = False  # through its backend: docker kill, removal, the engine stopping
     protocol_error: str | None = None
     limits_hit: list[Limit] = field(default_factory=list)
 
@@ -82,88 +123,48 @@ def exit_code_of(returncode: int) -> int:
 
 
 class SandboxContainer:
-    """A started container whose agent is waiting for work."""
+    """A started sandbox whose agent is waiting for work."""
 
     def __init__(
         self,
-        client: Any,
         config: SandboxConfig,
-        container_id: str,
+        handle: SandboxHandle,
         channel: AgentChannel,
         hello: dict[str, Any],
         start_s: float,
     ) -> None:
-        self._client = client
         self.config = config
+        self.handle = handle
         self.channel = channel
         self.hello = hello
         self.start_s = start_s
-        self.id = container_id
-        self.runtime = config.docker_runtime
+        self.id = handle.id
+        self.runtime = handle.runtime
         self.destroyed = False
         self.used = False
 
     # -- life cycle ---------------------------------------------------------------------------
 
     @classmethod
-    def start(
-        cls,
-        config: SandboxConfig,
-        *,
-        owner: Owner | None = None,
-        labels: dict[str, str] | None = None,
-        client: Any | None = None,
+    def boot(
+        cls, config: SandboxConfig, handle: SandboxHandle, channel: AgentChannel, began: float
     ) -> SandboxContainer:
-        """Create, attach and start a container, send it the agent and wait for its hello.
+        """Send the agent to a sandbox its backend just started, and wait for its hello.
+
+        ``began`` is when the start began (time.monotonic()). On failure the caller (the backend)
+        closes the channel and removes the sandbox.
 
         Raises:
-            SandboxUnavailableError: no engine.
-            SandboxError: the container cannot be made as configured (runtime, image, filter).
+            ChannelError: the sandbox went away or did not answer in time.
+            SandboxError: the agent said something else, or could not install its syscall filter.
         """
-        began = time.monotonic()
-        client = client or engine.docker_client()
-        info = preflight(config, client)
-        kwargs = container_kwargs(
-            config, owner=owner or Owner.current(), host_ncpu=info["ncpu"], labels=labels
-        )
-        try:
-            container_id = engine.create_container(client, kwargs)
-        except engine.ImageNotFoundError as e:
-            raise SandboxError(
-                f"sandbox image {config.image!r} is not on this engine; build it with `sandfleet images build`"
-            ) from e
-        except engine.DockerError as e:
-            raise _translate(e, "create the sandbox") from e
-        channel = None
-        try:
-            sock = client.api.attach_socket(
-                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            channel = AgentChannel(engine.raw_socket(sock))
-            client.api.start(container_id)
-            if config.network == "restricted":
-                from sandfleet.worker.sandbox.network import install_restricted_filter
-
-                install_restricted_filter(client, container_id)
-            channel.send_raw(agent_payload())
-            kind, hello, _ = channel.recv(time.monotonic() + HELLO_TIMEOUT_S, max_body=0)
-            if kind != b"H":
-                raise SandboxError(f"the sandbox agent did not say hello (got {kind!r})")
-            if not hello.get("syscall_filter"):
-                raise SandboxError("the sandbox's syscall filter could not be installed; refusing to use it")
-        except BaseException as e:
-            if channel:
-                channel.close()
-            killed = isinstance(e, ChannelError) and _killed_from_outside(client, container_id)
-            _remove(client, container_id)
-            if isinstance(e, ChannelError):
-                if killed or not _engine_answers(client):  # the engine stopped and took the sandbox with it
-                    raise engine.unavailable(f"the engine went away while the sandbox started ({e})") from e
-                raise SandboxError(f"the sandbox did not start: {e}") from e
-            if isinstance(e, engine.DockerError):
-                raise _translate(e, "start the sandbox") from e
-            raise
-        return cls(client, config, container_id, channel, hello, time.monotonic() - began)
+        channel.send_raw(agent_payload())
+        kind, hello, _ = channel.recv(time.monotonic() + HELLO_TIMEOUT_S, max_body=0)
+        if kind != protocol.HELLO:
+            raise SandboxError(f"the sandbox agent did not say hello (got {kind!r})")
+        if not hello.get("syscall_filter"):
+            raise SandboxError("the sandbox's syscall filter could not be installed; refusing to use it")
+        return cls(config, handle, channel, hello, time.monotonic() - began)
 
     def destroy(self) -> None:
         """Kill and remove the container. Never raises."""
@@ -171,7 +172,7 @@ class SandboxContainer:
             return
         self.destroyed = True
         self.channel.close()
-        _remove(self._client, self.id)
+        self.handle.remove()
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -188,8 +189,12 @@ class SandboxContainer:
         on_call: CallHandler | None = None,
         max_request: int = 1024**2,
         python_script: str | None = None,
+        tail: int = 0,
     ) -> ExecResult:
         """Run one command to completion (or its deadline) and return what it did.
+
+        With ``tail`` the last ``tail`` bytes of each stream come back too (``stdout_end``,
+        ``stderr_end``), besides the first ``max_output``: a shell session shows head and tail.
 
         With ``python_script`` (``argv`` being ``python3 -s`` of it) the agent may run the script
         in a fork of its own interpreter instead, when the environment would start Python the
@@ -204,7 +209,7 @@ class SandboxContainer:
         began = time.monotonic()
         deadline = began + timeout if timeout else None
         self.channel.send(
-            b"E",
+            protocol.EXECUTE,
             {
                 "argv": argv,
                 "env": command_env(self.config) if env is None else env,
@@ -215,40 +220,62 @@ class SandboxContainer:
                 "bridge": on_call is not None,
                 "max_request": max_request,
                 "python_script": python_script,
+                "tail": tail,
             },
             stdin,
         )
-        max_body = 2 * max_output + max_result + max_request + 1024
+        max_body = 2 * max_output + 2 * tail + max_result + max_request + 1024
         frames = _CommandFrames(self, began, timeout, deadline, max_body, on_call)
         if on_call is None:
             while True:
                 outcome = frames.step(busy=False)
                 if isinstance(outcome, ExecResult):
                     return outcome
-        self.channel.share()  # calls are answered from several threads from now on
         conversation: CallConversation[ExecResult] = CallConversation(
-            frames.step, on_call, lambda reply: self._send_quietly(b"T", {}, reply)
+            frames.step, on_call, lambda reply: self._send_quietly(protocol.TOOL_REPLY, {}, reply)
         )
         return conversation.run()
 
-    def _died_of_oom(self) -> bool:
-        """Whether the container itself was OOM-killed (under gVisor the whole sandbox goes at once).
+    def _ended_early(
+        self, began: float, timeout: float | None, deadline: float | None, why: str
+    ) -> ExecResult:
+        """The stream broke mid-command: how the sandbox ended, as its backend saw it.
 
         Raises:
-            SandboxUnavailableError: the engine does not answer: it stopped, and took the container
-                with it. That is infrastructure, not the program's failure: the job is retried.
+            SandboxUnavailableError: the engine went away.
         """
-        for _ in range(20):  # the engine records the exit a moment after the stream closes
-            try:
-                state = self._client.api.inspect_container(self.id)["State"]
-            except engine.TransportError as e:
-                raise engine.unavailable(e) from e
-            except engine.DockerError:
-                return False
-            if not state.get("Running"):
-                return bool(state.get("OOMKilled")) or state.get("ExitCode") == 137
-            time.sleep(0.05)
-        return False
+        try:
+            end = self.handle.ended()  # raises SandboxUnavailableError when the engine went away
+        finally:
+            self.destroy()
+        if end.oom_killed:  # under gVisor the whole sandbox goes at once
+            return ExecResult(
+                stdout="",
+                stderr="the sandbox ran out of memory and was killed",
+                exit_code=SIGKILL_EXIT,
+                oom_killed=True,
+                limits_hit=[Limit.MEMORY],
+                duration_s=time.monotonic() - began,
+            )
+        if end.agent_killed:  # possible under gVisor; under runc the agent is out of reach
+            return ExecResult(
+                stdout="",
+                stderr=f"sandbox failure: {AGENT_KILLED}",
+                exit_code=-1,
+                agent_killed=True,
+                duration_s=time.monotonic() - began,
+                protocol_error=AGENT_KILLED,
+            )
+        if end.killed_from_outside:
+            return ExecResult(
+                stdout="",
+                stderr=f"sandbox failure: {KILLED_FROM_OUTSIDE}",
+                exit_code=-1,
+                killed_from_outside=True,
+                duration_s=time.monotonic() - began,
+                protocol_error=KILLED_FROM_OUTSIDE,
+            )
+        return self._lost(began, timeout if deadline and time.monotonic() >= deadline else None, why)
 
     def _send_quietly(
         self,
@@ -271,6 +298,10 @@ class SandboxContainer:
         stdout = body[:out_len].decode(errors="replace")
         stderr = body[out_len : out_len + err_len].decode(errors="replace")
         result_line = body[out_len + err_len : out_len + err_len + result_len] or None
+        ends = out_len + err_len + result_len
+        out_tail_len, err_tail_len = int(h.get("out_tail_len", 0)), int(h.get("err_tail_len", 0))
+        stdout_end = body[ends : ends + out_tail_len].decode(errors="replace")
+        stderr_end = body[ends + out_tail_len : ends + out_tail_len + err_tail_len].decode(errors="replace")
         timed_out = bool(h.get("timed_out"))
         limits: list[Limit] = []
         code = exit_code_of(int(h.get("exit_code", -1)))
@@ -297,6 +328,8 @@ class SandboxContainer:
             stderr_bytes=int(h.get("err_total", 0)),
             result_line=result_line,
             result_overflow=bool(h.get("result_overflow")),
+            stdout_end=stdout_end,
+            stderr_end=stderr_end,
             oom_killed=bool(h.get("oom_killed")),
             duration_s=time.monotonic() - began,
             agent_run_s=float(h.get("run_s", 0.0)),
@@ -330,26 +363,28 @@ class SandboxContainer:
         payload = data.encode() if isinstance(data, str) else data
         if len(payload) > MAX_FILE_BYTES:
             raise SandboxError(f"file of {len(payload)} bytes is larger than {MAX_FILE_BYTES}")
-        self._ask(b"W", {"path": self._abs(path), "mode": mode}, payload)
+        self._ask(protocol.WRITE, {"path": self._abs(path), "mode": mode}, payload)
 
     def put_files(self, files: dict[str, bytes]) -> None:
         """Write several files in one round trip (frames pipelined, answers read afterwards)."""
         for path, data in files.items():
-            self.channel.send(b"W", {"path": self._abs(path), "mode": 0o644}, data)
+            self.channel.send(protocol.WRITE, {"path": self._abs(path), "mode": 0o644}, data)
         for path in files:
             try:
                 kind, answer, _ = self.channel.recv(time.monotonic() + FILE_TIMEOUT_S, 1024)
             except ChannelError as e:
                 raise SandboxError(f"the sandbox did not answer: {e}") from e
-            if kind != b"A" or not answer.get("ok"):
+            if kind != protocol.ANSWER or not answer.get("ok"):
                 raise SandboxError(f"{path}: {answer.get('error', 'cannot write')}")
 
     def read_file(self, path: str, max_bytes: int = 64 * 1024**2) -> bytes:
-        _, body = self._ask(b"R", {"path": self._abs(path), "max_bytes": max_bytes}, max_body=max_bytes)
+        _, body = self._ask(
+            protocol.READ, {"path": self._abs(path), "max_bytes": max_bytes}, max_body=max_bytes
+        )
         return body
 
     def list_files(self, path: str | None = None) -> list[str]:
-        header, _ = self._ask(b"L", {"path": self._abs(path or self.config.workdir)})
+        header, _ = self._ask(protocol.LIST, {"path": self._abs(path or self.config.workdir)})
         return list(header.get("files", []))
 
     def _abs(self, path: str) -> str:
@@ -363,135 +398,20 @@ class SandboxContainer:
             answer_kind, answer, data = self.channel.recv(time.monotonic() + FILE_TIMEOUT_S, max_body)
         except ChannelError as e:
             raise SandboxError(f"the sandbox did not answer: {e}") from e
-        if answer_kind != b"A":
+        if answer_kind != protocol.ANSWER:
             raise SandboxError(f"unexpected answer from the sandbox: {answer_kind!r}")
         if not answer.get("ok"):
             raise SandboxError(f"{header.get('path', '')}: {answer.get('error', 'failed')}")
         return answer, data
 
     def inspect(self) -> dict[str, Any]:
-        """Docker's own view of the container (``docker inspect``)."""
-        try:
-            return self._client.api.inspect_container(self.id)
-        except engine.DockerError as e:
-            raise _translate(e, "inspect the sandbox") from e
-
-
-def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any]:
-    """Check, before anything starts, that the engine can make this sandbox; returns the engine facts.
-
-    Raises:
-        SandboxUnavailableError: no engine.
-        SandboxError: the runtime is not registered, the image is missing, or the network mode
-            cannot be enforced under the runtime.
-    """
-    client = client or engine.docker_client()
-    info = _engine_facts(client)
-    if time.monotonic() - info["pinged"] > PING_FRESH_S:  # the facts are cached: is the engine there now?
-        try:
-            client.ping()
-        except engine.DockerError as e:
-            raise engine.unavailable(e) from e
-        info["pinged"] = time.monotonic()
-    if config.docker_runtime not in info["runtimes"]:
-        raise SandboxError(
-            f"Docker runtime {config.docker_runtime!r} is not registered with the engine; registered "
-            f"runtimes: {', '.join(sorted(info['runtimes']))}. Run deploy/bootstrap.sh to register gVisor."
-        )
-    if config.network == "restricted" and config.docker_runtime.startswith("runsc"):
-        raise SandboxError(
-            "network 'restricted' is not supported under gVisor: its filter cannot be installed from "
-            "the host; use network 'none' or the runc runtime"
-        )
-    if config.image not in info["images"]:
-        try:
-            client.images.get(config.image)
-        except engine.ImageNotFoundError as e:
-            raise SandboxError(
-                f"sandbox image {config.image!r} is not on this engine; build it with `sandfleet images build`"
-            ) from e
-        except engine.DockerError as e:
-            raise _translate(e, "look up the sandbox image") from e
-        info["images"].add(config.image)
-    return info
+        """The backend's own view of the sandbox (``docker inspect`` for Docker)."""
+        return self.handle.inspect()
 
 
 def _timeout_note(stderr: str, timeout: float | None) -> str:
     note = f"Command timed out after {timeout:g} seconds; its processes were killed"
     return f"{stderr.rstrip()}\n{note}" if stderr.strip() else note
-
-
-_facts: dict[int, dict[str, Any]] = {}
-
-
-def _engine_facts(client: Any) -> dict[str, Any]:
-    """Runtimes and CPU count of an engine, asked once per client."""
-    facts = _facts.get(id(client))
-    if facts is None:
-        try:
-            info = client.info()
-        except engine.DockerError as e:
-            raise _translate(e, "reach the engine") from e
-        facts = {
-            "runtimes": set(info.get("Runtimes", {})),
-            "ncpu": int(info.get("NCPU", 1)),
-            "images": set(),
-            "pinged": 0.0,
-        }
-        _facts[id(client)] = facts
-    return facts
-
-
-def _translate(e: Exception, doing: str) -> Exception:
-    text = str(e)
-    if isinstance(e, engine.TransportError):
-        return engine.unavailable(e)
-    if "Connection" in text or ("connect" in text.lower() and "refused" in text.lower()):
-        return engine.unavailable(text)
-    explanation = getattr(e, "explanation", None) or text
-    server_error = getattr(e, "is_server_error", None)
-    if doing in ("create the sandbox", "start the sandbox") and server_error and server_error():
-        # preflight vouched for the runtime and the image: an engine-side failure now (a daemon
-        # stopping mid-create: "error creating overlay mount ...") is worth retrying later
-        return engine.unavailable(f"cannot {doing}: {explanation}")
-    return SandboxError(f"cannot {doing}: {explanation}")
-
-
-def _killed_from_outside(client: Any, container_id: str) -> bool:
-    """Whether a sandbox that died before its agent spoke was killed by its engine (stopping:
-    SIGTERM/SIGKILL, or already gone) rather than failing by itself (no python3, out of memory)."""
-    for _ in range(20):  # the engine records the exit a moment after the stream closes
-        try:
-            state = client.api.inspect_container(container_id)["State"]
-        except engine.NotFoundError:
-            return True
-        except engine.DockerError:
-            return True  # the engine itself is going
-        if not state.get("Running"):
-            return not state.get("OOMKilled") and state.get("ExitCode") in (137, 143)
-        time.sleep(0.05)
-    return False
-
-
-def _engine_answers(client: Any) -> bool:
-    try:
-        client.ping()
-    except engine.DockerError:
-        return False
-    return True
-
-
-def _remove(client: Any, container_id: str) -> None:
-    try:
-        client.api.remove_container(container_id, force=True)
-    except engine.NotFoundError:
-        pass
-    except Exception as e:  # removal must never raise; the reaper finds what is left
-        log.warning("could not remove sandbox container %s: %s", container_id[:12], e)
-
-
-def dumps(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":")).encode()
 
 
 class _CommandFrames:
@@ -524,7 +444,7 @@ class _CommandFrames:
         c = self.container
         if self.overdue is not None and time.monotonic() >= self.next_overdue:
             for reply in self.overdue():  # calls past their timeout (even while frames keep coming)
-                c._send_quietly(b"T", {}, reply)
+                c._send_quietly(protocol.TOOL_REPLY, {}, reply)
             self.next_overdue = time.monotonic() + OVERDUE_POLL_S
         if self.hard_deadline is not None and time.monotonic() >= self.hard_deadline:
             # Frames keep coming (a program flooding the bridge) but never "done": the host's
@@ -539,42 +459,25 @@ class _CommandFrames:
         if busy and self.overdue is not None:  # wake for calls past their timeout
             poll_until = self.next_overdue if wait_until is None else min(wait_until, self.next_overdue)
         try:
-            if self.bridge:
-                kind, header, body = c.channel.recv_polled(poll_until, self.max_body)
-            else:
-                kind, header, body = c.channel.recv(wait_until, self.max_body)
+            kind, header, body = c.channel.recv(poll_until, self.max_body)
         except ChannelTimeoutError:
             if poll_until != wait_until and (wait_until is None or time.monotonic() < wait_until):
                 return None  # only the overdue check was due
             if not self.kill_sent:
                 self.kill_sent = True
-                c._send_quietly(b"K", wait_s=KILL_GRACE_S)
+                c._send_quietly(protocol.KILL, wait_s=KILL_GRACE_S)
                 return None
             c.destroy()
             return c._lost(
                 self.began, self.timeout, "the sandbox did not stop at its deadline and was destroyed"
             )
         except ChannelError as e:
-            try:
-                oom = c._died_of_oom()  # raises SandboxUnavailableError when the engine went away
-            finally:
-                c.destroy()
-            if oom:
-                return ExecResult(
-                    stdout="",
-                    stderr="the sandbox ran out of memory and was killed",
-                    exit_code=137,
-                    oom_killed=True,
-                    limits_hit=[Limit.MEMORY],
-                    duration_s=time.monotonic() - self.began,
-                )
-            late = deadline is not None and time.monotonic() >= deadline
-            return c._lost(self.began, self.timeout if late else None, str(e))
-        if kind == b"D":
+            return c._ended_early(self.began, self.timeout, deadline, str(e))
+        if kind == protocol.DONE:
             return c._finished(header, body, self.began, self.timeout)
-        if kind == b"C" and self.bridge:
+        if kind == protocol.CALL and self.bridge:
             return Call(header, body)
-        if kind == b"A":
+        if kind == protocol.ANSWER:
             return None  # a late answer to a command frame sent while busy
         c.destroy()
         return c._lost(self.began, None, f"the sandbox broke the protocol (frame {kind!r})")

@@ -1,34 +1,51 @@
-"""The Docker engine: the one place that imports the Docker SDK and translates its errors.
+"""The Docker backend: the one module that imports the Docker SDK and translates its errors.
 
-Everything else asks this module for a client and receives Sandfleet errors that say what to do.
+Everything Sandfleet asks of a Docker engine goes through here: a shared client, the preflight
+check before a sandbox starts (runtime registered, image present, network mode possible), a
+sandbox's life on the engine (create, attach, start, how it ended, remove: DockerBackend and
+DockerSandbox) and the engine's facts for the doctor. Everything else receives Sandfleet errors
+that say what to do. The modules this backend owns use no SDK themselves: attach.py (the attach
+stream), network.py (the restricted-network filter), reaper.py (leftovers), spec.py (what a
+container is asked for).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
+from sandfleet.worker.sandbox.attach import AttachStream
+from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
+from sandfleet.worker.sandbox.container import SandboxContainer, SandboxEnd
+from sandfleet.worker.sandbox.labels import LABEL_CONFIG as LABEL_CONFIG
+from sandfleet.worker.sandbox.labels import LABEL_JOB as LABEL_JOB
+from sandfleet.worker.sandbox.labels import LABEL_OWNER as LABEL_OWNER
+from sandfleet.worker.sandbox.labels import LABEL_PERSISTENT as LABEL_PERSISTENT
+from sandfleet.worker.sandbox.labels import LABEL_ROLE as LABEL_ROLE
+from sandfleet.worker.sandbox.network import install_restricted_filter
+from sandfleet.worker.sandbox.spec import Owner, container_kwargs
 
 try:  # the producer-only install has no docker SDK; fail closed with the install hint
     import docker
     import docker.errors
 except ModuleNotFoundError:  # pragma: no cover - exercised by a test in a venv without docker
-    docker = None  # type: ignore[assignment]
+    docker = None
 
 DOCKER_MISSING = (
     "The 'docker' package is required for the sandbox. Install it with: pip install 'sandfleet[worker]'"
 )
-# Container labels: every Sandfleet container carries LABEL_ROLE, and its owner (a process) so a
-# reaper can tell leftovers of dead processes from containers of live ones.
-LABEL_ROLE = "sandfleet.role"
-LABEL_OWNER = "sandfleet.owner"
-LABEL_CONFIG = "sandfleet.config"
-LABEL_JOB = "sandfleet.job"
-LABEL_PERSISTENT = "sandfleet.persistent"
 API_POOL_CONNECTIONS = 64
+PING_FRESH_S = 1.0  # a successful ping vouches for the engine this long (jobs preflight twice each)
+EXIT_RECORDED_S = 1.0  # the engine records a container's exit this long after its stream closes
+LATE_OOM_S = 0.25  # an OOM event may reach the engine after the exit it caused
+SIGKILL_EXIT = 128 + 9
 
+log = logging.getLogger("sandfleet.sandbox")
 _client_lock = threading.Lock()
 _clients: dict[str, Any] = {}
 
@@ -176,3 +193,266 @@ def raw_socket(attached: Any) -> Any:
         return attached
     attached.close()  # drops the SocketIO's reference; the socket itself stays open
     return sock
+
+
+def translate(e: Exception, doing: str) -> Exception:
+    """The Sandfleet error for an SDK error raised while ``doing`` something (a verb phrase)."""
+    text = str(e)
+    if isinstance(e, TransportError):
+        return unavailable(e)
+    if "Connection" in text or ("connect" in text.lower() and "refused" in text.lower()):
+        return unavailable(text)
+    explanation = getattr(e, "explanation", None) or text
+    server_error = getattr(e, "is_server_error", None)
+    if doing in ("create the sandbox", "start the sandbox") and server_error and server_error():
+        # preflight vouched for the runtime and the image: an engine-side failure now (a daemon
+        # stopping mid-create: "error creating overlay mount ...") is worth retrying later
+        return unavailable(f"cannot {doing}: {explanation}")
+    return SandboxError(f"cannot {doing}: {explanation}")
+
+
+def image_missing(image: str) -> SandboxError:
+    return SandboxError(
+        f"sandbox image {image!r} is not on this engine; build it with `sandfleet images build`"
+    )
+
+
+# -- preflight ------------------------------------------------------------------------------------
+
+_facts: dict[int, dict[str, Any]] = {}
+
+
+def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any]:
+    """Check, before anything starts, that the engine can make this sandbox; returns the engine facts.
+
+    Raises:
+        SandboxUnavailableError: no engine.
+        SandboxError: the runtime is not registered, the image is missing, or the network mode
+            cannot be enforced under the runtime.
+    """
+    client = client or docker_client()
+    info = _engine_facts(client)
+    if time.monotonic() - info["pinged"] > PING_FRESH_S:  # the facts are cached: is the engine there now?
+        try:
+            client.ping()
+        except DockerError as e:
+            raise unavailable(e) from e
+        info["pinged"] = time.monotonic()
+    if config.docker_runtime not in info["runtimes"]:
+        raise SandboxError(
+            f"Docker runtime {config.docker_runtime!r} is not registered with the engine; registered "
+            f"runtimes: {', '.join(sorted(info['runtimes']))}. Run deploy/bootstrap.sh to register gVisor."
+        )
+    if config.network == "restricted" and config.docker_runtime.startswith("runsc"):
+        raise SandboxError(
+            "network 'restricted' is not supported under gVisor: its filter cannot be installed from "
+            "the host; use network 'none' or the runc runtime"
+        )
+    if config.image not in info["images"]:
+        try:
+            client.images.get(config.image)
+        except ImageNotFoundError as e:
+            raise image_missing(config.image) from e
+        except DockerError as e:
+            raise translate(e, "look up the sandbox image") from e
+        info["images"].add(config.image)
+    return info
+
+
+def _engine_facts(client: Any) -> dict[str, Any]:
+    """Runtimes and CPU count of an engine, asked once per client."""
+    facts = _facts.get(id(client))
+    if facts is None:
+        try:
+            info = client.info()
+        except DockerError as e:
+            raise translate(e, "reach the engine") from e
+        facts = {
+            "runtimes": set(info.get("Runtimes", {})),
+            "ncpu": int(info.get("NCPU", 1)),
+            "images": set(),
+            "pinged": 0.0,
+        }
+        _facts[id(client)] = facts
+    return facts
+
+
+def _engine_answers(client: Any) -> bool:
+    try:
+        client.ping()
+    except DockerError:
+        return False
+    return True
+
+
+# -- one sandbox's life on the engine ---------------------------------------------------------------
+
+
+class DockerBackend:
+    """Sandboxes as Docker containers, under runc or gVisor's runsc (backend.SandboxBackend).
+
+    ``client`` is a ``docker.DockerClient``; by default the shared one for DOCKER_HOST, asked for at
+    each start (so that one made anew after the engine went away is used). Constructing connects to
+    nothing.
+    """
+
+    name = "docker"
+
+    def __init__(self, client: Any | None = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        return self._client or docker_client()
+
+    def preflight(self, config: SandboxConfig) -> None:
+        preflight(config, self.client)
+
+    def start(
+        self,
+        config: SandboxConfig,
+        *,
+        owner: Owner | None = None,
+        labels: dict[str, str] | None = None,
+        read_only_mounts: dict[str, str] | None = None,
+    ) -> SandboxContainer:
+        """Create, attach and start a container, send it the agent and wait for its hello.
+
+        ``read_only_mounts`` (host folder -> path inside) are bind-mounted read-only (spec.py).
+
+        Raises:
+            SandboxUnavailableError: no engine, or it went away while the sandbox started.
+            SandboxError: the container cannot be made as configured (runtime, image, filter).
+        """
+        began = time.monotonic()
+        client = self.client
+        info = preflight(config, client)
+        kwargs = container_kwargs(
+            config,
+            owner=owner or Owner.current(),
+            host_ncpu=info["ncpu"],
+            labels=labels,
+            read_only_mounts=read_only_mounts,
+        )
+        try:
+            container_id = create_container(client, kwargs)
+        except ImageNotFoundError as e:
+            raise image_missing(config.image) from e
+        except DockerError as e:
+            raise translate(e, "create the sandbox") from e
+        sandbox = DockerSandbox(client, container_id, config.docker_runtime)
+        channel = None
+        try:
+            sock = client.api.attach_socket(
+                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            channel = AgentChannel(AttachStream(raw_socket(sock)))
+            client.api.start(container_id)
+            if config.network == "restricted":
+                install_restricted_filter(client, container_id)
+            return SandboxContainer.boot(config, sandbox, channel, began)
+        except BaseException as e:
+            if channel:
+                channel.close()
+            killed = isinstance(e, ChannelError) and sandbox.killed_before_start()
+            sandbox.remove()
+            if isinstance(e, ChannelError):
+                if killed or not _engine_answers(client):  # the engine stopped and took the sandbox with it
+                    raise unavailable(f"the engine went away while the sandbox started ({e})") from e
+                raise SandboxError(f"the sandbox did not start: {e}") from e
+            if isinstance(e, DockerError):
+                raise translate(e, "start the sandbox") from e
+            raise
+
+
+class DockerSandbox:
+    """One container as the Docker backend holds it (container.SandboxHandle)."""
+
+    def __init__(self, client: Any, container_id: str, runtime: str) -> None:
+        self._client = client
+        self.id = container_id
+        self.runtime = runtime
+        self._created_wall = time.time()
+
+    def ended(self) -> SandboxEnd:
+        """How the container ended, once the engine has recorded its exit (waits up to ~1 s).
+
+        OOMKilled is the engine's word for the kernel's OOM killer (under gVisor the whole sandbox
+        goes at once); a kill through the engine (``docker kill``, removal, the engine stopping) is
+        in its event log, so a SIGKILL with neither came from inside the container.
+
+        Raises:
+            SandboxUnavailableError: the engine does not answer: it stopped, and took the container
+                with it. That is infrastructure, not the program's failure: the job is retried.
+        """
+        state = self._exit_state()
+        if state is None:
+            return SandboxEnd(gone=True)
+        if state.get("Running"):
+            return SandboxEnd()  # the stream closed but the container lives on: nothing to tell
+        code = int(state.get("ExitCode", -1))
+        if state.get("OOMKilled"):
+            return SandboxEnd(exit_code=code, oom_killed=True)
+        if code != SIGKILL_EXIT:
+            return SandboxEnd(exit_code=code)
+        time.sleep(LATE_OOM_S)
+        events = self._events("kill", "oom")
+        return SandboxEnd(exit_code=code, oom_killed="oom" in events, killed_from_outside="kill" in events)
+
+    def killed_before_start(self) -> bool:
+        """Whether a container that died before its agent spoke was killed by its engine (stopping:
+        SIGTERM/SIGKILL, or already gone) rather than failing by itself (no python3, out of memory)."""
+        try:
+            state = self._exit_state()
+        except SandboxUnavailableError:
+            return True  # the engine itself is going
+        if state is None:
+            return True
+        if state.get("Running"):
+            return False
+        return not state.get("OOMKilled") and state.get("ExitCode") in (137, 143)
+
+    def _exit_state(self) -> dict[str, Any] | None:
+        """Docker's State of the container once it has stopped (or still running after
+        EXIT_RECORDED_S); None when the engine no longer knows it."""
+        deadline = time.monotonic() + EXIT_RECORDED_S
+        while True:
+            try:
+                state: dict[str, Any] = self._client.api.inspect_container(self.id)["State"]
+            except TransportError as e:
+                raise unavailable(e) from e
+            except DockerError:
+                return None
+            if not state.get("Running") or time.monotonic() >= deadline:
+                return state
+            time.sleep(0.05)
+
+    def _events(self, *actions: str) -> set[str]:
+        """Which of ``actions`` the engine's event log shows for this container since it was made."""
+        try:
+            stream = self._client.api.events(
+                since=f"{self._created_wall - 1:.9f}",
+                until=f"{time.time():.9f}",
+                filters={"container": self.id, "event": list(actions)},
+                decode=True,
+            )
+            return {event.get("Action", "") for event in stream} & set(actions)
+        except DockerError as e:
+            raise unavailable(e) from e
+
+    def remove(self) -> None:
+        """Kill and remove the container. Never raises: the reaper finds what is left."""
+        try:
+            self._client.api.remove_container(self.id, force=True)
+        except NotFoundError:
+            pass
+        except Exception as e:
+            log.warning("could not remove sandbox container %s: %s", self.id[:12], e)
+
+    def inspect(self) -> dict[str, Any]:
+        """Docker's own view of the container (``docker inspect``)."""
+        try:
+            result: dict[str, Any] = self._client.api.inspect_container(self.id)
+        except DockerError as e:
+            raise translate(e, "inspect the sandbox") from e
+        return result

@@ -17,6 +17,7 @@ from typing import Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError
+from sandfleet.worker.sandbox.backend import SandboxBackend, backend_named
 from sandfleet.worker.sandbox.container import DEFAULT_OUTPUT_CAP, ExecResult, SandboxContainer
 
 
@@ -82,14 +83,23 @@ class SandboxSession:
 class SandboxManager:
     """Opens sessions of one SandboxConfig and closes them all on exit."""
 
-    def __init__(self, config: SandboxConfig | None = None, *, max_output: int = DEFAULT_OUTPUT_CAP) -> None:
+    def __init__(
+        self,
+        config: SandboxConfig | None = None,
+        *,
+        max_output: int = DEFAULT_OUTPUT_CAP,
+        backend: SandboxBackend | None = None,
+    ) -> None:
         self.config = config or SandboxConfig()
+        self._backend = backend
         self._max_output = max_output
         self._sessions: list[SandboxSession] = []
         self._lock = threading.Lock()
 
     def create_session(self, labels: dict[str, str] | None = None) -> SandboxSession:
-        session = SandboxSession(SandboxContainer.start(self.config, labels=labels), self._max_output)
+        if self._backend is None:  # made at first use: constructing a manager connects to nothing
+            self._backend = backend_named()
+        session = SandboxSession(self._backend.start(self.config, labels=labels), self._max_output)
         with self._lock:
             self._sessions.append(session)
         return session

@@ -22,6 +22,7 @@ from typing import Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
+from sandfleet.worker.sandbox.backend import SandboxBackend, backend_named
 from sandfleet.worker.sandbox.container import SandboxContainer
 from sandfleet.worker.sandbox.spec import Owner
 
@@ -52,13 +53,14 @@ class SandboxPool:
         max_live: int = 4,
         labels: dict[str, str] | None = None,
         client: Any | None = None,
+        backend: SandboxBackend | None = None,
     ) -> None:
         if max_live < 1:
             raise ValueError("max_live must be at least 1")
         self.pool_size = pool_size
         self.max_live = max_live
         self._labels = labels or {}
-        self._client = client
+        self.backend = backend or backend_named(client=client)
         self._owner = Owner.current()
         self._cond = threading.Condition()
         self._idle: dict[str, deque[SandboxContainer]] = {}
@@ -214,9 +216,7 @@ class SandboxPool:
 
     def _start(self, config: SandboxConfig) -> SandboxContainer:
         try:
-            container = SandboxContainer.start(
-                config, owner=self._owner, labels=self._labels, client=self._client
-            )
+            container = self.backend.start(config, owner=self._owner, labels=self._labels)
         except BaseException:
             with self._cond:
                 self._live -= 1
@@ -261,7 +261,7 @@ class SandboxPool:
                         break
                     pause = self._fill_paused_until - time.monotonic()
                     self._cond.wait(pause if pause > 0 else None)
-                if self._closed:
+                if self._closed or config is None:
                     return
             key = config.fingerprint()
             try:

@@ -1,7 +1,9 @@
-"""Finds and removes what dead processes left behind.
+"""Finds and removes what dead processes left behind, and session sandboxes past their lifetime.
 
 A Sandfleet container carries its owner (host, pid, pid start time). On this host, one whose owner
-is no longer running is a leftover. gVisor adds a second kind: a runsc container whose start
+is no longer running is a leftover. A shell job's session sandbox (role ``session``) also carries
+the epoch second its lifetime ends (``LABEL_EXPIRES``): past it, it is removed whoever owns it, so a
+stuck job cannot keep one alive. gVisor adds another kind: a runsc container whose start
 failed can leave its shim, gofer and sandbox processes running, invisible to ``docker ps -a``; those
 are found by container id in the process table and killed.
 """
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.worker.sandbox import engine
+from sandfleet.worker.sandbox.labels import LABEL_EXPIRES
 from sandfleet.worker.sandbox.spec import Owner
 
 log = logging.getLogger("sandfleet.reaper")
@@ -40,15 +43,19 @@ def prune(
     *, everything: bool = False, owners: set[str] | None = None, client: Any | None = None
 ) -> PruneReport:
     """Remove Sandfleet containers whose owner is gone, or that sat created or exited for over a minute
-    (or, with ``everything``, all of them).
+    (or, with ``everything``, all of them). Raises SandboxUnavailableError (no engine) or SandboxError.
 
     ``owners`` restricts removal to containers of those owner labels (a fleet reaper that learnt
-    from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``.
+    from heartbeats that a worker died). Persistent sandboxes are kept unless ``everything``. Without
+    ``owners``, a container past its ``LABEL_EXPIRES`` time (a session sandbox) is removed whoever owns it.
     """
     client = client or engine.docker_client()
     report = PruneReport()
     # ignore_removed: the SDK inspects each listed container; others' may be removed meanwhile.
-    listed = client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}, ignore_removed=True)
+    try:
+        listed = client.containers.list(all=True, filters={"label": engine.LABEL_ROLE}, ignore_removed=True)
+    except engine.DockerError as e:
+        raise engine.translate(e, "list the sandboxes") from e
     for container in listed:
         labels = container.labels or {}
         owner_label = labels.get(engine.LABEL_OWNER, "")
@@ -58,8 +65,9 @@ def prune(
         elif owners is not None:
             dead = owner_label in owners
         else:
-            dead = engine.LABEL_PERSISTENT not in labels and (
-                owner is None or not owner.is_alive() or _stale(container)
+            dead = expired(labels) or (
+                engine.LABEL_PERSISTENT not in labels
+                and (owner is None or not owner.is_alive() or _stale(container))
             )
         if not dead:
             report.kept.append(container.id)
@@ -73,6 +81,15 @@ def prune(
             log.warning("could not remove %s: %s", container.short_id, e)
     report.killed_processes = kill_orphan_runtime_processes(client)
     return report
+
+
+def expired(labels: dict[str, str], now: float | None = None) -> bool:
+    """Whether a container's ``LABEL_EXPIRES`` time has passed (False without the label or with a bad one)."""
+    try:
+        expires = float(labels[LABEL_EXPIRES])
+    except (KeyError, ValueError):
+        return False
+    return (time.time() if now is None else now) >= expires
 
 
 def _stale(container: Any) -> bool:
@@ -128,7 +145,10 @@ def kill_orphan_runtime_processes(client: Any) -> list[int]:
         ids = {m.decode() for m in _CONTAINER_ID.findall(cmdline)}
         if ids and b"moby" in cmdline and DEFAULT_EXEC_ROOT in cmdline:
             candidates[int(entry.name)] = ids
-    known = {c["Id"] for c in client.api.containers(all=True)}
+    try:
+        known = {c["Id"] for c in client.api.containers(all=True)}
+    except engine.DockerError as e:
+        raise engine.translate(e, "list the containers") from e
     killed = []
     for pid, ids in candidates.items():
         if not ids & known:

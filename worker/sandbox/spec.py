@@ -2,7 +2,7 @@
 
 Every setting that makes the sandbox safe is decided here, in one place:
 no network (unless configured), read-only root, all capabilities dropped, no-new-privileges,
-pids/memory(+swap)/CPU limits, tmpfs workdir and /tmp, an init that reaps zombies, nofile and core
+pids/memory(+swap)/CPU limits, tmpfs workdir and /tmp, the agent as init (pid 1), nofile and core
 ulimits, the unprivileged user, and only the configured environment.
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
+from sandfleet.worker.sandbox.labels import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
 
 SANDBOX_UID = 10001
 SANDBOX_GID = 10001
@@ -31,12 +31,18 @@ NOFILE_LIMIT = 1024
 GVISOR_HOST_THREADS_PER_TASK = 16
 GVISOR_HOST_PIDS_MIN = 4096
 AGENT_SOURCE = Path(__file__).with_name("agent.py")
+# Modules shipped with the agent, registered under these names before it runs (agent.py imports them).
+AGENT_MODULES = {
+    "sandfleet_protocol": Path(__file__).with_name("protocol.py"),
+    "sandfleet_syscall_filter": Path(__file__).with_name("syscall_filter.py"),
+}
 
 # The container's main process: read the agent from stdin and run it. The agent itself is sent by
 # the host, so the image needs nothing of ours and agent and host always speak the same protocol
-# version. It comes as three length-prefixed parts: the host's bytecode magic number, the agent
-# compiled by the host (marshal), and its source. A sandbox whose Python has the same magic runs the
-# bytecode (saving ~3 ms of CPU per container); any other compiles the source.
+# version. It comes as length-prefixed parts: the host's bytecode magic number, the count of the
+# modules shipped with the agent, then for each its name, its code compiled by the host (marshal) and
+# its source, and last the agent's code and source. A sandbox whose Python has the same magic runs
+# the bytecode (saving ~3 ms of CPU per container); any other compiles the source.
 BOOT = (
     "import sys\n"
     "f=frozenset(sys.modules)\n"  # what a fresh interpreter has loaded (agent.become_program)
@@ -49,15 +55,22 @@ BOOT = (
     "  if not c: raise SystemExit(3)\n"
     "  b+=c\n"
     " return b\n"
-    "m,c,s=[r(struct.unpack('!I',r(4))[0]) for _ in range(3)]\n"
-    "try:\n"
-    " import marshal\n"
-    " from _frozen_importlib_external import MAGIC_NUMBER\n"
-    " k=marshal.loads(c) if m==MAGIC_NUMBER else None\n"
-    "except Exception:\n"
-    " k=None\n"
+    "def p():return r(struct.unpack('!I',r(4))[0])\n"
+    "m=p()\n"
+    "def load(name):\n"
+    " c,s=p(),p()\n"
+    " try:\n"
+    "  import marshal\n"
+    "  from _frozen_importlib_external import MAGIC_NUMBER\n"
+    "  k=marshal.loads(c) if m==MAGIC_NUMBER else None\n"
+    " except Exception:\n"
+    "  k=None\n"
+    " return k,k or compile(s,name,'exec')\n"
+    "for _ in range(int(p())):\n"
+    " n=p().decode();d=type(sys)(n);exec(load(n)[1],d.__dict__);sys.modules[n]=d\n"
+    "k,c=load('sandfleet-agent')\n"
     "g={'__name__':'sandfleet_agent','BOOTED_FROM':'bytecode' if k else 'source','STARTUP_MODULES':f}\n"
-    "exec(k or compile(s,'sandfleet-agent','exec'),g)\n"
+    "exec(c,g)\n"
 )
 
 
@@ -68,9 +81,17 @@ def agent_payload() -> bytes:
 
 
 def boot_payload(source: bytes, magic: bytes = MAGIC_NUMBER) -> bytes:
-    """``source`` framed for BOOT: magic number, bytecode compiled here, source."""
-    code = marshal.dumps(compile(source, "sandfleet-agent", "exec", dont_inherit=True))
-    return b"".join(struct.pack("!I", len(part)) + part for part in (magic, code, source))
+    """``source`` framed for BOOT with the AGENT_MODULES: magic number, then each module's name,
+    bytecode compiled here and source, then the agent's bytecode and source."""
+    parts = [magic, str(len(AGENT_MODULES)).encode()]
+    for name, path in AGENT_MODULES.items():
+        parts += [name.encode(), *_compiled(path.read_bytes(), name)]
+    parts += _compiled(source, "sandfleet-agent")
+    return b"".join(struct.pack("!I", len(part)) + part for part in parts)
+
+
+def _compiled(source: bytes, name: str) -> list[bytes]:
+    return [marshal.dumps(compile(source, name, "exec", dont_inherit=True)), source]
 
 
 @dataclass(frozen=True)
@@ -113,11 +134,18 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def container_kwargs(
-    config: SandboxConfig, *, owner: Owner, host_ncpu: int, labels: dict[str, str] | None = None
+    config: SandboxConfig,
+    *,
+    owner: Owner,
+    host_ncpu: int,
+    labels: dict[str, str] | None = None,
+    read_only_mounts: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``docker.DockerClient.containers.create`` for one sandbox.
 
     The CPU limit is clamped to the engine's CPUs (Docker refuses more than it has).
+    ``read_only_mounts`` (host folder -> path inside) bind-mounts operator folders read-only (a
+    wheelhouse for shell sessions); nothing is mounted otherwise.
     """
     uid, gid = (0, 0) if config.allow_sudo else (SANDBOX_UID, SANDBOX_GID)
     tmpfs_opts = "rw,nosuid,nodev,noexec"
@@ -154,7 +182,11 @@ def container_kwargs(
         "mem_limit": config.memory_limit,
         "memswap_limit": config.memory_limit,  # memory + swap = memory: swap off
         "nano_cpus": int(min(config.cpu_limit, host_ncpu) * 1e9),
-        "init": True,
+        # No init in front of the agent: as pid 1 it is out of the program's reach under runc (the
+        # kernel drops signals sent to init from inside) and it reaps orphans itself (agent.reap).
+        # Ignoring SIGTERM as init does, it is stopped with SIGKILL (which comes from outside).
+        "init": False,
+        "stop_signal": "SIGKILL",
         "ulimits": [
             {"name": "nofile", "soft": NOFILE_LIMIT, "hard": NOFILE_LIMIT},
             {"name": "core", "soft": 0, "hard": 0},
@@ -169,6 +201,10 @@ def container_kwargs(
         "runtime": config.docker_runtime,
         "ipc_mode": "private",
     }
+    if read_only_mounts:
+        kwargs["volumes"] = {
+            host: {"bind": inside, "mode": "ro"} for host, inside in read_only_mounts.items()
+        }
     return kwargs
 
 

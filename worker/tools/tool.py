@@ -77,11 +77,11 @@ class Tool:
         where = f" in {module}" if module else ""
         if _is_langchain_shaped(obj):
             func, sig, doc = _adapt_langchain(obj, where)
-            name = name or obj.name
+            name = name or str(obj.name)
             marked = getattr(obj, SIDE_EFFECTS_ATTR, False) or getattr(func, SIDE_EFFECTS_ATTR, False)
         else:
             func, doc = obj, _docstring(obj)
-            name = name or getattr(obj, "__name__", "")
+            name = name or str(getattr(obj, "__name__", ""))
             sig = _signature(obj, name, where)
             marked = getattr(obj, SIDE_EFFECTS_ATTR, False)
         _check_name(name, where)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from sandfleet.core.replies import text_list, text_or_none
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.fleet.loadtest.driver import LoadPlan, run_load
 from sandfleet.fleet.loadtest.plot import write_plot
@@ -142,8 +143,8 @@ def make_plan(opts: LoadTestOptions, model: str, warmup: int) -> LoadPlan:
 def _fleet_owner_labels(client: Client) -> set[str]:
     """Sandbox owner labels the fleet's workers announced (worker/recovery.py), if they did."""
     owners = set()
-    for name in client.redis.smembers(client.keys.workers):
-        owner = client.redis.hget(client.keys.worker_info(name), "owner")
+    for name in text_list(client.redis.smembers(client.keys.workers)):
+        owner = text_or_none(client.redis.hget(client.keys.worker_info(name), "owner"))
         if owner:
             owners.add(owner)
     return owners

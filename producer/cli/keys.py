@@ -1,0 +1,95 @@
+"""``sandfleet keys``: the workers' public signing keys.
+
+    sandfleet keys list                    every registered key: id, worker, status
+    sandfleet keys export [--out FILE]     the key set an auditor pins (SANDFLEET_TRUSTED_KEYS, --keys)
+    sandfleet keys rotate WORKER [--revoke]   on the worker's host: a new key pair for WORKER
+    sandfleet keys revoke KEY_ID           entries signed with it are refused from now on
+
+Public keys only leave a worker host. ``rotate`` reads and writes the private key file under
+``SANDFLEET_WORKER_STATE_DIR``, so it runs where the worker runs.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from sandfleet.core.key_registry import KeyRegistry, rotate_key
+from sandfleet.core.keys import FleetKeys
+from sandfleet.core.settings import get_settings
+from sandfleet.core.signing import KeyRing, KeyStatus
+from sandfleet.producer.cli.jobs import cli_errors
+from sandfleet.producer.client import Client
+
+
+def _when(ts: float | None) -> str:
+    return "-" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+@click.group()
+def keys() -> None:
+    """Workers' public signing keys: list, export, rotate, revoke."""
+
+
+@keys.command("list")
+@click.option("--json", "as_json", is_flag=True, help="JSONL: one key per line.")
+def list_keys(as_json: bool) -> None:
+    """Every key registered in Redis, oldest first."""
+    with cli_errors(), Client() as client, client.redis_errors():
+        infos = client.registry.all()
+    for info in infos:
+        if as_json:
+            click.echo(info.model_dump_json())
+        else:
+            click.echo(f"{info.key_id}  {info.status.value:<8} {_when(info.created_at)}  {info.worker}")
+
+
+@keys.command("export")
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write here (default: stdout).",
+)
+def export_keys(out: Path | None) -> None:
+    """Write every registered public key (with its status) as a key set for auditors to pin."""
+    settings = get_settings()
+    with cli_errors(), Client(settings=settings) as client, client.redis_errors():
+        infos = client.registry.all()
+    text = json.dumps(KeyRing(infos, "export").export(settings.key_prefix), indent=2) + "\n"
+    if out is None:
+        click.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        click.echo(f"{len(infos)} keys written to {out}", err=True)
+
+
+@keys.command("rotate")
+@click.argument("worker")
+@click.option("--revoke", is_flag=True, help="Revoke the old key (it was exposed) instead of retiring it.")
+def rotate(worker: str, revoke: bool) -> None:
+    """Give WORKER a new key pair (run on its host). A running worker signs with it from its next event.
+
+    The old key is retired (what it signed still verifies) or, with --revoke, revoked (what it signed
+    is refused). Export the key set again for auditors who pin it.
+    """
+    settings = get_settings()
+    with cli_errors(), Client(settings=settings) as client, client.redis_errors():
+        old, new = rotate_key(
+            settings, worker, KeyRegistry(client.redis, FleetKeys(settings.key_prefix)), revoke=revoke
+        )
+    if old is not None:
+        click.echo(f"{old.key_id}  {old.status.value}")
+    click.echo(f"{new.key_id}  {new.status.value} (worker {worker})")
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+def revoke(key_id: str) -> None:
+    """Revoke KEY_ID: every entry it signed is refused, and its worker will not start with it."""
+    with cli_errors(), Client() as client, client.redis_errors():
+        info = client.registry.set_status(key_id, KeyStatus.REVOKED)
+    click.echo(f"{info.key_id}  {info.status.value} (worker {info.worker})")

@@ -1,0 +1,145 @@
+"""The fleet's register of workers' public keys in Redis, and the key's life on a worker host:
+made and registered when the worker starts, rotated, revoked.
+
+Anyone who can write to Redis can also add a key here, so the register is where keys are *found*,
+not why they are *trusted*: an auditor pins an exported key set (``sandfleet keys export``, then
+``SANDFLEET_TRUSTED_KEYS`` or ``--keys``), and only revocations are taken from Redis on top of it
+(a revocation can only make verification stricter). SECURITY.md has the threat model.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import redis
+
+from sandfleet.core.errors import SigningKeyError
+from sandfleet.core.keys import FleetKeys
+from sandfleet.core.settings import Settings
+from sandfleet.core.signing import (
+    FileSigner,
+    KeyInfo,
+    KeyRing,
+    KeyStatus,
+    WorkerKey,
+    key_path,
+    load_or_create_key,
+    read_key,
+    write_key,
+)
+
+log = logging.getLogger(__name__)
+
+
+class KeyRegistry:
+    """Public keys by key id in one Redis hash. A key id, once registered, keeps its worker."""
+
+    def __init__(self, client: redis.Redis, keys: FleetKeys) -> None:
+        self._redis = client
+        self._key = keys.signing_keys
+
+    def register(self, info: KeyInfo) -> KeyInfo:
+        """Add ``info`` unless its key id is there already; returns what is registered for it."""
+        self._redis.hsetnx(self._key, info.key_id, info.model_dump_json())
+        stored = self.get(info.key_id)
+        assert stored is not None  # just written, and keys of the register never expire
+        return stored
+
+    def get(self, key_id: str) -> KeyInfo | None:
+        raw = self._redis.hget(self._key, key_id)
+        return KeyInfo.model_validate_json(raw) if raw else None
+
+    def all(self) -> list[KeyInfo]:
+        """Every registered key, oldest first."""
+        infos = [KeyInfo.model_validate_json(raw) for raw in self._redis.hgetall(self._key).values()]
+        return sorted(infos, key=lambda i: i.created_at)
+
+    def ring(self) -> KeyRing:
+        return KeyRing(self.all(), "the fleet's key register in Redis (not pinned)")
+
+    def set_status(self, key_id: str, status: KeyStatus) -> KeyInfo:
+        """Mark a key retired or revoked (revoked stays revoked). SigningKeyError if unknown."""
+        info = self.get(key_id)
+        if info is None:
+            raise SigningKeyError(f"no registered key {key_id!r} (see `sandfleet keys list`)")
+        if info.status == KeyStatus.REVOKED or info.status == status:
+            return info
+        info = info.with_status(status)
+        self._redis.hset(self._key, key_id, info.model_dump_json())
+        return info
+
+    def retire_others(self, worker: str, keep: str) -> list[str]:
+        """Retire ``worker``'s active keys other than ``keep`` (it lost or replaced its key file)."""
+        retired = [i.key_id for i in self.all() if i.worker == worker and i.status == KeyStatus.ACTIVE]
+        retired = [key_id for key_id in retired if key_id != keep]
+        for key_id in retired:
+            self.set_status(key_id, KeyStatus.RETIRED)
+        return retired
+
+
+def start_signer(settings: Settings, worker: str, registry: KeyRegistry) -> FileSigner:
+    """The worker's signer: its key file made if missing, its public key registered.
+
+    Raises:
+        SigningKeyError: the key file cannot be read or written, or its key was revoked (a worker
+            never signs with a revoked key: rotate it with ``sandfleet keys rotate``).
+    """
+    path = key_path(settings.worker_state_dir, worker)
+    key, _created = load_or_create_key(path, worker)
+    stored = registry.register(key.info)
+    if stored.worker != worker:
+        raise SigningKeyError(
+            f"key {key.key_id} in {path} is registered to worker {stored.worker}, not {worker}"
+        )
+    if stored.status == KeyStatus.REVOKED:
+        raise SigningKeyError(
+            f"the signing key {key.key_id} of worker {worker} ({path}) is revoked: "
+            f"make a new one with `sandfleet keys rotate {worker}` on this host"
+        )
+    if retired := registry.retire_others(worker, keep=key.key_id):
+        log.warning("worker %s: retired its earlier key(s) %s", worker, ", ".join(retired))
+    return FileSigner(path, worker)
+
+
+def rotate_key(
+    settings: Settings, worker: str, registry: KeyRegistry, *, revoke: bool = False
+) -> tuple[KeyInfo | None, KeyInfo]:
+    """Give ``worker`` a new key pair on this host: ``(old key's info or None, new key's info)``.
+
+    The new public key is registered before the key file is replaced, so nothing is ever signed with
+    an unregistered key; the old private key is overwritten. A running worker picks the new key up at
+    its next signature. The old key is retired (its signatures still verify) or, with ``revoke``,
+    revoked (every entry it signed is refused from then on).
+    """
+    path = key_path(settings.worker_state_dir, worker)
+    old = read_key(path, worker) if path.exists() else None
+    new = WorkerKey.generate(worker)
+    registry.register(new.info)
+    write_key(path, new)
+    old_info = None
+    if old is not None:
+        registry.register(old.info)  # a key made before its worker ever started: register it to retire it
+        old_info = registry.set_status(old.key_id, KeyStatus.REVOKED if revoke else KeyStatus.RETIRED)
+    return old_info, new.info
+
+
+def verification_ring(settings: Settings, registry: KeyRegistry) -> KeyRing:
+    """The keys to verify with: the pinned key set (``settings.trusted_keys``) with the revocations
+    registered in Redis applied, or else the fleet's key register in Redis (not pinned)."""
+    registered = registry.all()
+    if settings.trusted_keys:
+        return trusted_ring(settings.trusted_keys).with_revocations(registered)
+    return KeyRing(registered, "the fleet's key register in Redis (not pinned)")
+
+
+def trusted_ring(path: str | Path) -> KeyRing:
+    """The key set pinned in ``path`` (an export of ``sandfleet keys export``)."""
+    import json
+
+    source = str(path)
+    try:
+        data = json.loads(Path(path).expanduser().read_text())
+    except (OSError, ValueError) as e:
+        raise SigningKeyError(f"cannot read the key set {source}: {e}") from e
+    return KeyRing.from_export(data, f"the pinned key set {source}")

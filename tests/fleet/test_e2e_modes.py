@@ -1,0 +1,173 @@
+"""Shell and chat jobs end to end: a real ``sandfleet worker`` process on a real Redis, the replay model
+over HTTP through the real openai client, submitted with the Client and read back from the records,
+the audit chain and ``sandfleet jobs``."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis
+
+from sandfleet.core.contracts import AuditKind, JobStatus
+from sandfleet.fleet.demo import REFERENCE_CHAT_TOTALS, demo_replay_script
+from sandfleet.producer.client import Client
+from sandfleet.worker.scenario import (
+    REFERENCE_ANSWER,
+    REFERENCE_QUESTION,
+    generate_orders,
+    write_reference_data,
+)
+
+from .helpers import fleet_settings_for, keys_under
+from .test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+COMPUTE = """\
+import csv, json
+from collections import defaultdict
+totals = defaultdict(float)
+for row in csv.DictReader(open("orders.csv")):
+    if "2026-07-01" <= row["date"] <= "2026-09-30":
+        totals[row["region"]] += int(row["quantity"]) * float(row["unit_price"])
+print(json.dumps(dict(sorted(totals.items(), key=lambda kv: -kv[1]))))
+"""
+
+
+def orders_csv() -> str:
+    out = io.StringIO()
+    rows = generate_orders()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def shell_rule() -> dict[str, Any]:
+    """A shell job's script: the data into the sandbox, a program computing the totals, run, answer."""
+
+    def call(name: str, **arguments: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+    return {
+        "match": "(?i)revenue per region in Q3 2026",
+        "system": "Linux sandbox of your own",
+        "responses": [
+            call("sandbox_write_file", path="data/orders.csv", content=orders_csv()),
+            call("sandbox_write_file", path="data/q3.py", content=COMPUTE),
+            call("sandbox_exec", command="cd data && python3 q3.py"),
+            f"RESULT: {json.dumps(REFERENCE_ANSWER)}",
+        ],
+    }
+
+
+@dataclass
+class ModesFleet:
+    worker: FleetWorker
+    model: str  # replay:FILE, the script the worker's replay model answers from
+
+    @property
+    def client(self) -> Client:
+        return self.worker.client
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: Any
+) -> Iterator[ModesFleet]:
+    folder = tmp_path_factory.mktemp("modes")
+    write_reference_data(folder / "data")
+    script = demo_replay_script()
+    script["rules"].insert(0, shell_rule())
+    (folder / "replay.json").write_text(json.dumps(script))
+    settings = fleet_settings_for(redis_server)
+    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders")
+    yield ModesFleet(worker, f"replay:{folder / 'replay.json'}")
+    stop_worker(worker)
+    r = redis.Redis.from_url(redis_server, decode_responses=True)
+    if leftovers := keys_under(r, settings.key_prefix):
+        r.delete(*leftovers)
+    r.close()
+
+
+def submit(fleet: ModesFleet, mode: str) -> Any:
+    return fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=fleet.model, mode=mode)
+
+
+def test_a_chat_job_through_the_fleet(fleet: ModesFleet) -> None:
+    job = submit(fleet, "chat")
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    assert result.mode == "chat" and job.record().spec.mode == "chat"
+    assert result.result == REFERENCE_CHAT_TOTALS  # what the scripted chat agent answered
+    assert result.usage.model_calls == 2 and result.tool_calls == 1 and not result.attempts
+    (call,) = result.turns[0].calls
+    assert call.tool == "load_orders" and call.ok and call.result_size > 40_000
+    events = job.audit()
+    kinds = [e.kind for e in events]
+    assert kinds[:2] == [AuditKind.STATE, AuditKind.STATE]  # queued, running
+    assert kinds[2:6] == [
+        AuditKind.MODEL_CALL,
+        AuditKind.FUNCTION_CALL,
+        AuditKind.FUNCTION_RESULT,
+        AuditKind.MODEL_CALL,
+    ]
+    result_event = next(e for e in events if e.kind == AuditKind.FUNCTION_RESULT)
+    assert result_event.data["tool"] == "load_orders" and len(json.loads(result_event.data["shown"])) == 500
+    assert job.verify_audit() == (True, None)
+
+
+def test_a_shell_job_through_the_fleet(fleet: ModesFleet) -> None:
+    job = submit(fleet, "shell")
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    assert result.mode == "shell" and result.result == REFERENCE_ANSWER
+    exec_result = next(
+        e for e in job.audit() if e.kind == AuditKind.FUNCTION_RESULT and e.data["tool"] == "sandbox_exec"
+    )
+    assert (
+        json.loads(json.loads(exec_result.data["shown"])["stdout"]) == REFERENCE_ANSWER
+    )  # computed in there
+    sessions = [e.data for e in job.audit() if e.kind == AuditKind.SESSION]
+    assert [s["event"] for s in sessions] == ["started", "destroyed"]
+    assert result.session is not None and result.session.ended == "the job ended"
+    left = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=sandfleet.job={job.job_id}"],
+        capture_output=True,
+        text=True,
+    )
+    assert left.stdout.strip() == ""  # the session sandbox went with its job
+    assert job.verify_audit() == (True, None)
+
+
+def test_sandfleet_jobs_shows_each_jobs_mode(fleet: ModesFleet) -> None:
+    job = submit(fleet, "code-action")
+    assert job.result(timeout=JOB_TIMEOUT_S).result == REFERENCE_ANSWER  # the script's program, sandboxed
+    settings = fleet.worker.settings
+    env = {
+        **os.environ,
+        "SANDFLEET_REDIS_URL": settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
+    }
+    done = subprocess.run([SANDFLEET, "jobs", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    modes = {line["job_id"]: line["mode"] for line in map(json.loads, done.stdout.splitlines())}
+    assert modes[job.job_id] == "code-action" and {"chat", "shell"} <= set(modes.values())
+    table = subprocess.run([SANDFLEET, "jobs"], env=env, capture_output=True, text=True, timeout=60).stdout
+    assert f"{job.job_id}  succeeded  code-action" in table
+
+
+def test_a_bad_mode_is_refused_before_anything_is_enqueued(fleet: ModesFleet) -> None:
+    from sandfleet.core.errors import InvalidSpecError
+
+    before = fleet.client.jobs(limit=1000)
+    with pytest.raises(InvalidSpecError, match="mode: Input should be 'code-action', 'shell' or 'chat'"):
+        fleet.client.submit("q", mode="agent")
+    assert len(fleet.client.jobs(limit=1000)) == len(before)

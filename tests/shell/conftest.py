@@ -1,0 +1,99 @@
+"""Fixtures of the shell-mode tests: real session sandboxes under runc and gVisor, and their tools.
+
+keeper       function: a SessionKeeper (max 2 sessions) closed after the test; fails if a session
+             container of this test outlives it
+backend      parametrized "docker" (runc) and "gvisor" (runsc; skips locally, fails in CI without it)
+open_tools   function: ``open_tools(**caps) -> ShellTools`` on a fresh session of ``backend``
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sandfleet_testing import skip_or_fail
+
+from sandfleet.core.config import DEFAULT_IMAGE, SandboxConfig, ToolLoopSettings
+from sandfleet.core.settings import Settings
+from sandfleet.worker.shell.keeper import SessionKeeper
+from sandfleet.worker.shell.tools import ShellTools
+
+
+def shell_settings(**overrides: Any) -> Settings:
+    fields: dict[str, Any] = {"model_api_key": None, "model_base_url": None, "max_sessions": 2}
+    fields.update(overrides)
+    return Settings(**fields)
+
+
+def session_containers(job_id: str) -> list[str]:
+    """Ids of existing containers labelled as this job's session (the docker CLI, not the SDK)."""
+    done = subprocess.run(
+        ["docker", "ps", "-aq", "--no-trunc", "--filter", f"label=sandfleet.job={job_id}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def gone(container_id: str, timeout_s: float = 10.0) -> bool:
+    """Whether the container is removed (within a few seconds: removal may still be under way)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = subprocess.run(["docker", "inspect", container_id], capture_output=True, timeout=30)
+        if done.returncode != 0:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+@pytest.fixture(params=["docker", "gvisor"])
+def backend(request: pytest.FixtureRequest) -> str:
+    info = request.getfixturevalue("gvisor" if request.param == "gvisor" else "docker_engine")
+    if DEFAULT_IMAGE not in info.images:
+        skip_or_fail(f"image {DEFAULT_IMAGE} is missing; build it with `sandfleet images build`")
+    return str(request.param)
+
+
+@pytest.fixture
+def keeper(docker_engine: Any) -> Iterator[SessionKeeper]:
+    sessions = SessionKeeper(shell_settings())
+    yield sessions
+    sessions.close()
+
+
+@pytest.fixture
+def job_id() -> str:
+    return f"shell-test-{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def open_tools(keeper: SessionKeeper, backend: str, job_id: str) -> Iterator[Callable[..., ShellTools]]:
+    opened: list[ShellTools] = []
+
+    def open_(
+        *, settings: Settings | None = None, lifetime_s: float = 120, idle_s: float = 120, **caps: Any
+    ) -> ShellTools:
+        session = keeper.open(
+            SandboxConfig(backend=backend), job_id=job_id, lifetime_s=lifetime_s, idle_s=idle_s, wait_s=30
+        )
+        tools = ShellTools(
+            session,
+            caps=ToolLoopSettings(**caps),
+            settings=settings or keeper.settings,
+            deadline=time.monotonic() + 600,
+            network="none",
+            wheelhouse=keeper.wheelhouse,
+        )
+        opened.append(tools)
+        return tools
+
+    yield open_
+    for tools in opened:
+        keeper.close_session(tools.session)
+    assert all(gone(t.session.container.id) for t in opened), "a session sandbox outlived its test"

@@ -1,0 +1,115 @@
+"""sandbox_install_package: from the operator's read-only wheelhouse (pip itself from a wheel there), and a
+clear refusal when the sandbox has neither a network nor a wheelhouse. Real sessions, runc and gVisor."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import time
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sandfleet_testing import skip_or_fail
+
+from sandfleet.core.config import SandboxConfig, ToolLoopSettings
+from sandfleet.worker.shell.keeper import SessionKeeper
+from sandfleet.worker.shell.tools import ShellTools
+
+from .conftest import shell_settings
+
+pytestmark = [pytest.mark.docker]
+DEBIAN_WHEELS = Path("/usr/share/python-wheels")  # python3-pip-whl, which python3-venv brings
+
+
+def make_wheel(folder: Path, name: str, version: str, source: str) -> Path:
+    """A pure-Python wheel of one module, written by hand (a zip with its dist-info)."""
+    dist = f"{name}-{version}"
+    files = {
+        f"{name}/__init__.py": source.encode(),
+        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: sandfleet-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}.dist-info/RECORD,,")
+    files[f"{dist}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    wheel = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel
+
+
+@pytest.fixture
+def wheelhouse(tmp_path: Path) -> Path:
+    pips = sorted(DEBIAN_WHEELS.glob("pip-*.whl"))
+    if not pips:
+        skip_or_fail(f"no pip wheel in {DEBIAN_WHEELS} (apt-get install python3-pip-whl)")
+    folder = tmp_path / "wheelhouse"
+    folder.mkdir()
+    (folder / pips[-1].name).write_bytes(pips[-1].read_bytes())
+    make_wheel(folder, "tinypkg", "1.0", "VALUE = 42\n")
+    folder.chmod(0o777)  # writable by anyone: only the read-only mount can stop the sandbox writing there
+    return folder
+
+
+@pytest.fixture
+def keeper_with(docker_engine: object) -> Iterator[list[SessionKeeper]]:
+    keepers: list[SessionKeeper] = []
+    yield keepers
+    for keeper in keepers:
+        keeper.close()
+
+
+def tools_on(keeper: SessionKeeper, backend: str, job_id: str) -> ShellTools:
+    session = keeper.open(
+        SandboxConfig(backend=backend), job_id=job_id, lifetime_s=120, idle_s=120, wait_s=30
+    )
+    return ShellTools(
+        session,
+        caps=ToolLoopSettings(),
+        settings=keeper.settings,
+        deadline=time.monotonic() + 300,
+        network="none",
+        wheelhouse=keeper.wheelhouse,
+    )
+
+
+def test_install_from_the_operators_wheelhouse(
+    wheelhouse: Path, keeper_with: list[SessionKeeper], backend: str, job_id: str
+) -> None:
+    keeper = SessionKeeper(shell_settings(wheelhouse_dir=str(wheelhouse)))
+    keeper_with.append(keeper)
+    tools = tools_on(keeper, backend, job_id)
+    assert tools.sandbox_exec("python3 -c 'import tinypkg'")["exit_code"] == 1  # not there yet
+    message = tools.sandbox_install_package("tinypkg==1.0")
+    assert message.startswith("installed tinypkg==1.0 from the operator's wheelhouse")
+    done = tools.sandbox_exec("python3 -c 'import tinypkg; print(tinypkg.VALUE)'")
+    assert done["stdout"] == "42\n", done
+    # The wheelhouse is mounted read-only: the sandbox cannot change what the next job installs.
+    write = tools.sandbox_exec("echo bad > /opt/sandfleet/wheelhouse/evil.whl")
+    assert write["exit_code"] != 0 and "Read-only file system" in write["stderr"]
+    assert not (wheelhouse / "evil.whl").exists()
+    with pytest.raises(RuntimeError, match="pip could not install nosuchpkg"):
+        tools.sandbox_install_package("nosuchpkg")
+
+
+def test_no_network_and_no_wheelhouse_is_a_clear_refusal(
+    keeper: SessionKeeper, backend: str, job_id: str
+) -> None:
+    tools = tools_on(keeper, backend, job_id)
+    with pytest.raises(
+        PermissionError, match=r"no network \(network=none\) and the operator mounted no wheelhouse"
+    ):
+        tools.sandbox_install_package("requests")
+
+
+@pytest.mark.parametrize("name", ["requests; rm -rf /", "-e .", "pkg==1.0 other", "", "../x"])
+def test_a_name_that_is_not_a_package_is_refused(keeper: SessionKeeper, job_id: str, name: str) -> None:
+    tools = tools_on(keeper, "docker", job_id)
+    with pytest.raises(ValueError, match="give a package name"):
+        tools.sandbox_install_package(name)
