@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from json.decoder import scanstring
 from typing import Any
 
 Path = tuple[str | int, ...]
@@ -18,6 +17,7 @@ Path = tuple[str | int, ...]
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?")
 _LITERALS = {"true": True, "false": False, "null": None}
+_STRINGS = json.JSONDecoder()  # raw_decode at a '"' reads exactly one string, escapes and all
 
 
 def load_with_lines(text: str) -> tuple[Any, dict[Path, int]]:
@@ -63,7 +63,7 @@ class _Reader:
         if char == "[":
             return self._array(pos + 1, path)
         if char == '"':
-            text, self.pos = scanstring(self.text, pos + 1, True)
+            text, self.pos = _STRINGS.raw_decode(self.text, pos)
             return text
         for word, literal in _LITERALS.items():
             if self.text.startswith(word, pos):
@@ -87,7 +87,7 @@ class _Reader:
                 raise json.JSONDecodeError(
                     "Expecting property name enclosed in double quotes", self.text, pos
                 )
-            key, pos = scanstring(self.text, pos + 1, True)
+            key, pos = _STRINGS.raw_decode(self.text, pos)
             pos = self.skip(pos)
             if self.text[pos : pos + 1] != ":":
                 raise json.JSONDecodeError("Expecting ':' delimiter", self.text, pos)

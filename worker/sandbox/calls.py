@@ -109,7 +109,7 @@ class CallConversation(Generic[T]):
                 self._end(result=outcome)
                 return None
 
-    def _serve_then_follow(self, call: Call) -> None:
+    def _serve_then_follow(self, call: Call | None) -> None:
         while call is not None:
             self._serve(call)
             call = self._follow()
