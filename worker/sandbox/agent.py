@@ -91,6 +91,24 @@ def not_dumpable():
         return False
 
 
+def network_view():
+    """What this sandbox sees of the network, for the host to check before any program runs:
+    its network namespace, its interfaces, and the interfaces its routes go through (v4 and v6)."""
+    view = {"netns": None, "interfaces": None, "routes": None}
+    try:
+        view["netns"] = os.readlink("/proc/self/ns/net")
+        view["interfaces"] = sorted(os.listdir("/sys/class/net"))
+        routes = set()
+        for path, column in (("/proc/net/route", 0), ("/proc/net/ipv6_route", -1)):
+            with open(path) as f:
+                lines = f.read().splitlines()[1 if column == 0 else 0 :]  # route has a header
+            routes.update(line.split()[column] for line in lines if line.strip())
+        view["routes"] = sorted(routes)
+    except OSError:
+        pass  # left None: the host refuses what it cannot check
+    return view
+
+
 # -- a second syscall filter, stacked on the engine's own seccomp profile ---------------------------
 # Docker 20.10's default profile still allows io_uring and ptrace, among others. The agent adds a
 # seccomp filter of its own before any command runs; filters stack in the kernel (and in gVisor's),
@@ -362,6 +380,7 @@ class Agent:
                 "booted_from": globals().get("BOOTED_FROM", "source"),
                 "not_dumpable": not_dumpable(),
                 "syscall_filter": install_syscall_filter(),
+                "network": network_view(),
             },
         )
         while not self.reader.eof:

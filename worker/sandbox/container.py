@@ -24,6 +24,7 @@ from sandfleet.worker.sandbox.channel import (
     ChannelError,
     ChannelTimeoutError,
 )
+from sandfleet.worker.sandbox.isolation import network_refusal
 from sandfleet.worker.sandbox.spec import Owner, agent_payload, command_env, container_kwargs
 
 log = logging.getLogger("sandfleet.sandbox")
@@ -149,6 +150,8 @@ class SandboxContainer:
                 raise SandboxError(f"the sandbox agent did not say hello (got {kind!r})")
             if not hello.get("syscall_filter"):
                 raise SandboxError("the sandbox's syscall filter could not be installed; refusing to use it")
+            if refusal := network_refusal(config, hello.get("network")):
+                raise SandboxError(refusal)
         except BaseException as e:
             if channel:
                 channel.close()
