@@ -6,11 +6,12 @@ The baseline is a sandbox container exactly as worker/sandbox/spec.py asks for i
 run one-shot: create, start, wait, remove, of ``python3 -c pass`` (no agent, nothing attached). Each
 variant changes one thing: drops one option (tmpfs mounts, init, ulimits, no-new-privileges, the
 cgroup limits, read-only root, cap-drop, IPC mode, hostname), or swaps it (the engine's "none"
-network instead of a disabled one, no log driver, Docker's seccomp profile off, the one-layer base
-image, /bin/true instead of Python, the real agent's boot and hello). Each cycle runs one container
-of every variant, in an order rotated per cycle, so that the drift of a shared host hits all alike;
-the delta is paired: each variant's container against the baseline's of the same cycle, median and
-quartiles over the cycles, so its spread shows.
+network instead of a disabled one, Docker's json-file log, Docker's seccomp profile off, the
+one-layer base image, /bin/true instead of Python, the real agent's boot and hello); two more write
+20 MiB to stdout, with and without a log. Each cycle runs one container of every variant, in an
+order rotated per cycle, so that the drift of a shared host hits all alike; the delta is paired:
+each variant's container against the baseline's of the same cycle, median and quartiles over the
+cycles, so its spread shows.
 
 Each row says what the option is for: "kept" options are isolation and stay whatever they cost;
 "measured" ones weaken isolation and are there only to show their price. Containers carry
@@ -42,6 +43,7 @@ from sandfleet.worker.sandbox.spec import Owner, container_kwargs
 
 LABEL_RUN = "sandfleet.bench"
 ONE_SHOT = ["python3", "-c", "pass"]
+BIG_OUTPUT = ["python3", "-c", "import os\nfor _ in range(20): os.write(1, bytes(1 << 20))"]
 Kwargs = dict[str, Any]
 
 
@@ -75,9 +77,15 @@ VARIANTS = (
     Variant("baseline (spec.container_kwargs)", lambda k: k, "baseline"),
     Variant("network: engine's 'none' network", network_none, "the former recipe: same isolation"),
     Variant(
-        "log driver 'none'",
-        replaced(log_config={"type": "none"}),
-        "candidate: the host reads the attach stream, not logs",
+        "log driver json-file (Docker's default)",
+        replaced(log_config={"type": "json-file", "config": {}}),
+        "the former setting: nobody reads the logs",
+    ),
+    Variant("20 MiB to stdout, no log", replaced(command=BIG_OUTPUT), "what the agent's stream costs"),
+    Variant(
+        "20 MiB to stdout, json-file log",
+        replaced(command=BIG_OUTPUT, log_config={"type": "json-file", "config": {}}),
+        "the same, logged to the host's disk",
     ),
     Variant("no init (docker-init as PID 1)", replaced(init=False), "candidate: the agent would be PID 1"),
     Variant("tmpfs: without /var/tmp", two_tmpfs, "candidate: /var/tmp read-only"),

@@ -13,14 +13,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from sandfleet.core.contracts import JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
 from sandfleet.core.options import parse_options, sandbox_option
-from sandfleet.producer.client import BatchProgress, Client, build_spec
+from sandfleet.core.vocabulary import JobStatus
+
+if TYPE_CHECKING:  # the client (redis, celery, the pydantic contracts) loads when a command runs,
+    # so that `--help` and bad input cost only click
+    from sandfleet.core.contracts import JobResult, JobSpec
 
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -105,6 +108,8 @@ def submit(
         fields["code_action"] = code_action
     if batch_id:
         fields["batch_id"] = batch_id
+    from sandfleet.producer.client import Client
+
     with cli_errors(), Client() as client:
         job = client.submit(question, **fields)
         if not wait:
@@ -173,6 +178,8 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, dict[str, Any] | str]]:
 
 def load_specs(path: Path) -> list[tuple[int, JobSpec]]:
     """Every row validated; BadInputError listing each bad row by line number (field and reason)."""
+    from sandfleet.producer.client import build_spec
+
     specs, errors = [], []
     for number, row in read_rows(path):
         if isinstance(row, str):
@@ -227,6 +234,8 @@ def batch(file: Path, out: Path | None, wait: bool, timeout: float | None, batch
     """
     if out is not None and out.suffix.lower() not in (".jsonl", ".ndjson", ".json", ".csv"):
         raise BadInputError(f"--out {out}: use a .jsonl or a .csv file")
+    from sandfleet.producer.client import BatchProgress, Client
+
     rows = load_specs(file)
     with cli_errors(), Client() as client:
         handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id)
@@ -253,6 +262,8 @@ def batch(file: Path, out: Path | None, wait: bool, timeout: float | None, batch
 
 
 def wait_with_bar(handle: Any, timeout: float | None) -> None:
+    from sandfleet.producer.client import BatchProgress
+
     with click.progressbar(length=len(handle), label="jobs", file=sys.stderr, show_pos=True) as bar:
         seen = 0
 
@@ -270,6 +281,8 @@ def wait_with_bar(handle: Any, timeout: float | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the whole JobResult as JSON.")
 def result(job_id: str, as_json: bool) -> None:
     """Print the RESULT payload of a finished job (exit 3 while it is still queued or running)."""
+    from sandfleet.producer.client import Client
+
     with cli_errors(), Client() as client:
         record = client.get(job_id).record()
     if record.result is None:
@@ -288,6 +301,8 @@ def format_time(ts: float) -> str:
 @click.option("--verify", is_flag=True, help="Check the hash chain; exit 1 if it does not hold.")
 def audit(job_id: str, as_json: bool, verify: bool) -> None:
     """Print the job's audit events in order (model calls, programs, runs, tool calls, states)."""
+    from sandfleet.producer.client import Client
+
     with cli_errors(), Client() as client:
         handle = client.get(job_id)
         events = handle.audit()
@@ -319,6 +334,8 @@ def audit(job_id: str, as_json: bool, verify: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSONL: one record summary per line.")
 def jobs(batch_id: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List jobs, newest first (a batch's in submission order)."""
+    from sandfleet.producer.client import Client
+
     with cli_errors(), Client() as client:
         records = client.jobs(batch=batch_id, status=status, limit=limit)
     for record in records:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -31,9 +32,10 @@ WORKER_STOP_TIMEOUT_S = 60.0
 READY_MARK = " ready."  # what Celery logs once a worker consumes
 
 
-def replay_script(program: str) -> dict[str, object]:
-    """A replay script that answers every request with ``program`` in a python block."""
-    return {"rules": [], "default": [f"```python\n{program.rstrip()}\n```"]}
+def replay_script(program: str, rules: Sequence[Mapping[str, object]] = ()) -> dict[str, object]:
+    """A replay script that answers every request with ``program`` in a python block; ``rules``
+    (worker/llm/replay_script.py) go first, e.g. a latency of its own per question."""
+    return {"rules": list(rules), "default": [f"```python\n{program.rstrip()}\n```"]}
 
 
 def replay_model_name(script: Path, latency_s: float) -> str:
@@ -51,6 +53,7 @@ class FleetConfig:
     tools: str = "sandfleet.worker.tools.examples.orders"
     program: str = ""
     model_latency_s: float = 0.0
+    replay_rules: list[dict[str, object]] = field(default_factory=list)  # before the default answer
     env: dict[str, str] = field(default_factory=dict)
     loglevel: str = "warning"
 
@@ -99,7 +102,7 @@ class LocalFleet:
     def start(self) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
         write_reference_data(self.data_dir)
-        self.script_path.write_text(json.dumps(replay_script(self.config.program)))
+        self.script_path.write_text(json.dumps(replay_script(self.config.program, self.config.replay_rules)))
         self.redis.start()
         for index in range(self.config.workers):
             self.start_worker(f"lt{index + 1}-{self.token}")

@@ -197,6 +197,7 @@ def test_spec_drops_every_capability_and_privilege() -> None:
         kwargs["network_disabled"] is True and "network_mode" not in kwargs
     )  # what it gives: test_network.py
     assert kwargs["ipc_mode"] == "private"
+    assert kwargs["log_config"] == {"type": "none", "config": {}}  # the host reads the attached stream
     assert kwargs["init"] is True
     assert kwargs["runtime"] == "runc"
     assert kwargs["image"] == DEFAULT_IMAGE

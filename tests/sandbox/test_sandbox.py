@@ -121,6 +121,7 @@ def test_inspect_shows_every_setting(shared_session: Any) -> None:
     check_inspect(host, backend_of(shared_session))
     assert host["Init"] is True
     assert host["Privileged"] is False
+    assert host["LogConfig"]["Type"] == "none"  # nothing the agent sends is logged to the host's disk
     assert attrs["Config"]["User"] == "10001:10001"
     assert attrs["Config"]["Labels"]["sandfleet.role"] == "sandbox"
     assert attrs["Config"]["Labels"]["sandfleet.test"] == TEST_LABELS["sandfleet.test"]

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.core.contracts import Limit
 from sandfleet.core.errors import SandboxError
+from sandfleet.core.vocabulary import Limit
 from sandfleet.worker.sandbox import engine
 from sandfleet.worker.sandbox.channel import (
     AgentChannel,

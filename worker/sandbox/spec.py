@@ -3,7 +3,7 @@
 Every setting that makes the sandbox safe is decided here, in one place:
 no network (unless configured; made the cheapest proven way, see NETWORK_DISABLED_RUNTIMES), read-only root, all capabilities dropped, no-new-privileges,
 pids/memory(+swap)/CPU limits, tmpfs workdir and /tmp, an init that reaps zombies, nofile and core
-ulimits, the unprivileged user, and only the configured environment.
+ulimits, the unprivileged user, only the configured environment, and no log kept by the engine.
 """
 
 from __future__ import annotations
@@ -179,6 +179,10 @@ def container_kwargs(
         **network_kwargs(config),
         "runtime": config.docker_runtime,
         "ipc_mode": "private",
+        # Nobody reads a sandbox's logs: the host reads the attached stream. With Docker's default
+        # json-file driver every byte the agent sends (output, files, artifacts) was also encoded
+        # by dockerd and written to the host's disk until removal (benchmarks/container_options.py).
+        "log_config": {"type": "none", "config": {}},
     }
     return kwargs
 
