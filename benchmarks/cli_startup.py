@@ -6,6 +6,8 @@ Each cycle runs every command below once, in an order rotated per cycle (so the 
 host hits all alike), as a fresh process timed from spawn to exit; medians and p95 in ms.
 
 - ``python -c pass``: this interpreter's own start (site, the editable install's finder): the floor.
+- the imports of ``sandbox run`` alone (click, pydantic and SandboxConfig, the Docker SDK, the
+  sandbox modules, the agent compiled for sending): its start-up cost before any engine call.
 - ``sandfleet --help``, ``sandfleet submit --help``, ``sandfleet jobs --help``: start-up alone.
 - ``sandfleet sandbox run -- true`` against ``docker run --rm <the same flags> <image> true`` (the Go
   client), the flags made from the sandbox's own container_kwargs (cli_flags below). The Docker CLI
@@ -39,6 +41,13 @@ TARGET_HELP_S = 0.150
 TARGET_RATIO = 1.3
 LAUNCH = "from sandfleet.cli import main; main(prog_name='sandfleet')"
 PRINT1 = 'print("RESULT: 1")\n'
+# What `sandbox run` loads before it asks the engine for anything: its start-up without a container.
+IMPORTS_OF_SANDBOX_RUN = (
+    "import sandfleet.cli, sandfleet.worker.cli.sandbox, sandfleet.worker.sandbox.manager\n"
+    "from sandfleet.core.options import sandbox_config_from\n"
+    "from sandfleet.worker.sandbox.spec import agent_payload\n"
+    "sandbox_config_from(()); agent_payload()\n"
+)
 
 
 def cli_flags(kwargs: dict[str, Any]) -> list[str]:
@@ -77,6 +86,7 @@ def commands(reference: Path | None, program: Path) -> dict[str, tuple[list[str]
     here: dict[str, str] = {}
     found = {
         "python -c pass": ([sys.executable, "-c", "pass"], here),
+        "imports of sandbox run, no container": ([sys.executable, "-c", IMPORTS_OF_SANDBOX_RUN], here),
         "docker run --rm ... true": (docker, here),
     }
     versions = {"": here} if reference is None else {"": here, " [reference]": {"PYTHONPATH": str(reference)}}

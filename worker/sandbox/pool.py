@@ -199,8 +199,7 @@ class SandboxPool:
         with self._cond:
             if self._busy.get(key, 0) > 0:
                 self._busy[key] -= 1
-                self._note_demand(key)
-            self._cond.notify_all()  # the demand fell: the filler may trim later
+                self._note_demand(key)  # the filler looks again when the removal frees the slot
         self._remover.submit(self._destroy, container)
 
     def close(self) -> None:
