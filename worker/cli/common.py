@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from sandfleet.core.settings import Settings, get_settings
+if TYPE_CHECKING:  # the settings load only when --tools does not name the modules
+    from sandfleet.core.settings import Settings
 
 tools_option = click.option(
     "--tools",
@@ -24,6 +25,8 @@ def tool_specs(tool_modules: tuple[str, ...], settings: Settings | None = None) 
     given = [part.strip() for item in tool_modules for part in item.split(",") if part.strip()]
     if given:
         return given
+    from sandfleet.core.settings import get_settings
+
     settings = settings or get_settings()
     return list(settings.tools)
 

@@ -47,6 +47,7 @@ class EngineServices:
         pool = SandboxPool(
             pool_size=settings.pool_size if pool_size is None else pool_size,
             max_live=max_sandboxes or settings.max_sandboxes,
+            follow_demand=settings.pool_follows_demand,
         )
         services = cls(settings, pool, registry, policy)
         if warm and pool.pool_size:
