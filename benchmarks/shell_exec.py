@@ -138,7 +138,7 @@ def chat_turns(jobs: int, turns: int, audit_to: str, redis_url: str | None) -> l
 
     call = {"tool_calls": [{"name": "lookup", "arguments": {"key": "order-42"}}]}
     script = parse_script({"rules": [{"match": ".", "responses": [call] * turns + ["RESULT: 42"]}]})
-    settings = Settings(model_api_key=None, model_base_url=None, model_max_retries=0, audit_secret="bench")
+    settings = Settings(model_api_key=None, model_base_url=None, model_max_retries=0)
     registry = ToolRegistry.from_functions([lookup])
     spec = JobSpec(question="Look it up", tools=["lookup"], model="openai:replay", mode="chat")
     store = None

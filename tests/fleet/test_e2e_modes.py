@@ -155,7 +155,6 @@ def test_sandfleet_jobs_shows_each_jobs_mode(fleet: ModesFleet) -> None:
         **os.environ,
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_AUDIT_SECRET": settings.audit_secret,
     }
     done = subprocess.run([SANDFLEET, "jobs", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
