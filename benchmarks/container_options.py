@@ -18,6 +18,12 @@ Each row says what the option is for: "kept" options are isolation and stay what
 "measured" ones weaken isolation and are there only to show their price. Containers carry
 ``sandfleet.role=bench`` and this process as owner (``sandfleet sandbox prune`` finds leftovers).
 Figures are printed, never asserted.
+
+Measured 2026-12-01, ``--cycles 25``, on a host shared with other engineers (load 9.0 -> 2.9):
+baseline 150 ms (runc) / 316 ms (runsc); the engine's "none" network +108 / +100 ms (hence
+``network_disabled``); 20 MiB of output logged by json-file +473 ms under runc against +43 without
+a log (hence log driver none); Docker's seccomp profile off -25 / -16 (kept on); every other option
+within the noise (deploy/SCALING.md has the table).
 """
 
 from __future__ import annotations
