@@ -74,6 +74,7 @@ def raw_kwargs(config: SandboxConfig, client: Any) -> dict[str, Any]:
     kwargs = container_kwargs(config, owner=Owner.current(), host_ncpu=ncpu, labels=LABELS)
     for key in NOT_HARDENING:
         kwargs.pop(key)
+    kwargs["log_config"] = {"type": "json-file", "config": {}}  # containers.run reads the output there
     return kwargs
 
 

@@ -123,7 +123,6 @@ def redis_round_trips(redis_url: str, runs: int) -> list[float]:
 
 def chat_turns(jobs: int, turns: int, audit_to: str, redis_url: str | None) -> list[float]:
     """Engine overhead per turn of each chat job, in seconds."""
-    from sandfleet.core.audit import RedisAuditSink
     from sandfleet.core.contracts import JobSpec, JobStatus
     from sandfleet.core.settings import Settings
     from sandfleet.worker.engine import EngineServices, NullAudit, run_job
@@ -142,10 +141,15 @@ def chat_turns(jobs: int, turns: int, audit_to: str, redis_url: str | None) -> l
     registry = ToolRegistry.from_functions([lookup])
     spec = JobSpec(question="Look it up", tools=["lookup"], model="openai:replay", mode="chat")
     store = None
+    key_dir: Path | None = None
     if audit_to == "redis":
+        from sandfleet.core.signing import FileSigner
         from sandfleet.core.store import JobStore
 
-        store = JobStore.from_settings(settings.model_copy(update={"redis_url": redis_url}))
+        # a worker's signing key of its own (audit events are written only signed), in a temp folder
+        key_dir = Path(tempfile.mkdtemp(prefix="sandfleet-bench-key-"))
+        signer = FileSigner(key_dir / "bench.pem", "bench")
+        store = JobStore.from_settings(settings.model_copy(update={"redis_url": redis_url}), signer)
     per_turn = []
     with (
         ReplayServer(script) as server,
@@ -157,7 +161,7 @@ def chat_turns(jobs: int, turns: int, audit_to: str, redis_url: str | None) -> l
             if store is not None:  # a queued, running record, as a worker's job has (the chain needs it)
                 store.record_queued([(job_id, spec)])
                 store.mark_running(job_id, "bench")
-                audit = RedisAuditSink(store.redis, settings, job_id)
+                audit = store.audit_sink(job_id)
             result = run_job(spec, job_id, services=services, audit=audit, base_url=server.base_url)
             if result.status != JobStatus.SUCCEEDED or result.result != 42:
                 raise SystemExit(f"chat job {number} did not answer: {result.status} {result.error}")
@@ -166,6 +170,8 @@ def chat_turns(jobs: int, turns: int, audit_to: str, redis_url: str | None) -> l
                 per_turn.append((t["total_s"] - t["model_s"]) / result.usage.model_calls)
     if store is not None:
         store.redis.close()
+    if key_dir is not None:
+        shutil.rmtree(key_dir, ignore_errors=True)
     return per_turn
 
 

@@ -1,54 +1,114 @@
 """The ``sandfleet`` command. Subcommands load lazily, so producer commands never import worker code
-(and an install without the worker extra still runs them)."""
+(and an install without the worker extra still runs them), and ``sandfleet --help`` imports none of
+them: each command's one-line help is kept here (tests/fleet/test_cli.py checks it matches)."""
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import logging
 import sys
 
 import click
 
-WORKER_EXTRA = ("docker", "openai", "psutil", "mcp", "mcp_types", "jsonschema", "httpx2")  # what `pip install 'sandfleet[worker]'` adds
+# What `pip install 'sandfleet[worker]'` adds.
+WORKER_EXTRA = ("docker", "openai", "psutil", "mcp", "mcp_types", "jsonschema", "httpx2")
 
-# name -> "module:attribute"; the module is imported only when the command runs or shows help.
+# name -> ("module:attribute", its one-line help); the module is imported only when the command runs
+# or shows its own help.
 COMMANDS = {
     # producer side
-    "submit": "sandfleet.producer.cli.jobs:submit",
-    "batch": "sandfleet.producer.cli.jobs:batch",
-    "result": "sandfleet.producer.cli.jobs:result",
-    "audit": "sandfleet.producer.cli.audit:audit",
-    "keys": "sandfleet.producer.cli.keys:keys",
-    "jobs": "sandfleet.producer.cli.jobs:jobs",
+    "submit": (
+        "sandfleet.producer.cli.jobs:submit",
+        "Submit QUESTION to the fleet; print the job id, or with --wait the RESULT payload.",
+    ),
+    "batch": (
+        "sandfleet.producer.cli.jobs:batch",
+        "Submit every row of FILE (JSONL: a JobSpec per line; CSV: a `question` column) as one batch.",
+    ),
+    "result": (
+        "sandfleet.producer.cli.jobs:result",
+        "Print the RESULT payload of a finished job, once its audit chain proves it.",
+    ),
+    "audit": (
+        "sandfleet.producer.cli.audit:audit",
+        "Print a job's audit events in order (model calls, programs, runs, tool calls, states), verify "
+        "jobs and batches, or export and check audit bundles.",
+    ),
+    "keys": (
+        "sandfleet.producer.cli.keys:keys",
+        "Workers' public signing keys: list, export, rotate, revoke.",
+    ),
+    "jobs": ("sandfleet.producer.cli.jobs:jobs", "List jobs, newest first (a batch's in submission order)."),
     # worker side (needs the worker extra)
-    "doctor": "sandfleet.worker.cli.doctor:doctor",
-    "images": "sandfleet.worker.cli.images:images",
-    "sandbox": "sandfleet.worker.cli.sandbox:sandbox",
-    "run": "sandfleet.worker.cli.run:run",
-    "tools": "sandfleet.worker.cli.tools:tools",
-    "ask": "sandfleet.worker.cli.ask:ask",
-    "compare": "sandfleet.worker.cli.compare:compare",
-    "model-server": "sandfleet.worker.cli.model_server:model_server",
-    "worker": "sandfleet.worker.cli.fleet:worker",
-    "flower": "sandfleet.worker.cli.flower:flower",
-    "replay": "sandfleet.worker.cli.replay:replay",
-    "demo": "sandfleet.fleet.demo:demo",
-    "loadtest": "sandfleet.fleet.loadtest.cli:loadtest",
+    "doctor": (
+        "sandfleet.worker.cli.doctor:doctor",
+        "Check the Docker engine, runtimes, images, Redis, the model endpoint and the MCP servers.",
+    ),
+    "images": (
+        "sandfleet.worker.cli.images:images",
+        "Sandbox images: build them from the distribution's packages.",
+    ),
+    "sandbox": (
+        "sandfleet.worker.cli.sandbox:sandbox",
+        "Run commands in fresh sandboxes, inspect them, remove leftovers.",
+    ),
+    "run": (
+        "sandfleet.worker.cli.run:run",
+        "Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload.",
+    ),
+    "tools": (
+        "sandfleet.worker.cli.tools:tools",
+        "List every tool a worker would offer: source, name, signature, description.",
+    ),
+    "ask": (
+        "sandfleet.worker.cli.ask:ask",
+        "Answer QUESTION (by default with one model-written program run in a fresh sandbox); print the "
+        "RESULT payload.",
+    ),
+    "compare": (
+        "sandfleet.worker.cli.compare:compare",
+        "Answer QUESTION as a code-action job and as a chat job (the baseline); print them side by side.",
+    ),
+    "model-server": (
+        "sandfleet.worker.cli.model_server:model_server",
+        "Serve POST /v1/chat/completions and GET /v1/models from a replay script until interrupted.",
+    ),
+    "worker": (
+        "sandfleet.worker.cli.fleet:worker",
+        "Start a worker: takes jobs from Redis, runs them in sandboxes, writes their records.",
+    ),
+    "flower": (
+        "sandfleet.worker.cli.flower:flower",
+        "Start Flower for the fleet (its broker is SANDFLEET_REDIS_URL).",
+    ),
+    "replay": (
+        "sandfleet.worker.cli.replay:replay",
+        "Re-run JOB's final program (or every job of --batch) in a fresh sandbox, tools answered from its "
+        "audit record, and compare the RESULT with the one the record serves and the chain seals.",
+    ),
+    "demo": (
+        "sandfleet.fleet.demo:demo",
+        "Run the reference question (Q3 2026 revenue per region) through the fleet; exit 0 when the "
+        "fleet's RESULT matches the plain-Python totals.",
+    ),
+    "loadtest": (
+        "sandfleet.fleet.loadtest.cli:loadtest",
+        "Drive the fleet with many jobs and report throughput and latency by phase.",
+    ),
 }
 
 
 class LazyGroup(click.Group):
-    """A click group whose commands are imported on first use."""
+    """A click group whose commands are imported on first use, and not at all for the group's help."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(name for name in COMMANDS if _importable(COMMANDS[name]))
+        return sorted(name for name in COMMANDS if _importable(COMMANDS[name][0]))
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None:
             return None
-        module_name, attr = target.split(":")
+        module_name, attr = entry[0].split(":")
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as e:
@@ -59,6 +119,19 @@ class LazyGroup(click.Group):
             raise
         command: click.Command = getattr(module, attr)
         return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from COMMANDS, shortened as click shortens each command's own help."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        # click's own shortening (its helper for it is deprecated): a command holding only the help
+        rows = [
+            (name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit)) for name in names
+        ]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def _importable(target: str) -> bool:
@@ -73,6 +146,8 @@ def _importable(target: str) -> bool:
 @click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
 def main(verbose: int) -> None:
     """Sandfleet: run LLM-written code-action jobs in locked-down, single-use sandboxes."""
+    import logging  # here, not at the top: `sandfleet --help` needs none of it
+
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr

@@ -15,13 +15,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from sandfleet.core.bundle import read_bundle
 from sandfleet.core.errors import SigningKeyError
-from sandfleet.core.key_registry import trusted_ring
-from sandfleet.core.verify import BatchVerdict, Verdict, VerdictState, verify_jobs
 from sandfleet.producer.cli.jobs import (
     EXIT_JOB_FAILED,
     EXIT_NOT_DONE,
@@ -32,10 +30,15 @@ from sandfleet.producer.cli.jobs import (
     keys_option,
 )
 
+if TYPE_CHECKING:  # the verifier (pydantic, the contracts) loads when a command runs: `--help` costs click
+    from sandfleet.core.verify import BatchVerdict, Verdict
+
 MAX_PROBLEMS_SHOWN = 20
 
 
 def batch_exit_status(report: BatchVerdict) -> int:
+    from sandfleet.core.verify import VerdictState
+
     if report.count(VerdictState.MISMATCHED):
         return EXIT_JOB_FAILED
     return 0 if report.verified else EXIT_NOT_DONE
@@ -43,6 +46,8 @@ def batch_exit_status(report: BatchVerdict) -> int:
 
 def show_report(report: BatchVerdict, as_json: bool) -> None:
     """Each job that is not proven, with why, then the summary; JSON: one object with both."""
+    from sandfleet.core.verify import VerdictState
+
     if as_json:
         data = {
             "summary": {s.value: report.count(s) for s in VerdictState}
@@ -147,6 +152,10 @@ def show_verdict(verdict: Verdict, events: int, as_json: bool) -> None:
 
 def verify_bundle(path: Path, keys: Path | None, as_json: bool) -> None:
     """Check every job of the bundle at ``path`` with no Redis; keys pinned by ``keys`` if given."""
+    from sandfleet.core.bundle import read_bundle
+    from sandfleet.core.key_registry import trusted_ring
+    from sandfleet.core.verify import verify_jobs
+
     try:
         evidences, bundled = read_bundle(path)
         ring = trusted_ring(keys) if keys is not None else bundled

@@ -17,11 +17,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from sandfleet.core.contracts import JobMode, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import (
     InvalidSpecError,
     JobNotFoundError,
@@ -30,10 +29,13 @@ from sandfleet.core.errors import (
     UnverifiedResultError,
 )
 from sandfleet.core.options import parse_options, sandbox_option
-from sandfleet.core.settings import get_settings
-from sandfleet.core.verify import VerdictState
-from sandfleet.producer.checked import CheckedResult
-from sandfleet.producer.client import BatchProgress, Client, build_spec
+from sandfleet.core.vocabulary import JobMode, JobStatus
+
+if TYPE_CHECKING:  # the client (redis, celery, the pydantic contracts) loads when a command runs,
+    # so that `--help` and bad input cost only click
+    from sandfleet.core.contracts import JobResult, JobSpec
+    from sandfleet.producer.checked import CheckedResult
+    from sandfleet.producer.client import Client
 
 EXIT_JOB_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -72,6 +74,9 @@ def cli_errors() -> Iterator[None]:
 
 def client_for(keys: Path | None) -> Client:
     """A client that verifies with the key set in ``keys`` when given (else the settings' choice)."""
+    from sandfleet.core.settings import get_settings
+    from sandfleet.producer.client import Client
+
     settings = get_settings()
     if keys is not None:
         settings = settings.model_copy(update={"trusted_keys": str(keys)})
@@ -159,6 +164,8 @@ def submit(
         fields["code_action"] = code_action
     if batch_id:
         fields["batch_id"] = batch_id
+    from sandfleet.producer.client import Client
+
     with cli_errors(), Client() as client:
         job = client.submit(question, **fields)
         if not wait:
@@ -233,6 +240,8 @@ def load_specs(path: Path, defaults: dict[str, Any] | None = None) -> list[tuple
 
     ``defaults`` are fields for every row that lacks them (a row's own columns win).
     """
+    from sandfleet.producer.client import build_spec
+
     specs, errors = [], []
     for number, row in read_rows(path):
         if isinstance(row, str):
@@ -256,6 +265,8 @@ def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]
     """Results as JSONL (the whole JobResult per line, and ``verified``) or CSV (line, job_id, question,
     status, verified, result, error). A record its chain does not prove is written with
     ``verified: false`` and the problems, never with its payload."""
+    from sandfleet.core.verify import VerdictState
+
     with path.open("w", newline="", encoding="utf-8") as f:
         if path.suffix.lower() == ".csv":
             writer = csv.writer(f)
@@ -285,6 +296,8 @@ def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]
 
 def _row_status(checked: CheckedResult) -> str:
     """A row's status when there is no verified result: unfinished, or the state of the verdict."""
+    from sandfleet.core.verify import VerdictState
+
     if checked.verdict.state == VerdictState.UNFINISHED:
         return "unfinished"
     return "unverified" if checked.verdict.state == VerdictState.MISMATCHED else "missing"
@@ -310,6 +323,9 @@ def batch(
     """
     if out is not None and out.suffix.lower() not in (".jsonl", ".ndjson", ".json", ".csv"):
         raise BadInputError(f"--out {out}: use a .jsonl or a .csv file")
+    from sandfleet.core.verify import VerdictState
+    from sandfleet.producer.client import BatchProgress, Client
+
     rows = load_specs(file, {"mode": mode} if mode else None)
     with cli_errors(), Client() as client:
         handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id)
@@ -342,6 +358,8 @@ def batch(
 
 
 def wait_with_bar(handle: Any, timeout: float | None) -> None:
+    from sandfleet.producer.client import BatchProgress
+
     with click.progressbar(length=len(handle), label="jobs", file=sys.stderr, show_pos=True) as bar:
         seen = 0
 
@@ -389,6 +407,8 @@ def format_time(ts: float) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print JSONL: one record summary per line.")
 def jobs(batch_id: str | None, status: str | None, limit: int, as_json: bool) -> None:
     """List jobs, newest first (a batch's in submission order)."""
+    from sandfleet.producer.client import Client
+
     with cli_errors(), Client() as client:
         records = client.jobs(batch=batch_id, status=status, limit=limit)
     for record in records:

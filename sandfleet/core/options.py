@@ -4,12 +4,14 @@ sandbox options and the display of validation errors."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-from pydantic import ValidationError
 
-from sandfleet.core.config import SandboxConfig
+if TYPE_CHECKING:  # imported when used: `--help` and commands without -o need no pydantic
+    from pydantic import ValidationError
+
+    from sandfleet.core.config import SandboxConfig
 
 sandbox_option = click.option(
     "-o",
@@ -50,6 +52,10 @@ def describe_validation_error(err: ValidationError) -> str:
 
 def sandbox_config_from(pairs: tuple[str, ...], base: dict[str, Any] | None = None) -> SandboxConfig:
     """A validated SandboxConfig from ``-o`` pairs, or a clear usage error."""
+    from pydantic import ValidationError
+
+    from sandfleet.core.config import SandboxConfig
+
     try:
         return SandboxConfig.model_validate({**(base or {}), **parse_options(pairs)})
     except ValidationError as e:

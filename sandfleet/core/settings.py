@@ -70,6 +70,11 @@ class Settings(BaseSettings):
     model_max_retries: int = DEFAULT_MODEL_MAX_RETRIES
 
     pool_size: int = Field(DEFAULT_POOL_SIZE, ge=0, description="warm containers kept per sandbox config")
+    pool_follows_demand: bool = Field(
+        True,
+        description="warm more than pool_size while recent demand is higher (up to max_sandboxes, "
+        "while memory allows); false keeps exactly pool_size",
+    )
     max_sandboxes: int = Field(DEFAULT_MAX_SANDBOXES, ge=1, description="live containers per worker")
     max_sessions: int = Field(
         DEFAULT_MAX_SESSIONS,

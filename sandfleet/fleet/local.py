@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -36,9 +37,10 @@ WORKER_STOP_TIMEOUT_S = 60.0
 SANDFLEET_ARGV = [sys.executable, "-c", "from sandfleet.cli import main; main(prog_name='sandfleet')"]
 
 
-def replay_script(program: str) -> dict[str, object]:
-    """A replay script that answers every request with ``program`` in a python block."""
-    return {"rules": [], "default": [f"```python\n{program.rstrip()}\n```"]}
+def replay_script(program: str, rules: Sequence[Mapping[str, object]] = ()) -> dict[str, object]:
+    """A replay script that answers every request with ``program`` in a python block; ``rules``
+    (worker/llm/replay_script.py) go first, e.g. a latency of its own per question."""
+    return {"rules": list(rules), "default": [f"```python\n{program.rstrip()}\n```"]}
 
 
 def replay_model_name(script: Path, latency_s: float) -> str:
@@ -66,6 +68,7 @@ class FleetConfig:
     tools: str = "sandfleet.worker.tools.examples.orders"
     program: str = ""
     model_latency_s: float = 0.0
+    replay_rules: list[dict[str, object]] = field(default_factory=list)  # before the default answer
     env: dict[str, str] = field(default_factory=dict)
     loglevel: str = "warning"
     inherit_settings: bool = False
@@ -162,7 +165,9 @@ class LocalFleet:
         if not self.data_dir.exists():
             write_reference_data(self.data_dir)
         if not self.script_path.exists():
-            self.script_path.write_text(json.dumps(replay_script(self.config.program)))
+            self.script_path.write_text(
+                json.dumps(replay_script(self.config.program, self.config.replay_rules))
+            )
         if self.redis is not None and not self.redis.running:
             self.redis.start()
 

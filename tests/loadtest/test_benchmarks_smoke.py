@@ -31,7 +31,11 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     "run_overhead": (["--runs", "3", "--cold-runs", "2"], r"through ProgramRuntime\.run"),
     "engine_overhead": (["--jobs", "10"], r"overhead share of total"),
     "cpu_per_job": (["--jobs", "6", "--rounds", "1", "--runs", "2"], r"runtime / raw churn throughput: \d"),
-    "fleet_vs_churn": (["--jobs", "8", "--rounds", "2"], r"fleet/raw \d+\.\d\d"),
+    "fleet_vs_churn": (
+        ["--jobs", "8", "--rounds", "2"],
+        r"raw disabled \(network_disabled=True\): [\d.]+ jobs/s -> fleet/raw \d+\.\d\d[\s\S]*"
+        r"raw none \(network_mode=\"none\"\): [\d.]+ jobs/s -> fleet/raw \d+\.\d\d",
+    ),
     "job_latency": (["--jobs", "5", "--pause", "0.2"], r"5 sequential trivial jobs"),
     "jobs_in_flight": (
         ["--jobs", "20", "--latency", "0.5", "--churn-runs", "8"],
@@ -51,6 +55,12 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     "shell_exec": (
         ["--runs", "5", "--jobs", "3", "--turns", "2"],
         r"docker exec / sandbox_exec: median \d+\.\dx[\s\S]*engine overhead per chat turn[\s\S]*audit to redis",
+    ),
+    "container_options": (["--cycles", "1", "--runtimes", "runc"], r"the agent: start, hello, remove +\d+"),
+    "cli_startup": (["--cycles", "1"], r"sandbox run -- true / docker run --rm \.\.\. true: \d+\.\d\d"),
+    "burst": (
+        ["--jobs", "6", "--rounds", "1", "--idle", "1", "--latency", "0.3"],
+        r"spread latency, pool fixed pool_size: warm leases \d+/6",
     ),
 }
 

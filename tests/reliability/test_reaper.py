@@ -154,7 +154,8 @@ def test_a_workers_periodic_reaper_removes_a_killed_owners_containers_within_60_
     killed_at = time.monotonic()
     reaped = wait_for(lambda: not owners.containers("dead"), LIMIT_S, 0.5)
     reaped_s = time.monotonic() - killed_at
-    removed_logged = "left by dead workers" in worker.log()
+    # The worker logs the removal after prune returns: give that line a moment to be written.
+    removed_logged = wait_for(lambda: "left by dead workers" in worker.log(), 10, 0.2)
     note_figure(
         "reaper_worker",
         {"dead_owner_containers": len(dead), "reaped_s": reaped_s if reaped else None,

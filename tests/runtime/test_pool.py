@@ -1,8 +1,11 @@
-"""The warm pool as runs see it: fresh containers, warm leases, the cap on live containers, a clean close."""
+"""The warm pool as runs see it: fresh containers, warm leases, the cap on live containers, a clean
+close, and a warm count that follows demand (up to the cap) and shrinks back when idle."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,10 +29,13 @@ def make_pool(docker_client: Any) -> Iterator[Any]:
 
     made: list[Any] = []
 
-    def make(pool_size: int, max_live: int) -> tuple[Any, str]:
+    def make(pool_size: int, max_live: int, **options: Any) -> tuple[Any, str]:
         value = uuid.uuid4().hex
         pool = SandboxPool(
-            pool_size=pool_size, max_live=max_live, labels={**TEST_LABELS, f"{TEST_LABEL}.pool": value}
+            pool_size=pool_size,
+            max_live=max_live,
+            labels={**TEST_LABELS, f"{TEST_LABEL}.pool": value},
+            **options,
         )
         made.append(pool)
         return pool, value
@@ -119,3 +125,70 @@ def test_close_leaves_no_container(make_pool: Any, docker_client: Any) -> None:
 
     assert labelled(docker_client, f"{TEST_LABEL}.pool", value) == []
     assert pool.stats()["live"] == 0
+
+
+def idle_containers(client: Any, value: str) -> int:
+    """Containers of this pool on the engine that run and are not leased: what the pool keeps warm."""
+    return len(client.containers.list(sparse=True, filters={"label": f"{TEST_LABEL}.pool={value}"}))
+
+
+def test_jobs_in_flight_are_served_warm_and_the_idle_pool_shrinks_back(
+    make_pool: Any, docker_client: Any
+) -> None:
+    """Four jobs say they will want a sandbox (``expecting``): the pool warms four, not pool_size's
+    one, so all four runs get a warm lease; a window after the demand ends it is back at one."""
+    pool, value = make_pool(pool_size=1, max_live=4, demand_window_s=3.0)
+    config = SandboxConfig()
+    pool.warm(config)
+    assert wait_until(lambda: pool.stats()["idle"] == 1, timeout_s=30), pool.stats()
+    runtime = runtime_of(pool)
+    with contextlib.ExitStack() as jobs:
+        for _ in range(4):
+            jobs.enter_context(pool.expecting(config))
+        assert pool.warm_target(config) == 4
+        assert wait_until(lambda: pool.stats()["idle"] == 4, timeout_s=60), pool.stats()
+        assert idle_containers(docker_client, value) == 4  # really started on the engine
+        done: list[Any] = []
+        threads = [
+            threading.Thread(target=lambda: done.append(runtime.run(TRIVIAL, settings=SETTINGS)))
+            for _ in range(4)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert len(done) == 4 and all(run.ok and run.warm for run in done), [(r.ok, r.warm) for r in done]
+    assert pool.stats()["peak_live"] <= 4
+    # The jobs are over: within the window the pool refills for the demand it saw, then shrinks.
+    assert wait_until(lambda: pool.warm_target(config) == 1, timeout_s=10)
+    assert wait_until(
+        lambda: pool.stats()["idle"] == 1 and idle_containers(docker_client, value) == 1, timeout_s=30
+    ), pool.stats()
+
+
+def test_held_runs_count_as_demand_without_any_hint(make_pool: Any) -> None:
+    """Three runs at once (no ``expecting``): after them the pool keeps three warm for the window."""
+    pool, _ = make_pool(pool_size=1, max_live=4, demand_window_s=60.0)
+    config = SandboxConfig()
+    leases = [pool.acquire(config) for _ in range(3)]
+    assert pool.warm_target(config) == 1  # three wanted, three held: one idle more is the floor
+    for lease in leases:
+        pool.release(lease.container)
+    assert pool.warm_target(config) == 3
+    assert wait_until(lambda: pool.stats()["idle"] == 3, timeout_s=60), pool.stats()
+    again = [pool.acquire(config) for _ in range(3)]
+    assert all(lease.warm for lease in again)
+    for lease in again:
+        pool.release(lease.container)
+
+
+def test_a_pool_that_does_not_follow_demand_keeps_exactly_pool_size(make_pool: Any) -> None:
+    pool, _ = make_pool(pool_size=1, max_live=4, follow_demand=False)
+    config = SandboxConfig()
+    with contextlib.ExitStack() as jobs:
+        for _ in range(4):
+            jobs.enter_context(pool.expecting(config))
+        assert pool.warm_target(config) == 1
+        assert wait_until(lambda: pool.stats()["idle"] == 1, timeout_s=30)
+        time.sleep(1.0)  # time enough to start more, were it going to
+        assert pool.stats()["idle"] == 1 and pool.stats()["live"] == 1

@@ -1,21 +1,31 @@
 """Network "restricted" lets only DNS and HTTP(S) out; "none" lets nothing out.
 
-The only servers contacted are two the test starts itself, on this machine's own Docker bridge
-gateway address (port 80, allowed, and 8080, not allowed); no other address is ever tried.
+The only servers contacted are ones the tests start themselves: two on this machine's own Docker
+bridge gateway address (port 80, allowed, and 8080, not allowed), one on an abstract Unix socket of
+the host, one in another container on the bridge; no other address is ever tried.
 "restricted" is runc only: under gVisor the sandbox refuses it, which is tested too.
+
+Network "none" is asked of Docker as ``network_disabled`` (worker/sandbox/spec.py), so these tests
+check what a sandbox can reach and see from inside, never Docker's NetworkMode string: a network
+namespace of its own (not the worker's, not another sandbox's), only ``lo``, no route through
+anything else, no DNS, and neither the host nor other containers reachable.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from sandfleet_testing import program
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError
@@ -152,3 +162,193 @@ def _sandbox_ids(labels: dict[str, str] | None = None) -> set[str]:
 
     wanted = [LABEL_ROLE] + [f"{k}={v}" for k, v in (labels or {}).items()]
     return {c["Id"] for c in docker_client().api.containers(all=True, filters={"label": wanted})}
+
+
+# ---- network "none", seen from inside ---------------------------------------------------------------
+
+VIEW = program(
+    """
+    import errno, json, os, socket, sys
+
+    def attempt(family, address):
+        try:
+            with socket.socket(family, socket.SOCK_STREAM) as s:
+                s.settimeout(3)
+                s.connect(address)
+            return "connected"
+        except OSError as e:
+            return errno.errorcode.get(e.errno, str(e))
+
+    out = {"netns": os.readlink("/proc/self/ns/net"), "interfaces": sorted(os.listdir("/sys/class/net"))}
+    out["ipv4_routes"] = open("/proc/net/route").read().splitlines()[1:]
+    out["ipv6_route_interfaces"] = sorted({l.split()[-1] for l in open("/proc/net/ipv6_route") if l.strip()})
+    try:
+        out["dns"] = socket.getaddrinfo("pypi.org", 443)[0][4][0]
+    except socket.gaierror as e:
+        out["dns"] = f"gaierror {e.errno}"
+    targets = json.loads(sys.argv[1])
+    out["tcp"] = {f"{h}:{p}": attempt(socket.AF_INET, (h, p)) for h, p in targets.get("tcp", [])}
+    out["abstract"] = {n: attempt(socket.AF_UNIX, "\\0" + n) for n in targets.get("abstract", [])}
+    print(json.dumps(out))
+    """
+)
+# Listens on the sandbox's own loopback (v4 and v6) and answers itself: loopback keeps working.
+LOOPBACK_SERVER = program(
+    """
+    import socket
+    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
+        with socket.socket(family) as server:
+            server.bind((host, 0))
+            server.listen()
+            with socket.create_connection(server.getsockname()[:2], timeout=3) as client:
+                peer, _ = server.accept()
+                client.sendall(b"ping")
+                print(host, peer.recv(4).decode())
+                peer.close()
+    """
+)
+
+
+def view_of(session: Any, **targets: Any) -> dict[str, Any]:
+    result = session.execute(["python3", "-c", VIEW, json.dumps(targets)], timeout=60)
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_none_gives_each_sandbox_a_namespace_of_its_own_with_only_loopback(
+    backend: str, open_session: Any
+) -> None:
+    """Two sandboxes at once: each sees only ``lo``, no IPv4 route, IPv6 routes on ``lo`` alone (runc)
+    or none (gVisor's stack), in a namespace that is neither the worker's nor (runc) the other's."""
+    first, second = open_session(backend), open_session(backend)
+    views = [view_of(first), view_of(second)]
+    worker_netns = os.readlink("/proc/self/ns/net")
+    for view in views:
+        assert view["interfaces"] == ["lo"], view
+        assert view["ipv4_routes"] == [], view
+        assert set(view["ipv6_route_interfaces"]) <= {"lo"}, view
+        assert view["netns"] != worker_netns, view
+    if backend == "docker":  # the host kernel's namespaces; gVisor numbers its own per sandbox
+        assert views[0]["netns"] != views[1]["netns"], views
+    for session in (first, second):  # the agent's own view, checked by the host at the start
+        assert session.hello["network"]["interfaces"] == ["lo"]
+
+
+# Listens on 127.0.0.1:4243 for a few seconds, then connects to itself: (bound at, ended at, self-check).
+HOLD_PORT = program(
+    """
+    import socket, time
+    with socket.create_server(("127.0.0.1", 4243)) as server:
+        bound = time.time()
+        time.sleep(4)
+        with socket.create_connection(("127.0.0.1", 4243), timeout=3):
+            print(bound, time.time(), "self-connected")
+    """
+)
+# Tries 127.0.0.1:4243 every 0.2 s for 6 s: one "time outcome" line per try.
+TRY_PORT = program(
+    """
+    import errno, socket, time
+    end = time.time() + 6
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", 4243), timeout=1).close()
+            print(time.time(), "connected")
+        except OSError as e:
+            print(time.time(), errno.errorcode.get(e.errno, str(e)))
+        time.sleep(0.2)
+    """
+)
+
+
+def test_none_loopback_is_the_sandboxs_own(backend: str, open_session: Any) -> None:
+    """A server on one sandbox's loopback is not on another's, also under gVisor (whose namespace
+    numbers cannot be compared across sandboxes); and loopback works inside, v4 and v6."""
+    holder, prober = open_session(backend), open_session(backend)
+    held: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: held.update(result=holder.execute(["python3", "-c", HOLD_PORT], timeout=30)),
+        daemon=True,
+    )
+    thread.start()
+    tries = prober.execute(["python3", "-c", TRY_PORT], timeout=30)
+    thread.join(timeout=30)
+    bound, ended, check = held["result"].stdout.split()
+    assert check == "self-connected", held["result"].stderr
+    outcomes = [line.split() for line in tries.stdout.splitlines()]
+    while_held = [what for at, what in outcomes if float(bound) < float(at) < float(ended)]
+    assert while_held and set(while_held) == {"ECONNREFUSED"}, (bound, ended, outcomes)
+    answered = prober.execute(["python3", "-c", LOOPBACK_SERVER], timeout=30)
+    assert answered.stdout.splitlines() == ["127.0.0.1 ping", "::1 ping"], answered.stderr
+
+
+def test_none_has_no_dns(backend: str, open_session: Any) -> None:
+    view = view_of(open_session(backend))
+    assert view["dns"].startswith("gaierror"), view  # no resolver reachable: only lo, no route
+
+
+def test_none_cannot_reach_the_hosts_abstract_unix_sockets(backend: str, open_session: Any) -> None:
+    """Abstract Unix socket names belong to a network namespace: a host listener's is not in the sandbox's."""
+    name = f"sandfleet-test-{uuid.uuid4().hex[:8]}"
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind("\0" + name)
+        server.listen()
+        with socket.socket(socket.AF_UNIX) as probe:  # the host itself reaches it
+            probe.connect("\0" + name)
+        view = view_of(open_session(backend), abstract=[name])
+    assert view["abstract"] == {name: "ECONNREFUSED"}, view
+
+
+@pytest.fixture
+def bridged_server(docker_engine: Any) -> Iterator[tuple[str, int]]:
+    """A plain container on Docker's default bridge serving HTTP on port 8000: (its address, port)."""
+    from sandfleet.core.config import DEFAULT_IMAGE
+    from sandfleet.worker.sandbox.engine import docker_client
+
+    client = docker_client()
+    container = client.containers.run(
+        DEFAULT_IMAGE,
+        ["python3", "-m", "http.server", "8000"],
+        detach=True,
+        network_mode="bridge",
+        user="10001:10001",
+        labels={**TEST_LABELS, "sandfleet.role": "test"},
+    )
+    try:
+        container.reload()
+        address = container.attrs["NetworkSettings"]["IPAddress"]
+        deadline = time.monotonic() + 30
+        while True:  # from the host, it answers
+            try:
+                socket.create_connection((address, 8000), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield address, 8000
+    finally:
+        container.remove(force=True)
+
+
+def test_none_cannot_reach_other_containers(
+    backend: str, open_session: Any, bridged_server: tuple[str, int], gateway: str
+) -> None:
+    address, port = bridged_server
+    view = view_of(open_session(backend), tcp=[[address, port], [gateway, 2375]])
+    for target, outcome in view["tcp"].items():
+        # runc: no interface but lo, ENETUNREACH; runsc: gVisor's own stack answers EHOSTUNREACH.
+        assert outcome in ("ENETUNREACH", "EHOSTUNREACH"), (target, outcome)
+
+
+def test_a_sandbox_that_sees_a_network_is_refused_as_none(open_session: Any) -> None:
+    """The host's check at start (isolation.network_refusal) against a real view that has a network:
+    a bridged sandbox's own report would be refused if it had been asked for as "none"."""
+    from sandfleet.worker.sandbox.isolation import network_refusal
+
+    bridged = open_session("docker", network="full")
+    seen = bridged.hello["network"]
+    assert "eth0" in seen["interfaces"]
+    refusal = network_refusal(SandboxConfig(), seen)
+    assert refusal is not None and "sees interfaces" in refusal
+    assert network_refusal(SandboxConfig(network="full"), seen) is None

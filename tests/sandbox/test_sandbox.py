@@ -95,8 +95,8 @@ def test_tmpfs_is_noexec(shared_session: Any) -> None:
 
 
 def check_inspect(attrs: dict[str, Any], backend: str) -> None:
-    """The settings as Docker reports them (``docker inspect``'s HostConfig names)."""
-    assert attrs["NetworkMode"] == "none"
+    """The settings as Docker reports them (``docker inspect``'s HostConfig names). The network is
+    checked from inside the sandbox instead (test_network.py; the CLI's "Network" below)."""
     assert attrs["ReadonlyRootfs"] is True
     assert attrs["NanoCpus"] == int(min(2, os.cpu_count() or 1) * 1e9)
     assert attrs["Memory"] == 4 * 1024**3
@@ -122,6 +122,7 @@ def test_inspect_shows_every_setting(shared_session: Any) -> None:
     assert host["Init"] is False  # the agent is the container's init (pid 1)
     assert attrs["Config"]["StopSignal"] == "SIGKILL"
     assert host["Privileged"] is False
+    assert host["LogConfig"]["Type"] == "none"  # nothing the agent sends is logged to the host's disk
     assert attrs["Config"]["User"] == "10001:10001"
     assert attrs["Config"]["Labels"]["sandfleet.role"] == "sandbox"
     assert attrs["Config"]["Labels"]["sandfleet.test"] == TEST_LABELS["sandfleet.test"]
@@ -136,7 +137,25 @@ def test_cli_inspect_reports_every_setting_and_the_effective_uid(backend: str) -
     assert report["User"] == "10001:10001"
     assert report["EffectiveUid"] == 10001
     assert report["EffectiveGid"] == 10001
+    network = report["Network"]  # what was asked, what Docker made, what the sandbox sees
+    assert network["Requested"] == "none"
+    assert (network["NetworkMode"], network["NetworkDisabled"]) == ("default", True)
+    assert network["Interfaces"] == ["lo"] and set(network["RoutesThrough"]) <= {"lo"}
+    assert network["NamespaceOfItsOwn"] is True and network["Verified"] is True
+    assert network["Nameservers"] == []
     assert not container_exists(report["Id"])  # inspect removes its sandbox
+
+
+def test_cli_inspect_reports_a_bridged_network_as_it_is() -> None:
+    done = sandfleet("sandbox", "inspect", "-o", "network=full", "--json")
+    assert done.returncode == 0, done.stderr
+    network = json.loads(done.stdout)["Network"]
+    assert (network["Requested"], network["NetworkMode"], network["NetworkDisabled"]) == (
+        "full",
+        "bridge",
+        False,
+    )
+    assert "eth0" in network["Interfaces"] and network["Verified"] is None
 
 
 def test_allow_sudo_runs_as_root_still_without_capabilities(backend: str, open_session: Any) -> None:

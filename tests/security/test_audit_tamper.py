@@ -276,13 +276,17 @@ RESULT_FIELDS = [
     "error",
     "final_program",
     "job_id",
+    "limits_hit",
+    "mode",
     "model",
     "repairs",
     "result",
     "schema_version",
+    "session",
     "status",
     "timings",
     "tool_calls",
+    "turns",
     "usage",
 ]
 

@@ -9,9 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from sandfleet.core.settings import Settings, get_settings
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the settings load only when --tools does not name the modules
+    from sandfleet.core.settings import Settings
     from sandfleet.worker.mcp.sessions import McpSessions
 
 tools_option = click.option(
@@ -36,7 +35,11 @@ mcp_config_option = click.option(
 
 def mcp_config_path(mcp_config: str | None, settings: Settings | None = None) -> str | None:
     """The MCP config file from --mcp-config, else from the settings (None: no MCP servers)."""
-    return mcp_config or (settings or get_settings()).mcp_config
+    if mcp_config:
+        return mcp_config
+    from sandfleet.core.settings import get_settings
+
+    return (settings or get_settings()).mcp_config
 
 
 @contextmanager
@@ -61,6 +64,8 @@ def tool_specs(tool_modules: tuple[str, ...], settings: Settings | None = None) 
     given = [part.strip() for item in tool_modules for part in item.split(",") if part.strip()]
     if given:
         return given
+    from sandfleet.core.settings import get_settings
+
     settings = settings or get_settings()
     return list(settings.tools)
 

@@ -53,13 +53,13 @@ def model_server(script_path: Path, host: str, port: int, latency_s: float, as_j
         raise click.ClickException(str(e)) from e
     except OSError as e:
         raise click.ClickException(f"cannot listen on {host}:{port}: {e.strerror or e}") from e
-    click.echo(json.dumps({"base_url": base_url}) if as_json else base_url)
     stopping = threading.Event()
 
     def on_terminate(signum: int, frame: FrameType | None) -> None:
         stopping.set()
 
-    signal.signal(signal.SIGTERM, on_terminate)
+    signal.signal(signal.SIGTERM, on_terminate)  # before the URL: a caller may stop it once it reads it
+    click.echo(json.dumps({"base_url": base_url}) if as_json else base_url)
     try:
         stopping.wait()
     except KeyboardInterrupt:

@@ -57,7 +57,9 @@ def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tup
 @sandbox_option
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (the default is also JSON, indented).")
 def inspect(options: tuple[str, ...], as_json: bool) -> None:
-    """Start a sandbox and print how Docker really configured it, and who runs inside."""
+    """Start a sandbox and print how Docker really configured it, who runs inside, and the network
+    it sees from inside (Docker's NetworkMode alone says "default" for a disabled network)."""
+    from sandfleet.worker.sandbox.isolation import describe_network
     from sandfleet.worker.sandbox.manager import SandboxManager
 
     config = sandbox_config_from(options)
@@ -68,13 +70,18 @@ def inspect(options: tuple[str, ...], as_json: bool) -> None:
             ids = session.execute(
                 ["python3", "-c", "import os; print(os.geteuid(), os.getegid())"], timeout=30
             )
+            network = describe_network(config, session.hello.get("network"), attrs)
+            resolv = session.read_file("/etc/resolv.conf").decode(errors="replace")
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
+    network["Nameservers"] = [
+        line.split()[1] for line in resolv.splitlines() if line.startswith("nameserver ")
+    ]
     host = attrs["HostConfig"]
     report = {
         "Id": attrs["Id"],
         "Image": attrs["Config"]["Image"],
-        "NetworkMode": host.get("NetworkMode"),
+        "Network": network,
         "ReadonlyRootfs": host.get("ReadonlyRootfs"),
         "NanoCpus": host.get("NanoCpus"),
         "Memory": host.get("Memory"),

@@ -41,8 +41,10 @@ from sandfleet.worker.bridge.host import call_key
 from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.llm.client import ModelClient
 from sandfleet.worker.runtime import RunResult
 from sandfleet.worker.sandbox.policy import check_sandbox_policy
+from sandfleet.worker.tools.registry import ToolRegistry
 
 log = logging.getLogger("sandfleet.engine")
 TAIL_CHARS = 2000
@@ -94,7 +96,22 @@ def run_job(
             error=ErrorInfo(kind=ErrorKind.REFUSED, message=message),
             timings={"total_s": time.perf_counter() - began},
         )
+    with services.pool.expecting(config):  # this job will want a sandbox: the pool warms one ahead
+        return _answer(spec, job_id, config, allowed, model, model_name, services, audit, began)
 
+
+def _answer(
+    spec: JobSpec,
+    job_id: str,
+    config: SandboxConfig,
+    allowed: ToolRegistry,
+    model: ModelClient,
+    model_name: str,
+    services: EngineServices,
+    audit: AuditSink,
+    began: float,
+) -> JobResult:
+    """The code-action attempts of an accepted job: model, program, run, repair."""
     system = system_message(
         allowed.describe(),
         max_tool_calls=spec.code_action.max_tool_calls,

@@ -83,6 +83,7 @@ class EngineServices:
         pool = SandboxPool(
             pool_size=settings.pool_size if pool_size is None else pool_size,
             max_live=max_sandboxes or settings.max_sandboxes,
+            follow_demand=settings.pool_follows_demand,
         )
         services = cls(settings, pool, registry, policy, mcp, owns_mcp=owns_mcp)
         if owns_mcp and mcp is not None:

@@ -75,6 +75,24 @@ def not_dumpable():
         return False
 
 
+def network_view():
+    """What this sandbox sees of the network, for the host to check before any program runs:
+    its network namespace, its interfaces, and the interfaces its routes go through (v4 and v6)."""
+    view = {"netns": None, "interfaces": None, "routes": None}
+    try:
+        view["netns"] = os.readlink("/proc/self/ns/net")
+        view["interfaces"] = sorted(os.listdir("/sys/class/net"))
+        routes = set()
+        for path, column in (("/proc/net/route", 0), ("/proc/net/ipv6_route", -1)):
+            with open(path) as f:
+                lines = f.read().splitlines()[1 if column == 0 else 0 :]  # route has a header
+            routes.update(line.split()[column] for line in lines if line.strip())
+        view["routes"] = sorted(routes)
+    except OSError:
+        pass  # left None: the host refuses what it cannot check
+    return view
+
+
 READ, WRITE = select.POLLIN, select.POLLOUT
 
 
@@ -237,6 +255,7 @@ class Agent:
                 "booted_from": globals().get("BOOTED_FROM", "source"),
                 "not_dumpable": not_dumpable(),
                 "syscall_filter": syscall_filter.install(os.uname().machine),
+                "network": network_view(),
             },
         )
         while not self.reader.eof:

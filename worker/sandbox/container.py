@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.core.contracts import Limit
 from sandfleet.core.errors import SandboxError
+from sandfleet.core.vocabulary import Limit
 from sandfleet.worker.sandbox import protocol
 from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, Call, CallConversation
 from sandfleet.worker.sandbox.channel import (
@@ -25,6 +25,7 @@ from sandfleet.worker.sandbox.channel import (
     ChannelError,
     ChannelTimeoutError,
 )
+from sandfleet.worker.sandbox.isolation import network_refusal
 from sandfleet.worker.sandbox.spec import agent_payload, command_env
 
 HELLO_TIMEOUT_S = 60.0
@@ -164,6 +165,8 @@ class SandboxContainer:
             raise SandboxError(f"the sandbox agent did not say hello (got {kind!r})")
         if not hello.get("syscall_filter"):
             raise SandboxError("the sandbox's syscall filter could not be installed; refusing to use it")
+        if refusal := network_refusal(config, hello.get("network")):
+            raise SandboxError(refusal)
         return cls(config, handle, channel, hello, time.monotonic() - began)
 
     def destroy(self) -> None:

@@ -322,7 +322,8 @@ class DockerBackend:
 
         Raises:
             SandboxUnavailableError: no engine, or it went away while the sandbox started.
-            SandboxError: the container cannot be made as configured (runtime, image, filter).
+            SandboxError: the container cannot be made as configured (runtime, image, filter), or
+                its agent sees more network than the config allows (isolation.network_refusal).
         """
         began = time.monotonic()
         client = self.client

@@ -37,6 +37,11 @@ class SandboxSession:
     def config(self) -> SandboxConfig:
         return self._container.config
 
+    @property
+    def hello(self) -> dict[str, Any]:
+        """What the sandbox's agent reported at its start (its Python, filter, network view)."""
+        return self._container.hello
+
     def execute(
         self, cmd: str | list[str], timeout: float | None = None, *, stdin: bytes = b""
     ) -> ExecResult:

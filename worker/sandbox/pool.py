@@ -1,9 +1,16 @@
 """A warm pool of single-use sandboxes, under a cap on live containers.
 
-Starting a container costs ~200 ms (runc) to ~400 ms (runsc); a job should not wait for it. For
-each SandboxConfig in use the pool keeps ``pool_size`` containers started, their agents waiting; a
-run takes one, uses it for exactly one program, and gives it back to be destroyed. Nothing is ever
-reused. When no warm container is there, the run starts one itself (a cold start).
+Starting a container costs ~120 ms (runc) to ~300 ms (runsc); a job should not wait for it. For
+each SandboxConfig in use the pool keeps containers started, their agents waiting; a run takes one,
+uses it for exactly one program, and gives it back to be destroyed. Nothing is ever reused. When no
+warm container is there, the run starts one itself (a cold start).
+
+How many are kept follows demand: at least ``pool_size``, and up to the most containers of that
+config wanted at once over the last 30 s (demand.py), counting the runs holding or waiting for one
+and the jobs in flight that said they will want one (``expecting``: a job thinking with its model
+now runs a program in a moment). So a burst finds them warm, and an idle pool shrinks back to
+``pool_size``. Warm containers beyond ``pool_size`` are started only while the host has memory to
+spare (WARM_MEMORY_RESERVE_BYTES); with ``follow_demand=False`` exactly ``pool_size`` are kept.
 
 ``max_live`` bounds every container this pool owns: warm, busy and being removed. A run that finds
 no free slot waits for one, first come first served; idle containers of other configs are evicted
@@ -16,7 +23,9 @@ import logging
 import threading
 import time
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +33,7 @@ from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
 from sandfleet.worker.sandbox.backend import SandboxBackend, backend_named
 from sandfleet.worker.sandbox.container import SandboxContainer
+from sandfleet.worker.sandbox.demand import DEMAND_WINDOW_S, DemandWindow
 from sandfleet.worker.sandbox.spec import Owner
 
 log = logging.getLogger("sandfleet.pool")
@@ -32,6 +42,9 @@ MAX_WARM_CONFIGS = 8
 FILL_BACKOFF_MAX_S = 30.0
 REMOVERS = 4
 FILLERS = 2  # containers started in parallel while warming (a start is mostly waiting on dockerd)
+# Warm containers beyond pool_size only while the host has this much memory available: an idle
+# sandbox holds ~10-40 MB (agent, shim; gVisor's sandbox and gofer), a leased one up to its limit.
+WARM_MEMORY_RESERVE_BYTES = 1024**3
 
 
 @dataclass(frozen=True)
@@ -54,11 +67,15 @@ class SandboxPool:
         labels: dict[str, str] | None = None,
         client: Any | None = None,
         backend: SandboxBackend | None = None,
+        follow_demand: bool = True,
+        demand_window_s: float = DEMAND_WINDOW_S,
     ) -> None:
         if max_live < 1:
             raise ValueError("max_live must be at least 1")
         self.pool_size = pool_size
         self.max_live = max_live
+        self.follow_demand = follow_demand
+        self._demand_window_s = demand_window_s
         self._labels = labels or {}
         self.backend = backend or backend_named(client=client)
         self._owner = Owner.current()
@@ -66,6 +83,10 @@ class SandboxPool:
         self._idle: dict[str, deque[SandboxContainer]] = {}
         self._configs: OrderedDict[str, SandboxConfig] = OrderedDict()
         self._starting: dict[str, int] = {}
+        self._busy: dict[str, int] = {}  # leased, not yet released
+        self._waiting_for: dict[str, int] = {}  # acquire calls not yet served
+        self._expected: dict[str, int] = {}  # jobs in flight that will want one (``expecting``)
+        self._demand: dict[str, DemandWindow] = {}
         self._live = 0
         self._waiting: deque[object] = deque()  # tickets of acquire calls, in arrival order
         self._closed = False
@@ -73,6 +94,7 @@ class SandboxPool:
         self._fill_paused_until = 0.0
         self.peak_live = 0
         self.started_total = 0
+        self.leases = {"warm": 0, "cold": 0}
         self._remover = ThreadPoolExecutor(REMOVERS, thread_name_prefix="sandfleet-remove")
         self._fillers = [
             threading.Thread(target=self._fill_forever, name=f"sandfleet-pool-fill-{i}", daemon=True)
@@ -94,6 +116,24 @@ class SandboxPool:
             self._cond.notify_all()
         self._ensure_filler()
 
+    @contextmanager
+    def expecting(self, config: SandboxConfig) -> Iterator[None]:
+        """While inside, one job in flight counts as demand for ``config``: it will want a sandbox
+        soon (after its model call), so the pool warms one for it ahead."""
+        key = config.fingerprint()
+        with self._cond:
+            self._want(config)
+            self._expected[key] = self._expected.get(key, 0) + 1
+            self._note_demand(key)
+            self._cond.notify_all()
+        self._ensure_filler()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._expected[key] -= 1
+                self._note_demand(key)
+
     def acquire(self, config: SandboxConfig, timeout: float | None = None) -> Lease:
         """A fresh container of ``config``: warm if one is ready, else started now.
 
@@ -108,6 +148,8 @@ class SandboxPool:
         with self._cond:
             self._want(config)
             self._waiting.append(ticket)
+            self._waiting_for[key] += 1
+            self._note_demand(key)
             try:
                 while True:
                     if self._closed:
@@ -118,19 +160,28 @@ class SandboxPool:
                         continue
                     container = self._pop_idle(key)
                     if container is not None:
+                        self._leased(key, warm=True)
                         self._cond.notify_all()  # the filler may top up
                         return Lease(container, True, time.monotonic() - began)
                     if self._live < self.max_live:
                         self._reserve(key)
+                        self._leased(key, warm=False)
                         break
                     if not self._evict_other(key) and not self._wait_until(deadline, timeout):
                         raise SandboxError(f"no sandbox slot became free within {timeout:g} s")
             finally:
                 self._waiting.remove(ticket)
+                self._waiting_for[key] -= 1
+                self._note_demand(key)
                 self._cond.notify_all()  # the next in line may go
         self._ensure_filler()
         try:
             container = self._start(config)
+        except BaseException:
+            with self._cond:
+                self._busy[key] -= 1
+                self._note_demand(key)
+            raise
         finally:
             with self._cond:
                 self._starting[key] -= 1
@@ -146,6 +197,11 @@ class SandboxPool:
 
     def release(self, container: SandboxContainer) -> None:
         """Destroy a used container in the background; its slot frees once it is gone."""
+        key = container.config.fingerprint()
+        with self._cond:
+            if self._busy.get(key, 0) > 0:
+                self._busy[key] -= 1
+                self._note_demand(key)  # the filler looks again when the removal frees the slot
         self._remover.submit(self._destroy, container)
 
     def close(self) -> None:
@@ -172,7 +228,15 @@ class SandboxPool:
                 "peak_live": self.peak_live,
                 "started_total": self.started_total,
                 "waiters": len(self._waiting),
+                "warm_leases": self.leases["warm"],
+                "cold_leases": self.leases["cold"],
             }
+
+    def warm_target(self, config: SandboxConfig) -> int:
+        """How many idle containers of ``config`` the pool aims to keep now (before the live cap)."""
+        with self._cond:
+            key = config.fingerprint()
+            return self._idle_target(key, time.monotonic()) if key in self._configs else 0
 
     def __enter__(self) -> SandboxPool:
         return self
@@ -192,6 +256,27 @@ class SandboxPool:
                 self._remover.submit(self._destroy, container)
         self._idle.setdefault(key, deque())
         self._starting.setdefault(key, 0)
+        self._busy.setdefault(key, 0)
+        self._waiting_for.setdefault(key, 0)
+        self._demand.setdefault(key, DemandWindow(self._demand_window_s))
+
+    def _note_demand(self, key: str) -> None:  # holds _cond
+        """Record how many containers of ``key`` are wanted now: held or waited for, or, when more,
+        expected by the jobs in flight (a job holding one is also one in flight)."""
+        held = self._busy.get(key, 0) + self._waiting_for.get(key, 0)
+        window = self._demand.get(key)
+        if window is not None:
+            window.set(max(held, self._expected.get(key, 0)), time.monotonic())
+
+    def _idle_target(self, key: str, now: float) -> int:  # holds _cond
+        """Idle containers to keep: ``pool_size``, or what recent demand wants beyond those held."""
+        if not self.follow_demand:
+            return self.pool_size
+        return max(self.pool_size, self._demand[key].peak(now) - self._busy[key])
+
+    def _leased(self, key: str, warm: bool) -> None:  # holds _cond
+        self._busy[key] += 1
+        self.leases["warm" if warm else "cold"] += 1
 
     def _reserve(self, key: str) -> None:  # holds _cond
         self._live += 1
@@ -243,13 +328,28 @@ class SandboxPool:
                         filler.start()
 
     def _next_fill(self) -> SandboxConfig | None:  # holds _cond
-        if self._waiting or self._live >= self.max_live or time.monotonic() < self._fill_paused_until:
+        now = time.monotonic()
+        if self._waiting or self._live >= self.max_live or now < self._fill_paused_until:
             return None
         for key in reversed(self._configs):  # most recently used first
-            if len(self._idle[key]) + self._starting[key] < self.pool_size:
+            ready = len(self._idle[key]) + self._starting[key]
+            if ready < self._idle_target(key, now) and (ready < self.pool_size or _memory_to_spare()):
                 self._reserve(key)
                 return self._configs[key]
         return None
+
+    def _trim(self) -> float | None:  # holds _cond
+        """Destroy idle containers beyond what demand still wants; seconds until it may want fewer."""
+        now = time.monotonic()
+        wake: float | None = None
+        for key, queue in self._idle.items():
+            target = self._idle_target(key, now)
+            while len(queue) > target:
+                self._remover.submit(self._destroy, queue.pop())
+            change = self._demand[key].next_change(now)
+            if change is not None:
+                wake = change if wake is None else min(wake, change)
+        return wake
 
     def _fill_forever(self) -> None:
         while True:
@@ -260,7 +360,8 @@ class SandboxPool:
                     if config is not None:
                         break
                     pause = self._fill_paused_until - time.monotonic()
-                    self._cond.wait(pause if pause > 0 else None)
+                    waits = [w for w in (pause if pause > 0 else None, self._trim()) if w is not None]
+                    self._cond.wait(max(0.01, min(waits)) if waits else None)
                 if self._closed or config is None:
                     return
             key = config.fingerprint()
@@ -287,3 +388,10 @@ class SandboxPool:
                 else:
                     self._idle[key].append(container)
                 self._cond.notify_all()
+
+
+def _memory_to_spare() -> bool:
+    """Whether this host has WARM_MEMORY_RESERVE_BYTES available for warm containers beyond pool_size."""
+    import psutil
+
+    return bool(psutil.virtual_memory().available >= WARM_MEMORY_RESERVE_BYTES)

@@ -5,6 +5,11 @@ create, start, wait, read the logs, remove) of the sandbox image with the sandbo
 (the kwargs :func:`sandfleet.worker.sandbox.spec.container_kwargs` builds), running ``python3 -c`` of a trivial
 program instead of the agent. The benchmarks compare the fleet against this, measured in the same run.
 
+Two recipes for "no network" (issue 12): ``"disabled"``, the sandbox's own (``network_disabled``,
+the cheapest, equally isolated: spec.py), and ``"none"``, the engine's "none" network
+(``network_mode="none"``), the recipe the fleet was measured against before. Either way the run
+keeps a json-file log, from which ``containers.run`` reads the output it checks.
+
 The containers carry ``sandfleet.role=bench`` and this process as owner, so ``sandfleet sandbox
 prune`` finds any that a killed run left; :func:`measure_churn` removes its own in ``finally``.
 """
@@ -41,11 +46,23 @@ class ChurnResult:
         return self.runs / self.wall_s if self.wall_s > 0 else 0.0
 
 
-def churn_kwargs(config: SandboxConfig, run_label: str, host_ncpu: int, program: str) -> dict[str, Any]:
-    """``containers.run`` kwargs: the sandbox's hardening, a one-shot ``python3 -c program``."""
+NETWORK_RECIPES = ("disabled", "none")
+
+
+def churn_kwargs(
+    config: SandboxConfig, run_label: str, host_ncpu: int, program: str, network: str = "disabled"
+) -> dict[str, Any]:
+    """``containers.run`` kwargs: the sandbox's hardening, a one-shot ``python3 -c program``, its
+    output logged, no network by the ``network`` recipe (NETWORK_RECIPES)."""
+    if network not in NETWORK_RECIPES:
+        raise ValueError(f"network recipe must be one of {NETWORK_RECIPES}, got {network!r}")
     kwargs = container_kwargs(config, owner=Owner.current(), host_ncpu=host_ncpu)
     kwargs["labels"] = {**kwargs["labels"], engine.LABEL_ROLE: "bench", LABEL_BENCH: run_label}
     kwargs.update(command=["python3", "-c", program], stdin_open=False, detach=False, remove=True)
+    kwargs["log_config"] = {"type": "json-file", "config": {}}
+    if network == "none" and config.network == "none":
+        kwargs.pop("network_disabled", None)
+        kwargs["network_mode"] = "none"
     return kwargs
 
 
@@ -73,13 +90,14 @@ def measure_churn(
     concurrency: int,
     config: SandboxConfig | None = None,
     program: str = TRIVIAL_PROGRAM,
+    network: str = "disabled",
 ) -> ChurnResult:
     """Run ``runs`` fresh containers, ``concurrency`` at a time; wall time and per-run latency."""
     config = config or SandboxConfig()
     client = engine.docker_client()
     info = engine.engine_info(client)
     label = uuid.uuid4().hex[:12]
-    kwargs = churn_kwargs(config, label, info.ncpu, program)
+    kwargs = churn_kwargs(config, label, info.ncpu, program, network)
     lock = threading.Lock()
     latencies: list[float] = []
     failures = [0]

@@ -1,0 +1,96 @@
+"""The words records use: job states, job modes, error kinds, audit event kinds, limits. StrEnums only.
+
+Apart from the contracts (contracts.py re-exports them) so that a command line can offer them as
+choices, and the sandbox can name a limit, without building every pydantic model first.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    REFUSED = "refused"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+
+FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.REFUSED})
+
+
+class JobMode(StrEnum):
+    """How a job uses the model and the sandbox (``JobSpec.mode``); README "Three modes" says when to use each.
+
+    code-action: the model writes ONE program per attempt; it runs in a fresh sandbox; its RESULT line is
+        the answer (repairs capped by ``code_action``).
+    shell: a tool-calling loop whose tools are the job's tools plus five sandbox tools on ONE session
+        sandbox, made when the job starts and destroyed when it ends (caps in ``tool_loop``).
+    chat: a tool-calling loop over the job's tools on the host, no sandbox: the plain-agent baseline.
+    """
+
+    CODE_ACTION = "code-action"
+    SHELL = "shell"
+    CHAT = "chat"
+
+    @property
+    def uses_tool_loop(self) -> bool:
+        """Whether the job runs the function-calling loop (shell and chat) rather than programs."""
+        return self is not JobMode.CODE_ACTION
+
+
+class ErrorKind(StrEnum):
+    """Why a job ended without an answer (``JobResult.error.kind``)."""
+
+    REFUSED = "refused"  # the job asked for something the worker's policy or tools refuse
+    INVALID_SPEC = "invalid_spec"  # the message's spec did not validate on the worker
+    MODEL = "model"  # the model endpoint failed for good (not a transient error)
+    SANDBOX = "sandbox"  # the sandbox could not run the program (not a transient error)
+    PROGRAM = "program"  # every attempt's program failed
+    NO_PROGRAM = "no_program"  # the last reply held no Python program
+    TIMEOUT = "timeout"  # the last attempt's program ran out of time
+    AGENT_KILLED = "agent_killed"  # the last attempt's program killed its sandbox's agent (no limit hit)
+    TIME_LIMIT = "time_limit"  # the job passed its Celery soft time limit
+    CRASH_LOOP = "crash_loop"  # the job killed its worker on every delivery
+    SANDBOX_UNAVAILABLE = "sandbox_unavailable"  # transient retries exhausted: no engine
+    MODEL_UNAVAILABLE = "model_unavailable"  # transient retries exhausted: no model endpoint
+    TOOL_SERVER_UNAVAILABLE = "tool_server_unavailable"  # transient retries exhausted: an MCP server down
+    INTERNAL = "internal_error"  # a bug: the engine raised
+    LIMIT = "limit"  # a cap of the tool-calling loop ended the job (turns, tool calls, tokens, wall time)
+    NO_ANSWER = "no_answer"  # the tool-calling loop's last reply held no answer (empty text)
+
+
+class AuditKind(StrEnum):
+    """What an audit event records (``AuditEvent.kind``)."""
+
+    STATE = "state"  # the job's status changed
+    MODEL_CALL = "model_call"  # one model request and its reply
+    PROGRAM = "program"  # the program of an attempt (or that the reply had none)
+    SANDBOX_RUN = "sandbox_run"  # how the program ran: exit code, limits, output tails, timings
+    TOOL_CALL = "tool_call"  # one bridged tool call and its result
+    LIMIT = "limit"  # a limit the run hit
+    ERROR = "error"  # the job was refused before any model call
+    FUNCTION_CALL = "function_call"  # a tool call the model asked for in a tool-calling loop, before it runs
+    FUNCTION_RESULT = "function_result"  # what that call returned to the model (or why it was refused)
+    SESSION = "session"  # the session sandbox of a shell job: started, died, destroyed (and why)
+
+
+class Limit(StrEnum):
+    """A limit a program's run hit (``AttemptRecord.limits_hit``)."""
+
+    TIMEOUT = "timeout"  # the program's wall-clock deadline
+    MEMORY = "memory"  # the sandbox's memory limit (the kernel's OOM killer)
+    OUTPUT = "output"  # stdout/stderr past the sandbox's output cap
+    TOOL_CALLS = "tool_calls"  # the job's tool-call budget
+    RESULT_SIZE = "result_size"  # a RESULT payload past its size cap
+    TURNS = "turns"  # the tool-calling loop's cap on model turns
+    TOKENS = "tokens"  # the tool-calling loop's cap on tokens (prompt + completion) per job
+    WALL_TIME = "wall_time"  # the tool-calling loop's wall-clock cap per job
+    IDLE = "idle"  # a session sandbox destroyed after its idle cap (no sandbox tool call for that long)
+    LIFETIME = "lifetime"  # a session sandbox destroyed at its lifetime cap (its sandbox timeout)
