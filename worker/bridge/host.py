@@ -6,8 +6,8 @@ operator's policy hook, and the audit record of each call. A program that rewrit
 bytes by hand gets nothing more than the stub would.
 
 Calls may arrive from several of the program's threads at once: :meth:`ToolBridge.handle` is called
-on a thread per call and is thread-safe. Each call gets its sequence number (and its place in the
-budget) when it arrives; records are kept, and reported, as calls finish. The per-call timeout: an
+on a thread per call and is thread-safe. Each call's sequence number (and its place in the budget) is
+its place in the order the frames were read; records are kept, and reported, as calls finish. The per-call timeout: an
 MCP call is cancelled at it; a Python function cannot be stopped, so the program's loop asks
 :meth:`ToolBridge.overdue` now and then, which answers a call past ``call_timeout_s`` with a
 ``TimeoutError`` (recorded so) and drops the function's result when it comes.
@@ -111,14 +111,22 @@ class ToolBridge:
     _running: dict[int, _Running] = field(default_factory=dict, init=False, repr=False)
     _replayed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
 
-    def __call__(self, header: dict[str, Any], body: bytes) -> bytes | None:
-        return self.handle(header, body)
+    def __call__(self, header: dict[str, Any], body: bytes, arrival: int | None = None) -> bytes | None:
+        return self.handle(header, body, arrival)
 
-    def handle(self, header: dict[str, Any], body: bytes) -> bytes | None:
-        """Serve one call frame; the reply bytes, or None when :meth:`overdue` answered it already."""
+    def handle(self, header: dict[str, Any], body: bytes, arrival: int | None = None) -> bytes | None:
+        """Serve one call frame; the reply bytes, or None when :meth:`overdue` answered it already.
+
+        ``arrival``: the call's place in the order the frames were read (its sequence number and its
+        place in the budget), given when calls are served on several threads; else the next one.
+        """
         with self._lock:
-            self._seq += 1
-            seq = self._seq
+            if arrival is None:
+                self._seq += 1
+                seq = self._seq
+            else:
+                seq = arrival
+                self._seq = max(self._seq, arrival)
         began = time.perf_counter()
         request_id: Any = None
         tool = "?"

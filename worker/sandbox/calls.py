@@ -15,6 +15,7 @@ so that they are recorded with the run; then every thread still here leaves, and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import deque
@@ -29,18 +30,20 @@ MAX_SERVING = 2 * MAX_CONCURRENT_CALLS  # past this (an agent that ignores its c
 OVERDUE_POLL_S = 0.1  # how late a per-call timeout may fire, at most (seconds)
 CLOSE_GRACE_S = 2.0  # how long the calls sent before the command ended get to finish
 
-# (header, body) of one call -> the reply bytes, or None when the handler answered it already
-# (through its optional ``overdue()``: replies for calls past their timeout).
-Handler = Callable[[dict[str, Any], bytes], bytes | None]
+# (header, body, number) of one call -> the reply bytes, or None when the handler answered it already
+# (through its optional ``overdue()``: replies for calls past their timeout). ``number`` counts the
+# calls in the order they were read (1, 2, ...): the order of the budget, whoever serves them first.
+Handler = Callable[[dict[str, Any], bytes, int], bytes | None]
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Call:
-    """A tool call frame the leader read."""
+    """A tool call frame the leader read; ``number`` is set by the conversation (reading order)."""
 
     header: dict[str, Any]
     body: bytes
+    number: int = 0
 
 
 class CallConversation(Generic[T]):
@@ -64,6 +67,7 @@ class CallConversation(Generic[T]):
         self._idle = 0  # threads waiting to lead
         self._serving = 0
         self._waiting: deque[Call] = deque()  # calls past MAX_SERVING, served as threads free up
+        self._read = 0  # calls read so far (only the leader counts)
         self._done = False
         self._result: T | None = None
         self._error: BaseException | None = None
@@ -96,6 +100,8 @@ class CallConversation(Generic[T]):
                 self._end(error=e)
                 return None
             if isinstance(outcome, Call):
+                self._read += 1
+                outcome = dataclasses.replace(outcome, number=self._read)
                 with self._cond:
                     self._leading = False
                     if self._serving >= MAX_SERVING:
@@ -133,7 +139,7 @@ class CallConversation(Generic[T]):
 
     def _serve(self, call: Call) -> None:
         try:
-            reply = self._handler(call.header, call.body)
+            reply = self._handler(call.header, call.body, call.number)
         except Exception:  # the bridge answers every call; this is a bug, and the deadline holds
             log.exception("a tool call handler raised instead of replying")
             reply = None

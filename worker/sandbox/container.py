@@ -42,9 +42,10 @@ AGENT_KILLED = (
 )
 KILLED_FROM_OUTSIDE = "the sandbox was killed from outside (docker kill, its removal, or the engine stopping)"
 
-# (header, body) of one tool call from the program -> the JSON reply bytes to send back (None: the
-# handler's ``overdue()`` answered it already, see sandfleet.worker.sandbox.calls).
-CallHandler = Callable[[dict[str, Any], bytes], bytes | None]
+# (header, body, number) of one tool call from the program -> the JSON reply bytes to send back
+# (None: the handler's ``overdue()`` answered it already); ``number``: the call's place in reading
+# order. See sandfleet.worker.sandbox.calls.
+CallHandler = Callable[[dict[str, Any], bytes, int], bytes | None]
 
 
 @dataclass(frozen=True)
