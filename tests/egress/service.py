@@ -97,6 +97,8 @@ class TestService:
         if self.process is not None:
             self.process.kill()
             self.process.wait()
+            if self.process.stdout is not None:
+                self.process.stdout.close()
             self.process = None
         subprocess.run(["ip", "link", "del", self.host_veth], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import allowlist  # noqa: E402  (copied next to this file)
+import allowlist
 
 _cache: dict[str, tuple[int, dict, tuple]] = {}
 

@@ -200,7 +200,8 @@ def ensure_proxy(config: ProxyConfig) -> int:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            tail = (state / "cache.log").read_text(errors="replace")[-800:] if (state / "cache.log").exists() else ""
+            logs = [state / "squid.out", state / "cache.log"]
+            tail = " ".join(p.read_text(errors="replace")[-600:] for p in logs if p.exists())
             raise EgressError(f"the egress proxy exited at start (code {process.returncode}): {tail}")
         if answers(config.listen_ip, config.port, timeout=0.2) and running_pid(state):
             return process.pid

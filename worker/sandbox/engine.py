@@ -19,6 +19,7 @@ from typing import Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
+from sandfleet.worker.egress.gateway import EgressLease, egress_gateway
 from sandfleet.worker.sandbox.attach import AttachStream
 from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
 from sandfleet.worker.sandbox.container import SandboxContainer, SandboxEnd
@@ -27,7 +28,6 @@ from sandfleet.worker.sandbox.labels import LABEL_JOB as LABEL_JOB
 from sandfleet.worker.sandbox.labels import LABEL_OWNER as LABEL_OWNER
 from sandfleet.worker.sandbox.labels import LABEL_PERSISTENT as LABEL_PERSISTENT
 from sandfleet.worker.sandbox.labels import LABEL_ROLE as LABEL_ROLE
-from sandfleet.worker.egress.gateway import EgressLease, egress_gateway
 from sandfleet.worker.sandbox.spec import Owner, container_kwargs
 
 try:  # the producer-only install has no docker SDK; fail closed with the install hint
