@@ -18,10 +18,10 @@ from .service import TestService
 @pytest.fixture(scope="session")
 def egress_env(tmp_path_factory: pytest.TempPathFactory, docker_engine: Any) -> Iterator[dict[str, Any]]:
     """The service, and SANDFLEET_EGRESS_* set for this process (the worker's settings)."""
+    from sandbox.helpers import skip_or_fail
+
     from sandfleet.core.settings import get_settings
     from sandfleet.worker.egress import gateway as gateway_module
-
-    from sandbox.helpers import skip_or_fail
 
     if os.geteuid() != 0:
         skip_or_fail("the egress tests need root (network namespaces, iptables)")

@@ -15,11 +15,11 @@ import time
 from typing import Any
 
 import pytest
+from sandbox.helpers import BACKENDS, TEST_LABELS
+from security.helpers import record
 
 from sandfleet.core.config import SandboxConfig
 
-from sandbox.helpers import BACKENDS, TEST_LABELS
-from security.helpers import record
 from .attacks import ATTACKS
 
 pytestmark = pytest.mark.docker
