@@ -4,7 +4,7 @@ Formatted with ``ATTACKS.format(...)``-free placeholders: the test prepends a li
 PROXY, GATEWAY, DOCKER_GATEWAY, SERVICE_IP, OTHER_SANDBOX. Prints one JSON object: case -> outcome.
 """
 
-ATTACKS = r'''
+ATTACKS = r"""
 import errno, json, socket, ssl, struct, urllib.request, urllib.error
 
 out = {}
@@ -112,4 +112,4 @@ out["Docker API over TCP (2375)"] = tcp(DOCKER_GATEWAY, 2375)
 out["cloud metadata 169.254.169.254"] = tcp("169.254.169.254", 80)
 out["another sandbox"] = tcp(OTHER_SANDBOX, 8000)
 print(json.dumps(out))
-'''
+"""

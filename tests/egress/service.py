@@ -28,7 +28,9 @@ def _run(*args: str) -> None:
 def make_ca(folder: Path, names: tuple[str, ...] = NAMES) -> tuple[Path, Path, Path]:
     """(ca.pem, server.pem, server.key): a CA and a certificate for ``names`` signed by it."""
     folder.mkdir(parents=True, exist_ok=True)
-    ca_key, ca, key, csr, cert = (folder / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem"))
+    ca_key, ca, key, csr, cert = (
+        folder / n for n in ("ca.key", "ca.pem", "server.key", "server.csr", "server.pem")
+    )
     _run("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=sandfleet test CA",
          "-keyout", str(ca_key), "-out", str(ca))  # fmt: skip
     _run("openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={names[0]}", "-keyout", str(key),
@@ -56,7 +58,9 @@ class TestService:
     @classmethod
     def start(cls, folder: Path, tag: str, octet: int) -> TestService:
         """Start the service in namespace ``sfeg-<tag>`` at 10.231.<octet>.2 (host side .1)."""
-        service = cls(netns=f"sfeg-{tag}", host_veth=f"sfsv{tag}"[:15], address=f"10.231.{octet}.2", folder=folder)
+        service = cls(
+            netns=f"sfeg-{tag}", host_veth=f"sfsv{tag}"[:15], address=f"10.231.{octet}.2", folder=folder
+        )
         service._up(octet)
         return service
 

@@ -56,7 +56,10 @@ def test_config_refuses_restricted_without_hosts_and_hosts_without_restricted() 
         SandboxConfig.model_validate({"network": "restricted", "allowed_hosts": ["pypi.org"]})
     config = SandboxConfig(network="restricted", allow_hosts="pypi.org, files.pythonhosted.org")  # type: ignore[arg-type]
     assert config.allow_hosts == ("files.pythonhosted.org", "pypi.org")
-    assert SandboxConfig(backend="gvisor", network="restricted", allow_hosts=["pypi.org"]).docker_runtime == "runsc-egress"
+    assert (
+        SandboxConfig(backend="gvisor", network="restricted", allow_hosts=["pypi.org"]).docker_runtime
+        == "runsc-egress"
+    )
 
 
 def policy(**env: str) -> Settings:
@@ -65,7 +68,9 @@ def policy(**env: str) -> Settings:
 
 def test_policy_lets_jobs_narrow_and_refuses_wider_lists() -> None:
     settings = policy(policy_allow_hosts="*.example.com,pypi.org")
-    check_sandbox_policy(SandboxConfig(network="restricted", allow_hosts=["api.example.com", "pypi.org"]), settings)
+    check_sandbox_policy(
+        SandboxConfig(network="restricted", allow_hosts=["api.example.com", "pypi.org"]), settings
+    )
     check_sandbox_policy(SandboxConfig(network="restricted", allow_hosts=["*.eu.example.com"]), settings)
     for wider, named in (
         (["example.com"], "example.com"),

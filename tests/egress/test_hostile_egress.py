@@ -43,7 +43,9 @@ def refused(errno_name: str) -> Any:
 
 
 def closed_by_proxy(o: dict[str, Any]) -> bool:  # Squid closed the CONNECT before its 200
-    return "Remote end closed connection without response" in o.get("text", "") or o.get("connect_reply") == ""
+    return (
+        "Remote end closed connection without response" in o.get("text", "") or o.get("connect_reply") == ""
+    )
 
 
 def tls_terminated(o: dict[str, Any]) -> bool:
@@ -66,7 +68,11 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
         "proxy: port of the name",
         "port 22 is not allowed",
     ),
-    "SNI differs from the CONNECT target": (tls_terminated, "proxy: TLS SNI vs CONNECT target", "does not match"),
+    "SNI differs from the CONNECT target": (
+        tls_terminated,
+        "proxy: TLS SNI vs CONNECT target",
+        "does not match",
+    ),
     "non-TLS bytes through an allowed CONNECT": (
         lambda o: "then" in o and "HTTP/1.1 200" in o.get("connect_reply", "") and "hello" not in o["then"],
         "proxy: on_unsupported_protocol respond (not TLS)",
@@ -115,7 +121,9 @@ def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], serv
         other = other_manager.create_session(labels=TEST_LABELS)
         other_ip = other._container.handle.egress.address
         heard: dict[str, Any] = {}
-        listener = threading.Thread(target=lambda: heard.update(out=other.execute(["python3", "-c", LISTENER], timeout=40)))
+        listener = threading.Thread(
+            target=lambda: heard.update(out=other.execute(["python3", "-c", LISTENER], timeout=40))
+        )
         listener.start()
         time.sleep(1.0)
         lease = attacker._container.handle.egress
@@ -141,7 +149,10 @@ def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], serv
 
 
 def test_the_allowed_name_is_reached(hostile_run: dict[str, Any]) -> None:
-    assert hostile_run["outcome"]["allowed name"] == {"status": 200, "body": "hello from api.egress.test on port 443"}
+    assert hostile_run["outcome"]["allowed name"] == {
+        "status": 200,
+        "body": "hello from api.egress.test on port 443",
+    }
 
 
 @pytest.mark.parametrize("case", sorted(EXPECTED))
@@ -152,7 +163,13 @@ def test_attack_is_refused_by_its_mechanism(hostile_run: dict[str, Any], case: s
     if reason is not None:
         ok = ok and any(reason in d["reason"] for d in hostile_run["denials"])
     if mechanism.startswith("sandbox filter"):
-        rule = REJECT_DOCKER_DNS_UDP if "127.0.0.11" in mechanism else REJECT_OTHER if "ICMP" in mechanism else REJECT_TCP
+        rule = (
+            REJECT_DOCKER_DNS_UDP
+            if "127.0.0.11" in mechanism
+            else REJECT_OTHER
+            if "ICMP" in mechanism
+            else REJECT_TCP
+        )
         ok = ok and hostile_run["counted"].get(rule, 0) > 0
     record(f"egress: {case}", hostile_run["runtime"], ok, {"outcome": outcome, "mechanism": mechanism})
     assert ok, (outcome, mechanism, hostile_run["denials"], hostile_run["counted"])

@@ -50,7 +50,9 @@ def record(state: str, entry: dict | None, ip: str, denial: dict) -> None:
     """Append one refusal to the sandbox's denial file (or the unknown-clients file)."""
     name = entry.get("sandbox", "unknown") if entry else "unknown"
     line = json.dumps({"time": round(time.time(), 3), "client": ip, **denial}, sort_keys=True) + "\n"
-    fd = os.open(os.path.join(state, "denials", f"{name}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(
+        os.path.join(state, "denials", f"{name}.jsonl"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
+    )
     try:
         os.write(fd, line.encode())
     finally:

@@ -214,7 +214,9 @@ def install_sandbox_filter(pid: int, net: EgressNetwork) -> None:
     ):
         done = _run(["nsenter", "-t", str(pid), "-n", restore], stdin=rules)
         if done.returncode != 0:
-            raise EgressError(f"cannot install the sandbox's egress filter ({restore}): {done.stderr.strip()}")
+            raise EgressError(
+                f"cannot install the sandbox's egress filter ({restore}): {done.stderr.strip()}"
+            )
         shown = _run(["nsenter", "-t", str(pid), "-n", save, "-S"])
         present = set(shown.stdout.splitlines())
         missing = [line for line in _rule_lines(rules) if line not in present]

@@ -207,7 +207,9 @@ def ensure_proxy(config: ProxyConfig) -> int:
             return process.pid
         time.sleep(0.05)
     process.kill()
-    raise EgressError(f"the egress proxy did not listen on {config.listen_ip}:{config.port} within {START_TIMEOUT_S:g} s")
+    raise EgressError(
+        f"the egress proxy did not listen on {config.listen_ip}:{config.port} within {START_TIMEOUT_S:g} s"
+    )
 
 
 def stop_proxy(config: ProxyConfig, timeout: float = 10.0) -> None:
