@@ -33,7 +33,7 @@ NAME = "api.egress.test"
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def open_tls(ctx: ssl.SSLContext, service_ip: str, proxy: tuple[str, int] | None) -> ssl.SSLSocket:
@@ -62,9 +62,11 @@ def get(tls: ssl.SSLSocket, path: str, bufsize: int = 262144) -> int:
         head += tls.recv(bufsize)
     header, body = head.split(b"\r\n\r\n", 1)
     length = int(
-        [line.split(b":")[1] for line in header.split(b"\r\n") if line.lower().startswith(b"content-length")][
-            0
-        ]
+        next(
+            line.split(b":")[1]
+            for line in header.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
     )
     got = len(body)
     while got < length:

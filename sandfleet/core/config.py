@@ -135,9 +135,7 @@ class SandboxConfig(BaseModel):
                 "['pypi.org', 'files.pythonhosted.org'] (nothing else is reachable)"
             )
         if self.allow_hosts and self.network != "restricted":
-            raise ValueError(
-                f"allow_hosts applies to network 'restricted' only, not {self.network!r}"
-            )
+            raise ValueError(f"allow_hosts applies to network 'restricted' only, not {self.network!r}")
         return self
 
     @field_validator("cpu_limit")

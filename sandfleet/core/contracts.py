@@ -256,7 +256,8 @@ class JobResult(_Strict):
     session: SessionRecord | None = None
     limits_hit: list[Limit] = Field(default_factory=list, description="caps of the tool-calling loop hit")
     network_denied: list[NetworkDenial] = Field(
-        default_factory=list, description="connections the egress proxy refused, all attempts (or the session)"
+        default_factory=list,
+        description="connections the egress proxy refused, all attempts (or the session)",
     )
 
     @model_validator(mode="before")

@@ -131,10 +131,13 @@ class Settings(BaseSettings):
     # The egress proxy of network "restricted" (worker/egress/).
     egress_network: str = Field("sandfleet-egress", description="the Docker network of restricted sandboxes")
     egress_bridge: str = Field("sfegress0", max_length=15, description="its bridge interface on the host")
-    egress_subnet: str = Field("10.213.213.0/24", description="its subnet; the proxy listens on the first address")
+    egress_subnet: str = Field(
+        "10.213.213.0/24", description="its subnet; the proxy listens on the first address"
+    )
     egress_proxy_port: int = Field(3128, ge=1, le=65535, description="the proxy's port on that address")
     egress_state_dir: str = Field(
-        "/run/sandfleet-egress", description="the proxy's folders (one per network: config, allow-lists, denials)"
+        "/run/sandfleet-egress",
+        description="the proxy's folders (one per network: config, allow-lists, denials)",
     )
     egress_hosts_file: str = Field(
         "/etc/hosts", description="names the proxy resolves before DNS (a private mirror, a test service)"

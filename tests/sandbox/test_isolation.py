@@ -44,7 +44,10 @@ def test_anything_more_or_unknown_is_refused(view: Any, why: str) -> None:
 
 def test_restricted_and_full_are_not_held_to_none() -> None:
     bridged = {"netns": "net:[1]", "interfaces": ["eth0", "lo"], "routes": ["eth0", "lo"]}
-    for config in (SandboxConfig(network="restricted", allow_hosts=["pypi.org"]), SandboxConfig(network="full")):
+    for config in (
+        SandboxConfig(network="restricted", allow_hosts=["pypi.org"]),
+        SandboxConfig(network="full"),
+    ):
         assert network_refusal(config, bridged, WORKER_NS) is None
 
 
