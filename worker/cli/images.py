@@ -17,7 +17,9 @@ def images() -> None:
 
 
 @images.command()
-@click.option("--data-science", is_flag=True, help=f"Also build {recipes.DATA_SCIENCE_TAG} (numpy, pandas).")
+@click.option(
+    "--data-science", is_flag=True, help=f"Also build {recipes.DATA_SCIENCE_TAG} (numpy, pandas, matplotlib)."
+)
 @click.option(
     "--if-changed", is_flag=True, help="Skip images whose recipe label matches (seconds when ready)."
 )
