@@ -117,7 +117,8 @@ class Settings(BaseSettings):
         description="the most memory a job's sandbox may ask for (bytes; 8G in the environment)",
     )
     policy_images: CommaList = Field(
-        default_factory=lambda: list(DEFAULT_POLICY_IMAGES), description="images jobs may use"
+        default_factory=lambda: list(DEFAULT_POLICY_IMAGES),
+        description="images jobs may use: names, or patterns with * (sandfleet/custom-*:py3.11)",
     )
     policy_runtimes: CommaList = Field(
         default_factory=list, description="Docker runtimes jobs may use; empty: any"
