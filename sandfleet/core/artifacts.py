@@ -67,14 +67,18 @@ def media_type(name: str) -> str:
 
 
 def name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be an artifact's name, or None: a relative ``/``-separated path with no
-    empty, ``.`` or ``..`` part, no control characters or backslashes, at most MAX_NAME_CHARS long and
+    """Why ``name`` cannot be an artifact's name, or None: a relative ``/``-separated path in UTF-8 with
+    no empty, ``.`` or ``..`` part, no control characters or backslashes, at most MAX_NAME_CHARS long and
     MAX_NAME_DEPTH folders deep. Checked by the worker when it collects and by the client before it
     writes a file, so a name can never point outside the folder it is written to."""
     if not name or len(name) > MAX_NAME_CHARS:
         return f"the name is empty or longer than {MAX_NAME_CHARS} characters"
     if any(ord(c) < 32 or c in "\\\x7f" for c in name):
         return "the name has control characters or backslashes"
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the name is not valid UTF-8"
     parts = name.split("/")
     if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
         return "the name is not a plain relative path"
