@@ -111,6 +111,7 @@ class JobHandle:
     def __init__(self, client: Client, job_id: str) -> None:
         self.client = client
         self.job_id = job_id
+        self._final: JobResult | None = None  # the verified final record, once read (it never changes)
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r})"
@@ -165,7 +166,15 @@ class JobHandle:
             raise JobNotFoundError(f"no record for job {self.job_id!r} (never submitted, or past retention)")
         if checked.verdict.state == VerdictState.MISMATCHED:
             raise unverified_error([checked])
+        self._final = checked.result or self._final
         return checked
+
+    def _verified_final(self) -> JobResult:
+        """The verified final record (read and verified once per handle); KeyError while not final."""
+        result = self._final or self.checked().result
+        if result is None:
+            raise KeyError(f"job {self.job_id} has not ended: no artifacts yet")
+        return result
 
     def audit(self) -> list[AuditEvent]:
         """The job's audit events, oldest first."""
@@ -197,18 +206,14 @@ class JobHandle:
             KeyError: no artifact of that name (or the job has not ended).
             ArtifactIntegrityError: its bytes are gone or changed at rest.
         """
-        result = self.checked().result
-        if result is None:
-            raise KeyError(f"job {self.job_id} has not ended: no artifacts yet")
+        result = self._verified_final()
         with self.client.redis_errors():
             return fetch_artifact(self.client.artifact_store, result, name)
 
     def download_artifacts(self, folder: Path) -> list[Path]:
         """Write every artifact of the finished job under ``folder``; the paths written (each file
         checked against its digest first: a changed one raises ArtifactIntegrityError, nothing written)."""
-        result = self.checked().result
-        if result is None:
-            raise KeyError(f"job {self.job_id} has not ended: no artifacts yet")
+        result = self._verified_final()
         with self.client.redis_errors():
             return write_artifacts(self.client.artifact_store, result, folder)
 

@@ -67,6 +67,18 @@ def send(kind, header=None, body=b""):
         view = view[os.write(1, view) :]
 
 
+def send_parts(kind, header, parts):
+    """Write one frame whose body is ``parts`` one after another, without joining them first (a
+    collection of artifacts is tens of MiB: each copy costs the sandbox's one CPU)."""
+    text = protocol.agent_frame(kind, header)[protocol.HEAD.size :]  # the encoded header
+    for view in (
+        memoryview(protocol.HEAD.pack(kind, len(text), sum(len(p) for p in parts)) + text),
+        *map(memoryview, parts),
+    ):
+        while view:
+            view = view[os.write(1, view) :]
+
+
 def not_dumpable():
     """Keep same-uid programs from ptracing the agent or opening its fds through /proc."""
     try:
@@ -331,7 +343,9 @@ class Agent:
             header.get("max_depth", 8),
         )
         text = to_json(listing).encode("utf-8", "backslashreplace")
-        send(protocol.ANSWER, {"ok": True, "listing_len": len(text)}, text + b"".join(data))
+        if sum(len(d) for d in data) > PIPE_BYTES:
+            widen_stdout()
+        send_parts(protocol.ANSWER, {"ok": True, "listing_len": len(text)}, [text, *data])
 
     def execute(self, req, stdin):
         started = time.monotonic()
@@ -477,6 +491,19 @@ class Agent:
             },
             bytes(out.kept) + bytes(err.kept) + result + bytes(out.tail) + bytes(err.tail),
         )
+
+
+PIPE_BYTES = 1 << 20  # the stdout pipe's size for large answers (Linux's default pipe-max-size)
+
+
+def widen_stdout():
+    """Grow the stdout pipe to PIPE_BYTES: a 10 MiB answer then crosses in 1 MiB steps, not 64 KiB ones."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(1, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except (ImportError, OSError):
+        pass  # not a pipe, or not allowed: the default size works, only slower
 
 
 MAX_SKIPPED_LISTED = 100  # skipped files named in a listing; the rest are counted
