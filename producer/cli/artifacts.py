@@ -11,16 +11,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
 from sandfleet.core.errors import UnverifiedResultError
 from sandfleet.producer.cli.jobs import EXIT_NOT_DONE, cli_errors, client_for, keys_option, refuse_unverified
-
-if TYPE_CHECKING:
-    from sandfleet.producer.checked import CheckedResult
-    from sandfleet.producer.client import Client
 
 
 @click.command()
@@ -65,29 +60,3 @@ def artifacts(job_id: str, out: Path | None, as_json: bool, keys: Path | None) -
         click.echo(f"{len(written)} file(s) written to {out}", err=True)
     elif not result.artifacts:
         click.echo(f"job {job_id} has no artifacts", err=True)
-
-
-RESULT_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv")
-BATCH_RESULTS_NAME = "results.jsonl"
-
-
-def is_folder_target(path: Path) -> bool:
-    """Whether ``batch --out PATH`` names a folder (results.jsonl and every job's artifacts go there)
-    rather than a results file (.jsonl or .csv)."""
-    return path.is_dir() or path.suffix.lower() not in RESULT_SUFFIXES
-
-
-def save_batch_artifacts(client: Client, checked: list[CheckedResult], folder: Path) -> int:
-    """Write each verified job's artifacts under ``folder/JOB_ID/``; how many files were written.
-    A job whose files are gone or changed is reported and skipped (its files are not written)."""
-    from sandfleet.producer.artifacts import write_artifacts
-
-    count = 0
-    for c in checked:
-        if c.result is None or not c.result.artifacts:
-            continue
-        try:
-            count += len(write_artifacts(client.artifact_store, c.result, folder / c.job_id))
-        except (UnverifiedResultError, ValueError) as e:
-            click.echo(f"{c.job_id}: artifacts not written: {e}", err=True)
-    return count

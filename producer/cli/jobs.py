@@ -324,7 +324,7 @@ def batch(
     CSV columns are JobSpec fields: `tools` comma-separated, history/sandbox/code_action/tool_loop/metadata
     as JSON. --mode applies to the rows that name no mode of their own.
     """
-    from sandfleet.producer.cli.artifacts import BATCH_RESULTS_NAME, is_folder_target, save_batch_artifacts
+    from sandfleet.producer.cli.batch_out import BATCH_RESULTS_NAME, is_folder_target, save_batch_artifacts
 
     out_dir = out if out is not None and is_folder_target(out) else None
     if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
