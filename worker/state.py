@@ -148,11 +148,17 @@ class WorkerState:
 
     def engine(self) -> JobRunner:
         """``run_job`` bound to this process's EngineServices, started on first use."""
+        from sandfleet.core.artifacts import open_artifact_store
         from sandfleet.worker.engine import EngineServices, run_job
 
+        store = self.store
         with self._lock:
             if self._services is None:
-                self._services = EngineServices.start(self.settings, max_sandboxes=self.max_sandboxes)
+                self._services = EngineServices.start(
+                    self.settings,
+                    max_sandboxes=self.max_sandboxes,
+                    artifacts=open_artifact_store(self.settings, store.redis),
+                )
             services = self._services
 
         def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:

@@ -43,6 +43,18 @@ class Turn(_Strict):
     content: str
 
 
+class ArtifactLimits(_Strict):
+    """A job's caps on the files it hands back from ``/workspace/out/`` (None: the operator's setting).
+
+    A job may lower the operator's caps (``SANDFLEET_ARTIFACT_MAX_*``), never raise them: a job asking
+    for more is refused before anything runs.
+    """
+
+    max_file_bytes: int | None = Field(None, ge=0, description="the largest file kept, in bytes")
+    max_total_bytes: int | None = Field(None, ge=0, description="bytes kept per job, all files together")
+    max_files: int | None = Field(None, ge=0, description="files kept per job")
+
+
 class JobSpec(_Strict):
     """One question for the fleet. Validated by the producer before anything is enqueued."""
 
@@ -59,6 +71,9 @@ class JobSpec(_Strict):
     )
     batch_id: str | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    artifacts: ArtifactLimits = Field(
+        default_factory=ArtifactLimits, description="caps on the files kept from /workspace/out/"
+    )
 
     @field_validator("question")
     @classmethod
@@ -114,6 +129,27 @@ class JobSpec(_Strict):
         if len(str(self.metadata)) > MAX_METADATA_CHARS:
             raise ValueError(f"metadata is larger than {MAX_METADATA_CHARS} characters")
         return self
+
+
+class ArtifactInfo(_Strict):
+    """One file a program wrote under ``/workspace/out/``, as the host received and stored it.
+
+    ``name`` is its path relative to that folder (``/``-separated); ``sha256`` is the host's own digest
+    of the bytes it stored, which the audit chain commits to.
+    """
+
+    name: str
+    size: int = Field(ge=0, description="bytes")
+    media_type: str
+    sha256: str
+
+
+class SkippedArtifact(_Strict):
+    """A file under ``/workspace/out/`` that was not kept, and why (over a cap, a symlink, a device)."""
+
+    name: str
+    size: int | None = None
+    reason: str
 
 
 class ErrorInfo(_Strict):
@@ -255,6 +291,12 @@ class JobResult(_Strict):
     turns: list[TurnRecord] = Field(default_factory=list)
     session: SessionRecord | None = None
     limits_hit: list[Limit] = Field(default_factory=list, description="caps of the tool-calling loop hit")
+    artifacts: list[ArtifactInfo] = Field(
+        default_factory=list, description="files the final program wrote under /workspace/out/"
+    )
+    artifacts_skipped: list[SkippedArtifact] = Field(
+        default_factory=list, description="files under /workspace/out/ that were not kept, and why"
+    )
     network_denied: list[NetworkDenial] = Field(
         default_factory=list,
         description="connections the egress proxy refused, all attempts (or the session)",

@@ -32,6 +32,10 @@ DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
 DEFAULT_MAX_SESSIONS = 2  # shell jobs' session sandboxes per worker, apart from max_sandboxes
 DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S = 600.0
+DEFAULT_ARTIFACT_MAX_FILE_BYTES = 32 * 1024**2
+DEFAULT_ARTIFACT_MAX_JOB_BYTES = 64 * 1024**2
+DEFAULT_ARTIFACT_MAX_FILES = 100
+ARTIFACT_STORES = ("redis", "filesystem")
 
 
 def _comma_list(value: Any) -> Any:
@@ -113,7 +117,8 @@ class Settings(BaseSettings):
         description="the most memory a job's sandbox may ask for (bytes; 8G in the environment)",
     )
     policy_images: CommaList = Field(
-        default_factory=lambda: list(DEFAULT_POLICY_IMAGES), description="images jobs may use"
+        default_factory=lambda: list(DEFAULT_POLICY_IMAGES),
+        description="images jobs may use: names, or patterns with * (sandfleet/custom-*:py3.11)",
     )
     policy_runtimes: CommaList = Field(
         default_factory=list, description="Docker runtimes jobs may use; empty: any"
@@ -142,6 +147,30 @@ class Settings(BaseSettings):
     egress_hosts_file: str = Field(
         "/etc/hosts", description="names the proxy resolves before DNS (a private mirror, a test service)"
     )
+    # Artifacts: files a program writes under /workspace/out/ (sandfleet/core/artifacts.py). The caps
+    # are the operator's ceilings; a job may ask for less (JobSpec.artifacts).
+    artifact_max_file_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        DEFAULT_ARTIFACT_MAX_FILE_BYTES, ge=0, description="the largest artifact file kept (bytes; 32M)"
+    )
+    artifact_max_job_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        DEFAULT_ARTIFACT_MAX_JOB_BYTES, ge=0, description="artifact bytes kept per job (bytes; 64M)"
+    )
+    artifact_max_files: int = Field(DEFAULT_ARTIFACT_MAX_FILES, ge=0, description="artifact files per job")
+    artifact_store: str = Field(
+        "redis",
+        description="where artifacts are kept: redis (with the records' retention) or filesystem "
+        "(artifact_dir, e.g. a shared volume, for large files)",
+    )
+    artifact_dir: str = Field(
+        "~/.sandfleet/artifacts", description="the filesystem store's folder, shared by workers and readers"
+    )
+
+    @field_validator("artifact_store")
+    @classmethod
+    def _known_store(cls, v: str) -> str:
+        if v not in ARTIFACT_STORES:
+            raise ValueError(f"unknown artifact store {v!r}: use {' or '.join(ARTIFACT_STORES)}")
+        return v
 
     @field_validator("policy_networks")
     @classmethod
