@@ -329,7 +329,10 @@ class DockerBackend:
         client = self.client
         info = preflight(config, client)
         if config.network == "restricted":
-            egress_gateway().prepare(client)  # network, host rules, proxy: or EgressError
+            try:
+                egress_gateway().prepare(client)  # network, host rules, proxy: or EgressError
+            except DockerError as e:
+                raise translate(e, "prepare the egress network") from e
         kwargs = container_kwargs(
             config,
             owner=owner or Owner.current(),
