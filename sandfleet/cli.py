@@ -39,6 +39,10 @@ COMMANDS = {
         "Workers' public signing keys: list, export, rotate, revoke.",
     ),
     "jobs": ("sandfleet.producer.cli.jobs:jobs", "List jobs, newest first (a batch's in submission order)."),
+    "cancel": (
+        "sandfleet.producer.cli.cancel:cancel",
+        "Cancel jobs: a queued job never starts, a running one has its sandbox killed; both end `cancelled`.",
+    ),
     # worker side (needs the worker extra)
     "doctor": (
         "sandfleet.worker.cli.doctor:doctor",

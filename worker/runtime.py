@@ -23,6 +23,7 @@ from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -142,8 +143,10 @@ class ProgramRuntime:
             call_timeout_s=settings.tool_timeout,
         )
         began = time.monotonic()
+        raise_if_cancelled("the program's run")
         lease = self.pool.acquire(config)
         container = lease.container
+        untrack = track_container(container)  # a cancel of the job destroys it mid-run
         try:
             files_began = time.monotonic()
             base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
@@ -165,6 +168,7 @@ class ProgramRuntime:
             )
             ended = time.monotonic()
         finally:
+            untrack()
             self.pool.release(container)
         found, payload = parse_result_line(done.result_line)
         limits = list(done.limits_hit)

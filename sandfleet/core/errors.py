@@ -14,6 +14,7 @@
     │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
+    ├── JobCancelledError         a cancel request stopped the job (the engine unwinds on it)
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -84,6 +85,11 @@ class UnverifiedResultError(SandfleetError):
     @property
     def problems(self) -> list[str]:
         return list(self.args[1]) if len(self.args) > 1 else []
+
+
+class JobCancelledError(SandfleetError):
+    """A cancel request stopped the job: raised inside the engine (a model call, a sandbox start) so
+    that it unwinds at once; the delivery records the job ``cancelled``."""
 
 
 class JobNotFoundError(SandfleetError, KeyError):
