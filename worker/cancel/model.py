@@ -47,7 +47,7 @@ class CancellableModelClient:
         name = f"sandfleet-model-{self.token.job_id[:8]}"
         threading.Thread(target=call, name=name, daemon=True).start()
         if self.token.wait(done):
-            self.token.abandoned_model_calls += int(not done.is_set())
+            self.token.abandoned_model_calls += int(not outcome)  # no reply nor error yet: dropped
             raise JobCancelledError(f"job {self.token.job_id} was cancelled during a model call")
         if "error" in outcome:
             raise outcome["error"]

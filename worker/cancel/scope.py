@@ -3,8 +3,8 @@
 A delivery opens a scope for its job (:meth:`RunningScopes.open`); the token is then the job's
 *current* token in that thread (a context variable, so the engine, the program runtime and the
 session keeper find it without it being passed through every call). What holds a sandbox registers
-it with :func:`track_container`; a cancel destroys every registered sandbox at once (kill and remove:
-the program's run ends as its container goes) and wakes whatever waits on the token (a model call in
+it with :func:`track_container`; a cancel kills and removes every registered sandbox at once (the
+program's run ends as its container goes) and wakes whatever waits on the token (a model call in
 flight, :mod:`sandfleet.worker.cancel.model`). After a cancel the engine raises
 :class:`~sandfleet.core.errors.JobCancelledError` at its next model call or sandbox start.
 """
@@ -25,12 +25,17 @@ from sandfleet.core.errors import JobCancelledError
 log = logging.getLogger("sandfleet.cancel")
 
 
+class Removable(Protocol):
+    """Docker's side of a sandbox: remove (kill) it; never raises, may run twice."""
+
+    def remove(self) -> None: ...
+
+
 class Destroyable(Protocol):
-    """A sandbox as the token sees it: an id, and a destroy that never raises and may run twice."""
+    """A sandbox as the token sees it: an id and its Docker handle."""
 
     id: str
-
-    def destroy(self) -> None: ...
+    handle: Removable
 
 
 class CancelToken:
@@ -101,7 +106,11 @@ class CancelToken:
             self._containers.pop(id(container), None)
 
     def _destroy(self, container: Destroyable) -> None:
-        container.destroy()  # never raises; the pool's own release later finds it destroyed
+        # Kill and remove the container only: its agent's stream then ends, and the run waiting on it
+        # returns at once. Closing that stream from here instead would leave the reader's wait
+        # unwoken; the holder (the pool's release, the session's close) closes it and finds the
+        # container gone.
+        container.handle.remove()
         with self._lock:
             self.killed.append(container.id)
 
