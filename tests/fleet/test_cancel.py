@@ -53,7 +53,9 @@ def worker_containers(fleet: FleetWorker) -> list[str]:
     try:
         found = client.api.containers(all=True, filters={"label": "sandfleet.owner"})
         prefix = f"{os.uname().nodename}:{fleet.worker.process.pid}:"  # type: ignore[attr-defined]
-        return [c["Id"] for c in found if (c.get("Labels") or {}).get("sandfleet.owner", "").startswith(prefix)]
+        return [
+            c["Id"] for c in found if (c.get("Labels") or {}).get("sandfleet.owner", "").startswith(prefix)
+        ]
     finally:
         client.close()
 
@@ -72,7 +74,9 @@ def assert_cancelled_once(job: JobHandle) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetWorker]:
+def fleet(
+    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[FleetWorker]:
     settings = fleet_settings_for(redis_server)
     worker = start_worker(settings, tmp_path_factory.mktemp("cancel-fleet"), concurrency=2, sandboxes=2)
     yield worker
@@ -125,7 +129,7 @@ def test_a_running_job_is_stopped_its_sandbox_killed_and_recorded_cancelled(
 def test_a_model_call_in_flight_is_abandoned(fleet: FleetWorker, client: Client, tmp_path: Path) -> None:
     job = client.submit("Think for a long time", model=sleeper(tmp_path, 1, model_latency_s=60))
     wait_for(lambda: job.status() == JobStatus.RUNNING, 60, "the job to run")
-    time.sleep(0.5)  # the model request is on its way
+    time.sleep(3)  # the replay server is up and the model request on its way (it answers after 60 s)
     began = time.monotonic()
     report = job.cancel()
     assert report.outcome == CancelOutcome.REQUESTED and report.status == "running"
