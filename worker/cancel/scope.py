@@ -17,10 +17,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from sandfleet.core.cancel import CancelRequest
 from sandfleet.core.errors import JobCancelledError
+
+if TYPE_CHECKING:  # the sandbox commands load this module; the request side (redis) stays unloaded
+    from sandfleet.core.cancel import CancelRequest
 
 log = logging.getLogger("sandfleet.cancel")
 
