@@ -43,6 +43,10 @@ COMMANDS = {
         "sandfleet.producer.cli.artifacts:artifacts",
         "List the files JOB's program wrote under /workspace/out/, or write them under --out DIR.",
     ),
+    "cancel": (
+        "sandfleet.producer.cli.cancel:cancel",
+        "Cancel jobs: a queued job never starts, a running one has its sandbox killed; both end `cancelled`.",
+    ),
     # worker side (needs the worker extra)
     "doctor": (
         "sandfleet.worker.cli.doctor:doctor",

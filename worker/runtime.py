@@ -25,6 +25,7 @@ from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.worker.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -153,8 +154,10 @@ class ProgramRuntime:
             call_timeout_s=settings.tool_timeout,
         )
         began = time.monotonic()
+        raise_if_cancelled("the program's run")
         lease = self.pool.acquire(config)
         container = lease.container
+        untrack = track_container(container)  # a cancel of the job destroys it mid-run
         try:
             files_began = time.monotonic()
             base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
@@ -180,6 +183,7 @@ class ProgramRuntime:
             collection = collect_artifacts(container, caps)
             collected = time.monotonic()
         finally:
+            untrack()
             self.pool.release(container)
         found, payload = parse_result_line(done.result_line)
         limits = list(done.limits_hit)

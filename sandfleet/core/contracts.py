@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
+from sandfleet.core.priority import MAX_PRIORITY, MIN_PRIORITY
 
 # The words of the records live in vocabulary.py; re-exported here, where the models use them.
 from sandfleet.core.vocabulary import FINAL_STATUSES as FINAL_STATUSES
@@ -73,6 +74,12 @@ class JobSpec(_Strict):
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
     artifacts: ArtifactLimits = Field(
         default_factory=ArtifactLimits, description="caps on the files kept from /workspace/out/"
+    )
+    priority: int | None = Field(
+        None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="0 (lowest) to 9 (highest); unset: 5 for a single job, 3 in a batch (core/priority.py)",
     )
 
     @field_validator("question")

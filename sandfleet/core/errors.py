@@ -15,6 +15,7 @@
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     │   └── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
+    ├── JobCancelledError         a cancel request stopped the job (the engine unwinds on it)
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -89,6 +90,11 @@ class UnverifiedResultError(SandfleetError):
 
 class ArtifactIntegrityError(UnverifiedResultError):
     """An artifact's stored bytes are missing or differ from the SHA-256 its verified record lists."""
+
+
+class JobCancelledError(SandfleetError):
+    """A cancel request stopped the job: raised inside the engine (a model call, a sandbox start) so
+    that it unwinds at once; the delivery records the job ``cancelled``."""
 
 
 class JobNotFoundError(SandfleetError, KeyError):

@@ -25,6 +25,10 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
 ``{p}:job:{id}:artifact:{sha256}`` string, the bytes of one artifact (a file the program wrote under
                                   /workspace/out/), by its SHA-256; written by the worker before the
                                   final record, with the same retention (sandfleet/core/artifacts.py).
+``{p}:job:{id}:cancel``           string, the job's cancel request (JSON: ``requested_at``, ``by``);
+                                  a worker that sees it never starts the job, or stops it
+                                  (sandfleet/core/cancel.py). Only once requested; it expires with
+                                  the retention from the request.
 
 Per batch (expire like the jobs):
 
@@ -39,6 +43,10 @@ Fleet-wide:
 ``{p}:jobs:{status}``             sorted set per status, job ids scored by when they entered it.
 ``{p}:rejected``                  stream (capped), messages the workers discarded: not JSON, unknown
                                   task, no job record.
+``{p}:cancels``                   set, ids of jobs with a cancel request that have not ended yet:
+                                  every worker sweeps it (a pub/sub message can be missed).
+``{p}:cancel``                    pub/sub channel (not a key): a job id per cancel request, so the
+                                  worker running it stops it at once.
 ``{p}:worker:{name}:heartbeat``   string with a TTL, refreshed by a live worker (worker/recovery.py).
 ``{p}:workers``                   set, names of workers that have announced themselves.
 ``{p}:worker:{name}:info``        hash, a worker's host, pid and sandbox owner label.
@@ -92,6 +100,9 @@ class FleetKeys:
     def artifact(self, job_id: str, sha256: str) -> str:
         return f"{self.job(job_id)}:artifact:{sha256}"
 
+    def cancel(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:cancel"
+
     def job_keys(self, job_id: str) -> tuple[str, ...]:
         """Every key of one job (what retention expires and what cleanup deletes)."""
         return (
@@ -124,6 +135,14 @@ class FleetKeys:
     @property
     def rejected(self) -> str:
         return f"{self.prefix}:rejected"
+
+    @property
+    def cancels(self) -> str:
+        return f"{self.prefix}:cancels"
+
+    @property
+    def cancel_channel(self) -> str:
+        return f"{self.prefix}:cancel"
 
     def heartbeat(self, worker: str) -> str:
         return f"{self.prefix}:worker:{worker}:heartbeat"

@@ -12,6 +12,7 @@ from sandfleet.core.artifacts import ArtifactStore, MemoryArtifactStore
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.settings import Settings
 from sandfleet.worker.bridge.host import CallPolicy, allow_all
+from sandfleet.worker.cancel.model import cancellable
 from sandfleet.worker.llm.client import ModelClient, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
@@ -119,7 +120,7 @@ class EngineServices:
             if client is None:
                 client = make_model_client(model, self.settings, base_url=base_url)
                 self._models[key] = client
-            return client
+        return cancellable(client)  # inside a delivery: a cancel abandons its calls (worker/cancel/)
 
     def close(self) -> None:
         """Destroy the session sandboxes and drain the pool (no container outlives the services), then
