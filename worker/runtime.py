@@ -69,6 +69,7 @@ class RunResult:
     warm: bool = False
     forked: bool = False  # run in a fork of the sandbox agent's interpreter, not a new python3
     timings: dict[str, float] = field(default_factory=dict)
+    suspended_for: list[str] = field(default_factory=list)  # stopped to wait for these approval requests
 
     @property
     def ok(self) -> bool:
@@ -117,12 +118,17 @@ class ProgramRuntime:
         replay: list[ToolCallRecord] | None = None,
         side_effect_memo: dict[str, list[Any]] | None = None,
         on_call: Callable[[ToolCallRecord], None] | None = None,
+        gate: Any = None,
+        resume: list[ToolCallRecord] | None = None,
     ) -> RunResult:
         """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
         or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
 
         ``replay`` serves every call from recorded calls instead of the tools; ``side_effect_memo``
         (call_key -> results, consumed one per call) serves repeated calls of side-effecting tools from an earlier attempt.
+        ``gate`` (worker/approval/gate.py) is asked before each gated call; a call still undecided after
+        the grace stops the program (``suspended_for`` says for which requests). ``resume`` serves the
+        calls a suspended run had completed again from their records.
         """
         config = config or SandboxConfig()
         settings = settings or CodeActionSettings()
@@ -140,10 +146,13 @@ class ProgramRuntime:
             side_effect_memo=side_effect_memo,
             on_call=on_call,
             call_timeout_s=settings.tool_timeout,
+            gate=gate,
+            resume=resume,
         )
         began = time.monotonic()
         lease = self.pool.acquire(config)
         container = lease.container
+        bridge.on_suspend = container.kill_command
         try:
             files_began = time.monotonic()
             base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
@@ -165,6 +174,7 @@ class ProgramRuntime:
             )
             ended = time.monotonic()
         finally:
+            bridge.close()
             self.pool.release(container)
         found, payload = parse_result_line(done.result_line)
         limits = list(done.limits_hit)
@@ -205,4 +215,5 @@ class ProgramRuntime:
                 "total_s": ended - began,
                 "exec_timeout_s": min(settings.exec_timeout, config.timeout),
             },
+            suspended_for=list(bridge.suspended_for),
         )

@@ -41,6 +41,8 @@ from sandfleet.core.settings import (
     DEFAULT_TRANSIENT_RETRIES,
 )
 from sandfleet.core.store import JobStore, Transition
+from sandfleet.worker.approval.checkpoint import JobSuspended
+from sandfleet.worker.approval.suspend import suspend_job
 from sandfleet.worker.state import JobRunner, WorkerState
 
 log = logging.getLogger(__name__)
@@ -63,12 +65,15 @@ def run_delivery(
     last_try: bool = True,
     worker: str = "",
     running_elsewhere: Callable[[str, str], bool] = lambda job_id, worker: False,
+    republish: Callable[[str], Any] | None = None,
 ) -> JobStatus | None:
     """Handle one delivery of a job's message; returns the status it recorded (None: nothing to do).
 
     ``running_elsewhere(job_id, worker)`` says whether the job is running right now on that (live)
     worker: a duplicate delivered meanwhile is then dropped instead of running the job twice. A job
-    whose worker died is run again.
+    whose worker died is run again. A job suspended waiting for an approval is not run (its decision
+    publishes it again); a run that stops to wait suspends the job, and ``republish`` publishes it at
+    once if a decision came meanwhile.
 
     Raises:
         TransientError: infrastructure failed and ``last_try`` is false; the record is back to
@@ -90,6 +95,10 @@ def run_delivery(
         return None
     if record.status.is_final:
         log.info("job %s: duplicate delivery, it already ended %s", job_id, record.status)
+        return None
+    if record.status == JobStatus.AWAITING_APPROVAL:
+        store.record_rejected("delivery while the job awaits approval", job_id=job_id)
+        log.info("job %s: delivered while it awaits an approval: dropped (its decision resumes it)", job_id)
         return None
     if record.status == JobStatus.RUNNING and record.worker and running_elsewhere(job_id, record.worker):
         store.record_rejected("duplicate delivery while the job runs", job_id=job_id, worker=record.worker)
@@ -126,6 +135,8 @@ def run_delivery(
     )
     try:
         result = run(spec, job_id, audit)
+    except JobSuspended as e:  # a call waits for a person: the job waits in Redis, not here
+        return suspend_job(store, job_id, e.checkpoint, audit, republish)
     except TransientError as e:
         what, kind = _unavailable(e)
         if last_try:
@@ -174,6 +185,7 @@ def register_task(app: Celery, state: WorkerState) -> None:
                     last_try=retries >= settings.transient_retries,
                     worker=self.request.hostname or "",
                     running_elsewhere=state.running_elsewhere,
+                    republish=state.republish,
                 )
         except TransientError as e:
             raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e

@@ -22,6 +22,10 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   the final record; its presence refuses every later transition.
 ``{p}:job:{id}:done``             list, one element pushed when the job ends, so waiters ``BLPOP``
                                   instead of polling.
+``{p}:job:{id}:approvals``        hash, ``{attempt}:{call sha256}:{occurrence}`` -> approval request id:
+                                  the requests of the job's gated calls (sandfleet/core/approvals.py).
+``{p}:job:{id}:checkpoint``       string, the suspended job's engine state (JSON) while it awaits a
+                                  decision; its digest is in the chain's ``awaiting_approval`` event.
 
 Per batch (expire like the jobs):
 
@@ -44,6 +48,11 @@ Fleet-wide:
 ``{p}:recovery:lock``             string with a short TTL: one recovery sweep at a time.
 ``{p}:recovered``                 stream (capped), jobs handed back after their worker died.
 ``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
+``{p}:approval:{id}``             hash, one approval request: ``request`` (its JSON: job, question,
+                                  program, tool, redacted arguments, call hash), ``status``,
+                                  ``deadline``, ``decided_by``/``decided_at``/``reason``, ``outcome``.
+``{p}:approvals``                 sorted set, every request id scored by when it was asked.
+``{p}:approvals:pending``         sorted set, undecided request ids scored by their deadline.
 ``{p}:signing_keys``              hash, key id -> KeyInfo JSON (worker, Ed25519 public key, status):
                                   every worker's public keys, active, retired and revoked. Never
                                   expires: old chains stay checkable (sandfleet/core/key_registry.py).
@@ -86,6 +95,12 @@ class FleetKeys:
     def done(self, job_id: str) -> str:
         return f"{self.job(job_id)}:done"
 
+    def job_approvals(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:approvals"
+
+    def checkpoint(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:checkpoint"
+
     def job_keys(self, job_id: str) -> tuple[str, ...]:
         """Every key of one job (what retention expires and what cleanup deletes)."""
         return (
@@ -94,6 +109,8 @@ class FleetKeys:
             self.deliveries(job_id),
             self.final_guard(job_id),
             self.done(job_id),
+            self.job_approvals(job_id),
+            self.checkpoint(job_id),
         )
 
     # -- per batch ----------------------------------------------------------------------------
@@ -102,6 +119,18 @@ class FleetKeys:
 
     def batch_counts(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}:counts"
+
+    # -- approvals ----------------------------------------------------------------------------
+    def approval(self, request_id: str) -> str:
+        return f"{self.prefix}:approval:{request_id}"
+
+    @property
+    def approvals(self) -> str:
+        return f"{self.prefix}:approvals"
+
+    @property
+    def approvals_pending(self) -> str:
+        return f"{self.prefix}:approvals:pending"
 
     # -- fleet-wide ---------------------------------------------------------------------------
     @property
