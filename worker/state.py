@@ -152,10 +152,11 @@ class WorkerState:
         """``run_job`` bound to this process's EngineServices, started on first use."""
         from sandfleet.worker.engine import EngineServices, run_job
 
+        approvals = self.approvals()  # before the lock: it reads the store, which takes it too
         with self._lock:
             if self._services is None:
                 self._services = EngineServices.start(self.settings, max_sandboxes=self.max_sandboxes)
-                self._services.approvals = self.approvals()
+                self._services.approvals = approvals
             services = self._services
 
         def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
