@@ -138,7 +138,7 @@ class ApprovalStore:
         return ApprovalRequest.from_hash(fields)
 
     def list(self, *, pending_only: bool = True, job_id: str | None = None, limit: int = 100) -> list[ApprovalRequest]:
-        """Requests, oldest first: the pending ones (default) or all; those of one job with ``job_id``."""
+        """Requests, oldest first: the pending ones (default) or all; with ``job_id``, all of that job's."""
         if job_id is not None:
             ids = text_list(self.redis.hvals(self.keys.job_approvals(job_id)))
         elif pending_only:
@@ -149,7 +149,7 @@ class ApprovalStore:
         for rid in ids:
             pipe.hgetall(self.keys.approval(rid))
         found = [ApprovalRequest.from_hash(text_map(f)) for f in pipe.execute() if f and "request" in f]
-        if pending_only:
+        if pending_only and job_id is None:
             found = [r for r in found if r.status == ApprovalStatus.PENDING]
         return sorted(found, key=lambda r: r.asked_at)[:limit]
 

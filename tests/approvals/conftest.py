@@ -3,6 +3,8 @@ the replay model over HTTP (the worker's own replay server), and a real HTTP ser
 
 approval_fleet   module: a worker gating ``issue_refund`` (operator policy), grace 1 s, redacting
                  ``password``, posting signed webhooks to ``webhook``; its jobs use ``model``
+patient_fleet    module: the same policy, grace 10 s (a call waits in its program), requests time out at 8 s
+quick_fleet      module: grace 1 s, requests time out at 3 s (a suspended job times out: the sweep)
 webhook          module: a ThreadingHTTPServer on 127.0.0.1 that keeps every POST (headers, body)
 """
 
@@ -57,6 +59,7 @@ def approval_env(webhook_url: str = "", **more: str) -> dict[str, str]:
         "SANDFLEET_APPROVAL_TOOLS": "issue_refund",
         "SANDFLEET_APPROVAL_GRACE_S": "1",
         "SANDFLEET_APPROVAL_REDACT": "password",
+        "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",  # no warm containers: every live one belongs to a run
     }
     if webhook_url:
         env |= {"SANDFLEET_APPROVAL_WEBHOOK_URL": webhook_url, "SANDFLEET_APPROVAL_WEBHOOK_SECRET": WEBHOOK_SECRET}
@@ -84,5 +87,27 @@ def approval_fleet(
 ) -> Iterator[FleetWorker]:
     folder = tmp_path_factory.mktemp("approvals")
     worker = fleet_with(redis_server, folder, approval_env(webhook.url))
+    yield worker
+    cleanup(worker, redis_server)
+
+
+@pytest.fixture(scope="module")
+def patient_fleet(
+    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
+) -> Iterator[FleetWorker]:
+    folder = tmp_path_factory.mktemp("patient")
+    worker = fleet_with(
+        redis_server, folder, approval_env(SANDFLEET_APPROVAL_GRACE_S="10", SANDFLEET_APPROVAL_TIMEOUT_S="8")
+    )
+    yield worker
+    cleanup(worker, redis_server)
+
+
+@pytest.fixture(scope="module")
+def quick_fleet(
+    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
+) -> Iterator[FleetWorker]:
+    folder = tmp_path_factory.mktemp("quick")
+    worker = fleet_with(redis_server, folder, approval_env(SANDFLEET_APPROVAL_TIMEOUT_S="3"))
     yield worker
     cleanup(worker, redis_server)

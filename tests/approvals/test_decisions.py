@@ -48,7 +48,8 @@ def test_an_approved_call_runs_once_after_the_job_was_suspended_without_a_contai
     client, data = approval_fleet.client, approval_fleet.fleet.data_dir
     job = client.submit("Refund order one", tools=["lookup_order", "issue_refund"], model=approval_fleet.model)
     wait_for(lambda: job.status() == JobStatus.AWAITING_APPROVAL, what="the job to be suspended")
-    assert own_containers(approval_fleet) == []  # no container is held while a person decides
+    # No container is held while a person decides (its removal runs in the background: a moment).
+    wait_for(lambda: own_containers(approval_fleet) == [], 10, what="the suspended run's container to go")
     [request] = pending_of(approval_fleet, job.job_id)
     assert request.tool == "issue_refund" and request.arguments == {"order_id": "O-1", "amount": 25.0}
     assert "issue_refund" in request.program and request.question == "Refund order one"
@@ -126,17 +127,17 @@ def test_a_denial_raises_tool_denied_error_in_the_program_with_the_reason(approv
 
 
 def test_a_decision_after_the_job_timed_out_is_refused_and_the_call_never_runs(
-    approval_fleet: FleetWorker,
+    patient_fleet: FleetWorker,
 ) -> None:
-    client, data = approval_fleet.client, approval_fleet.fleet.data_dir
+    client, data = patient_fleet.client, patient_fleet.fleet.data_dir
     before = len(ledger(data))
-    # The gated call waits in a thread (grace 1 s... but the program is killed at 0.5 s): the job ends
-    # timed out with the request undecided.
+    # The gated call waits in a thread (its grace is 10 s) while the program runs past its 1 s: the job
+    # ends timed out with the request undecided.
     job = client.submit(
         "Refund too late",
         tools=["issue_refund"],
-        model=approval_fleet.model,
-        code_action={"exec_timeout": 0.5, "max_repairs": 0},
+        model=patient_fleet.model,
+        code_action={"exec_timeout": 1, "max_repairs": 0},
     )
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.status == JobStatus.TIMED_OUT, result.error
@@ -146,6 +147,34 @@ def test_a_decision_after_the_job_timed_out_is_refused_and_the_call_never_runs(
     assert seal.data["approvals_withdrawn"] == [{"id": request.id, "was": "pending"}]
     with pytest.raises(ApprovalWithdrawnError, match="has ended"):
         client.approve(request.id)
-    late = sandfleet(approval_fleet, "approvals", "approve", request.id)
+    late = sandfleet(patient_fleet, "approvals", "approve", request.id)
     assert late.returncode == 1 and "withdrawn" in late.stderr
     assert len(ledger(data)) == before  # nothing ran late
+
+
+def test_a_call_nobody_decides_times_out_as_a_denial_while_it_waits(patient_fleet: FleetWorker) -> None:
+    client, data = patient_fleet.client, patient_fleet.fleet.data_dir
+    before = len(ledger(data))
+    job = client.submit("Refund order two", tools=["issue_refund"], model=patient_fleet.model)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, result.error
+    assert result.result["type"] == "ToolDeniedError" and "timed out" in result.result["denied"]
+    [request] = client.approvals(job_id=job.job_id)
+    assert request.status == ApprovalStatus.TIMED_OUT and request.decided_by == "timeout"
+    with pytest.raises(ApprovalDecidedError, match="timed out"):
+        client.approve(request.id)
+    assert len(ledger(data)) == before
+    assert ("timed_out", "issue_refund") in approval_events(job.audit())
+
+
+def test_a_suspended_job_whose_request_times_out_resumes_with_the_denial(quick_fleet: FleetWorker) -> None:
+    client, data = quick_fleet.client, quick_fleet.fleet.data_dir
+    before = len(ledger(data))
+    job = client.submit("Refund order two", tools=["issue_refund"], model=quick_fleet.model)
+    wait_for(lambda: job.status() == JobStatus.AWAITING_APPROVAL, what="the job to be suspended")
+    result = job.result(timeout=JOB_TIMEOUT_S)  # the workers' sweep times the request out: the job resumes
+    assert result.status == JobStatus.SUCCEEDED, result.error
+    assert result.result["type"] == "ToolDeniedError" and "timed out" in result.result["denied"]
+    assert len(ledger(data)) == before
+    with pytest.raises(ApprovalDecidedError):
+        client.approve(client.approvals(job_id=job.job_id)[0].id)

@@ -32,6 +32,7 @@ from sandfleet.core.approvals import (
     request_id,
 )
 from sandfleet.core.contracts import AuditKind, JobSpec
+from sandfleet.core.errors import ApprovalDecidedError, ApprovalWithdrawnError
 from sandfleet.core.records import RecordReader
 from sandfleet.core.settings import Settings
 from sandfleet.worker.approval import webhook
@@ -164,6 +165,8 @@ class RunGate:
         outcome, rid = self.store.create(request)
         if outcome in ("final", "missing"):
             return Admission("denied", rid, message=f"call to {tool} refused: job {self.job_id} has ended")
+        if outcome == "exists":  # asked before (a redelivery, a resumed run): its own deadline holds
+            request = self.store.get(rid)
         if outcome == "created":
             self.audit.emit(
                 AuditKind.APPROVAL,
@@ -189,6 +192,12 @@ class RunGate:
                 return admission
             if closed.is_set():
                 return Admission("abandoned", rid)
+            if time.time() > request.deadline:  # no sweep needed to time out a call that is waiting here
+                try:
+                    self.store.decide(rid, ApprovalStatus.TIMED_OUT, by="timeout", reason="no decision in time")
+                except (ApprovalDecidedError, ApprovalWithdrawnError):
+                    pass  # decided meanwhile: the next look sees it
+                continue
             if time.monotonic() >= grace_ends:
                 return Admission("suspend", rid)
             closed.wait(POLL_S)

@@ -196,7 +196,10 @@ def _answer(
             error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
             return _finish(job_id, JobStatus.FAILED, error, attempts, usage, phase, began, model_name, audit)
         _account(phase, run)
-        if run.suspended_for:  # a call waits for a person: no container is kept while they decide
+        # A call waits for a person: the program was stopped, and no container is kept while they decide.
+        # (A program that answered, or ran out of time, on its own meanwhile is not suspended: its
+        # waiting call is left undecided, never runs, and is withdrawn when the job ends.)
+        if run.suspended_for and not run.timed_out and not run.ok:
             audit.emit(AuditKind.SANDBOX_RUN, _run_event(run), number)
             raise JobSuspended(
                 Checkpoint(
