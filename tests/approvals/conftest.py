@@ -20,6 +20,8 @@ import pytest
 import redis
 from fleet.helpers import FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
 
+from sandfleet.core.settings import Settings
+
 from .helpers import TOOLS, write_script
 
 WEBHOOK_SECRET = "s3cret-for-tests"
@@ -66,8 +68,11 @@ def approval_env(webhook_url: str = "", **more: str) -> dict[str, str]:
     return env | more
 
 
-def fleet_with(redis_url: str, folder: Path, env: dict[str, str], **kw: object) -> FleetWorker:
-    settings = fleet_settings_for(redis_url, worker_state_dir=str(folder / "worker-state"))
+def fleet_with(
+    redis_url: str, folder: Path, env: dict[str, str], settings: Settings | None = None, **kw: object
+) -> FleetWorker:
+    """A worker of a new fleet, or of the fleet of ``settings`` (its key prefix)."""
+    settings = settings or fleet_settings_for(redis_url, worker_state_dir=str(folder / "worker-state"))
     worker = start_worker(settings, folder, tools=TOOLS, env=env, **kw)  # type: ignore[arg-type]
     worker.model = f"replay:{write_script(folder)}"  # type: ignore[attr-defined]
     return worker

@@ -33,8 +33,11 @@ REFUND_CATCHING = program(
     "else:\n"
     '    print("RESULT:", json.dumps({"refund": ref}))\n'
 )
+# The secret is computed (as if read from a vault), so it is in the arguments, not in the program's text:
+# redaction hides argument fields; the program is shown to the approver exactly as written.
 CRM = program(
-    'token = connect_crm(user="ana", password="hunter2")\nprint("RESULT:", json.dumps({"token": token}))\n'
+    'secret = "hunter" + str(1 + 1)\n'
+    'token = connect_crm(user="ana", password=secret)\nprint("RESULT:", json.dumps({"token": token}))\n'
 )
 # The gated call waits (in a thread) while the program runs past its exec_timeout.
 LATE = program(
