@@ -171,7 +171,9 @@ class WorkerState:
 
         store = self.store
         worker = store.signer.worker if store.signer else ""
-        return ApprovalService(ApprovalStore(store.redis, store.keys, self.settings.retention_s), self.settings, worker)
+        return ApprovalService(
+            ApprovalStore(store.redis, store.keys, self.settings.retention_s), self.settings, worker
+        )
 
     # -- while running --------------------------------------------------------------------------
 

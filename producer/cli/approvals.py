@@ -74,7 +74,9 @@ def show_request(request: ApprovalRequest, as_json: bool) -> None:
     ]
     if request.decided_by:
         why = f": {request.reason}" if request.reason else ""
-        rows.append(("decided", f"{request.status.value} by {request.decided_by} at {_when(request.decided_at)}{why}"))
+        rows.append(
+            ("decided", f"{request.status.value} by {request.decided_by} at {_when(request.decided_at)}{why}")
+        )
     for name, value in rows:
         click.echo(f"{name + ':':<13}{value}")
     lines = request.program.splitlines()
@@ -100,7 +102,9 @@ def list_requests(show_all: bool, job_id: str | None, limit: int, as_json: bool)
     with approval_errors(), _client() as client:
         found = client.approvals(pending_only=not (show_all or job_id), job_id=job_id, limit=limit)
     for request in found:
-        click.echo(json.dumps(request.model_dump(mode="json"), ensure_ascii=False) if as_json else _line(request))
+        click.echo(
+            json.dumps(request.model_dump(mode="json"), ensure_ascii=False) if as_json else _line(request)
+        )
     if not found and not as_json:
         click.echo("no approval requests" + ("" if show_all or job_id else " waiting"), err=True)
 
@@ -116,7 +120,9 @@ def show(request_id: str, as_json: bool) -> None:
 
 @approvals.command("approve")
 @click.argument("request_id")
-@click.option("--sha256", "call_sha256", default="", help="Refuse unless the call's hash is this one (from show).")
+@click.option(
+    "--sha256", "call_sha256", default="", help="Refuse unless the call's hash is this one (from show)."
+)
 @click.option("--by", default=None, help="Who approves (default: user@host).")
 @click.option("--json", "as_json", is_flag=True, help="Print the decided request as JSON.")
 def approve(request_id: str, call_sha256: str, by: str | None, as_json: bool) -> None:

@@ -137,7 +137,9 @@ class ApprovalStore:
             raise ApprovalNotFoundError(f"no approval request {rid!r} (never made, or past retention)")
         return ApprovalRequest.from_hash(fields)
 
-    def list(self, *, pending_only: bool = True, job_id: str | None = None, limit: int = 100) -> list[ApprovalRequest]:
+    def list(
+        self, *, pending_only: bool = True, job_id: str | None = None, limit: int = 100
+    ) -> list[ApprovalRequest]:
         """Requests, oldest first: the pending ones (default) or all; with ``job_id``, all of that job's."""
         if job_id is not None:
             ids = text_list(self.redis.hvals(self.keys.job_approvals(job_id)))
@@ -284,7 +286,9 @@ class ApprovalStore:
             self.keys.status_index(JobStatus.QUEUED),
             *(self.keys.approval(rid) for rid in waiting_for),
         ]
-        reply = text_list(self._suspend(keys=keys, args=[job_id, repr(time.time()), self.retention_s, checkpoint_json]))
+        reply = text_list(
+            self._suspend(keys=keys, args=[job_id, repr(time.time()), self.retention_s, checkpoint_json])
+        )
         return reply[0]
 
     def checkpoint(self, job_id: str) -> str | None:
@@ -314,7 +318,9 @@ def call_sha256(call_key: str) -> str:
 def _decided_text(request: ApprovalRequest) -> str:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(request.decided_at)) if request.decided_at else "?"
     if request.status == ApprovalStatus.TIMED_OUT:
-        return f"request {request.id} timed out at {when} UTC (no decision before its deadline): it was denied"
+        return (
+            f"request {request.id} timed out at {when} UTC (no decision before its deadline): it was denied"
+        )
     if request.status in (ApprovalStatus.EXECUTING, ApprovalStatus.EXECUTED):
         return f"request {request.id} was approved by {request.decided_by} at {when} UTC and its call has run"
     return f"request {request.id} was {request.status.value} by {request.decided_by} at {when} UTC already"

@@ -16,7 +16,7 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     REFUSED = "refused"
-    AWAITING_APPROVAL = "awaiting_approval"  # suspended: no container, no slot, no message; resumes on a decision
+    AWAITING_APPROVAL = "awaiting_approval"  # suspended for a decision: no container, no slot, not final
 
     @property
     def is_final(self) -> bool:
@@ -80,7 +80,7 @@ class AuditKind(StrEnum):
     FUNCTION_CALL = "function_call"  # a tool call the model asked for in a tool-calling loop, before it runs
     FUNCTION_RESULT = "function_result"  # what that call returned to the model (or why it was refused)
     SESSION = "session"  # the session sandbox of a shell job: started, died, destroyed (and why)
-    APPROVAL = "approval"  # an approval request of a gated call: requested, decided, resumed (see core/approvals.py)
+    APPROVAL = "approval"  # a gated call's request: requested, decided, resumed (core/approvals.py)
 
 
 class Limit(StrEnum):

@@ -38,7 +38,7 @@ def webhook() -> Iterator[Webhook]:
     received: list[tuple[dict[str, str], bytes]] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             received.append(({k.lower(): v for k, v in self.headers.items()}, body))
             self.send_response(204)
@@ -64,7 +64,10 @@ def approval_env(webhook_url: str = "", **more: str) -> dict[str, str]:
         "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",  # no warm containers: every live one belongs to a run
     }
     if webhook_url:
-        env |= {"SANDFLEET_APPROVAL_WEBHOOK_URL": webhook_url, "SANDFLEET_APPROVAL_WEBHOOK_SECRET": WEBHOOK_SECRET}
+        env |= {
+            "SANDFLEET_APPROVAL_WEBHOOK_URL": webhook_url,
+            "SANDFLEET_APPROVAL_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        }
     return env | more
 
 

@@ -46,7 +46,9 @@ def test_an_approved_call_runs_once_after_the_job_was_suspended_without_a_contai
     approval_fleet: FleetWorker,
 ) -> None:
     client, data = approval_fleet.client, approval_fleet.fleet.data_dir
-    job = client.submit("Refund order one", tools=["lookup_order", "issue_refund"], model=approval_fleet.model)
+    job = client.submit(
+        "Refund order one", tools=["lookup_order", "issue_refund"], model=approval_fleet.model
+    )
     wait_for(lambda: job.status() == JobStatus.AWAITING_APPROVAL, what="the job to be suspended")
     # No container is held while a person decides (its removal runs in the background: a moment).
     wait_for(lambda: own_containers(approval_fleet) == [], 10, what="the suspended run's container to go")
@@ -105,13 +107,17 @@ def test_an_approved_call_runs_once_after_the_job_was_suspended_without_a_contai
     assert [e["tool"] for e in ledger(data)] == ["lookup_order", "issue_refund"]
 
 
-def test_a_denial_raises_tool_denied_error_in_the_program_with_the_reason(approval_fleet: FleetWorker) -> None:
+def test_a_denial_raises_tool_denied_error_in_the_program_with_the_reason(
+    approval_fleet: FleetWorker,
+) -> None:
     client, data = approval_fleet.client, approval_fleet.fleet.data_dir
     before = len(ledger(data))
     job = client.submit("Refund order two", tools=["issue_refund"], model=approval_fleet.model)
     wait_for(lambda: pending_of(approval_fleet, job.job_id), what="the request")
     [request] = pending_of(approval_fleet, job.job_id)
-    denied = sandfleet(approval_fleet, "approvals", "deny", request.id, "--reason", "duplicate refund", "--by", "bo")
+    denied = sandfleet(
+        approval_fleet, "approvals", "deny", request.id, "--reason", "duplicate refund", "--by", "bo"
+    )
     assert denied.returncode == 0, denied.stderr
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.status == JobStatus.SUCCEEDED, result.error

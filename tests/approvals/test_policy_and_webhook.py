@@ -33,7 +33,7 @@ def test_a_job_adds_a_gated_tool_its_secret_argument_is_redacted_and_the_webhook
     assert shown.returncode == 0 and "hunter2" not in shown.stdout
     assert json.loads(shown.stdout)["call_sha256"] == request.call_sha256
     text = sandfleet(approval_fleet, "approvals", "show", request.id)
-    assert "connect_crm" in text.stdout and "connect_crm(user=\"ana\"" in text.stdout  # the program shown
+    assert "connect_crm" in text.stdout and 'connect_crm(user="ana"' in text.stdout  # the program shown
 
     # The webhook: one POST for the request, its HMAC over "timestamp.body" checks with the secret.
     def mine() -> list[tuple[dict[str, str], bytes]]:
@@ -65,15 +65,20 @@ def test_a_batch_where_half_the_jobs_wait_for_approval(approval_fleet: FleetWork
     client, data = approval_fleet.client, approval_fleet.fleet.data_dir
     refunds_before = sum(e["tool"] == "issue_refund" for e in ledger(data))
     specs = [
-        {"question": "Refund order one" if i % 2 else "Look up order five", "model": approval_fleet.model,
-         "tools": ["lookup_order", "issue_refund"]}
+        {
+            "question": "Refund order one" if i % 2 else "Look up order five",
+            "model": approval_fleet.model,
+            "tools": ["lookup_order", "issue_refund"],
+        }
         for i in range(6)
     ]
     batch = client.submit_batch(specs)
     waiting = [j for i, j in enumerate(batch.jobs()) if i % 2]
     wait_for(
-        lambda: batch.progress().counts.get("awaiting_approval") == 3
-        and batch.progress().counts.get("succeeded") == 3,
+        lambda: (
+            batch.progress().counts.get("awaiting_approval") == 3
+            and batch.progress().counts.get("succeeded") == 3
+        ),
         what="three jobs done and three waiting",
     )
     wait_for(lambda: own_containers(approval_fleet) == [], 10, what="no container while they wait")

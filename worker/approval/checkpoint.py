@@ -13,7 +13,14 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.core.chain import sha256_hex
-from sandfleet.core.contracts import AttemptRecord, AuditEvent, AuditKind, JobStatus, TokenUsage, ToolCallRecord
+from sandfleet.core.contracts import (
+    AttemptRecord,
+    AuditEvent,
+    AuditKind,
+    JobStatus,
+    TokenUsage,
+    ToolCallRecord,
+)
 
 
 class Checkpoint(BaseModel):
@@ -35,7 +42,7 @@ class Checkpoint(BaseModel):
         return sha256_hex(self.model_dump_json())
 
 
-class JobSuspended(Exception):  # noqa: N818 - a signal to the delivery, not an error
+class JobSuspended(Exception):
     """Raised by the engine when a run stopped to wait for decisions; the delivery suspends the job."""
 
     def __init__(self, checkpoint: Checkpoint) -> None:

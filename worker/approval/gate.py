@@ -112,7 +112,14 @@ class RunGate:
     """The gate of one program run (thread-safe: calls arrive from the program's threads)."""
 
     def __init__(
-        self, service: ApprovalService, *, job_id: str, spec: JobSpec, attempt: int, program: str, audit: Emitter
+        self,
+        service: ApprovalService,
+        *,
+        job_id: str,
+        spec: JobSpec,
+        attempt: int,
+        program: str,
+        audit: Emitter,
     ) -> None:
         self.service = service
         self.store = service.store
@@ -194,7 +201,9 @@ class RunGate:
                 return Admission("abandoned", rid)
             if time.time() > request.deadline:  # no sweep needed to time out a call that is waiting here
                 try:
-                    self.store.decide(rid, ApprovalStatus.TIMED_OUT, by="timeout", reason="no decision in time")
+                    self.store.decide(
+                        rid, ApprovalStatus.TIMED_OUT, by="timeout", reason="no decision in time"
+                    )
                 except (ApprovalDecidedError, ApprovalWithdrawnError):
                     pass  # decided meanwhile: the next look sees it
                 continue
@@ -218,7 +227,9 @@ class RunGate:
             if taken == "go":
                 return Admission("run", rid)
             if taken == "final":
-                return Admission("denied", rid, message=f"call to {tool} refused: job {self.job_id} has ended")
+                return Admission(
+                    "denied", rid, message=f"call to {tool} refused: job {self.job_id} has ended"
+                )
             request = self.store.get(rid)  # taken meanwhile by another delivery of the job
             status = request.status
         if status == ApprovalStatus.EXECUTED and request.outcome is not None:

@@ -25,7 +25,9 @@ def is_gated(tool: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(tool, pattern) for pattern in patterns)
 
 
-def named_arguments(bound: inspect.BoundArguments | None, args: list[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+def named_arguments(
+    bound: inspect.BoundArguments | None, args: list[Any], kwargs: dict[str, Any]
+) -> dict[str, Any]:
     """The call's arguments by parameter name (what an approver reads); positional ones the signature
     cannot name are shown as ``args``."""
     if bound is None:

@@ -262,7 +262,9 @@ class ToolBridge:
             raise
         except Exception as e:
             if approval is not None:
-                self.gate.executed(approval[1], {"ok": False, "type": type(e).__name__, "message": _message(e)})
+                self.gate.executed(
+                    approval[1], {"ok": False, "type": type(e).__name__, "message": _message(e)}
+                )
             raise
         if approval is not None:
             self.gate.executed(approval[1], {"ok": True, "value": value})

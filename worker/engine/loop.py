@@ -150,7 +150,9 @@ def _answer(
         else:
             outcome = _ask_model(model, messages, number, usage, phase, audit)
             if isinstance(outcome, ErrorInfo):
-                return _finish(job_id, JobStatus.FAILED, outcome, attempts, usage, phase, began, model_name, audit)
+                return _finish(
+                    job_id, JobStatus.FAILED, outcome, attempts, usage, phase, began, model_name, audit
+                )
             reply_text, usage = outcome
             messages.append({"role": "assistant", "content": reply_text})
             program = extract_program(reply_text)

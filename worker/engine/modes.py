@@ -9,9 +9,9 @@ from sandfleet.core.errors import InvalidSpecError
 from sandfleet.worker.approval.policy import approval_patterns, is_gated
 from sandfleet.worker.engine.chat import run_chat_job
 from sandfleet.worker.engine.loop import run_job as run_code_action_job
+from sandfleet.worker.engine.outcome import refused
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.engine.shell import run_shell_job
-from sandfleet.worker.engine.outcome import refused
 from sandfleet.worker.engine.toolloop import AuditSink
 
 RUNNERS = {JobMode.CODE_ACTION: run_code_action_job, JobMode.SHELL: run_shell_job, JobMode.CHAT: run_chat_job}
@@ -31,7 +31,14 @@ def run_job(
                 f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval, which "
                 f"only code-action jobs support; {spec.mode.value} jobs cannot name them"
             )
-            return refused(job_id, spec.mode, spec.model or services.settings.model, InvalidSpecError(message), time.perf_counter(), audit)
+            return refused(
+                job_id,
+                spec.mode,
+                spec.model or services.settings.model,
+                InvalidSpecError(message),
+                time.perf_counter(),
+                audit,
+            )
     return RUNNERS[spec.mode](spec, job_id, services=services, audit=audit, base_url=base_url)
 
 
