@@ -121,6 +121,11 @@ def show_result(result: JobResult, as_json: bool) -> None:
 @click.command()
 @click.argument("question")
 @click.option("--tools", default="", help="Comma-separated names of the tools the job may call.")
+@click.option(
+    "--approval-tools",
+    default="",
+    help="Comma-separated tools (names, globs) this job adds to the approval policy.",
+)
 @click.option("--model", default=None, help="provider:model (default: the worker's).")
 @mode_option
 @sandbox_option
@@ -134,6 +139,7 @@ def show_result(result: JobResult, as_json: bool) -> None:
 def submit(
     question: str,
     tools: str,
+    approval_tools: str,
     model: str | None,
     mode: str | None,
     options: tuple[str, ...],
@@ -156,6 +162,8 @@ def submit(
         if v is not None
     }
     fields: dict[str, Any] = {"tools": split_list(tools), "sandbox": parse_options(options)}
+    if approval_tools:
+        fields["approval_tools"] = split_list(approval_tools)
     if model:
         fields["model"] = model
     if mode:
