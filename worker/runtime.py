@@ -23,6 +23,7 @@ from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -61,6 +62,7 @@ class RunResult:
     result_text: str | None = None
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     limits_hit: list[Limit] = field(default_factory=list)
+    network_denied: list[dict[str, Any]] = field(default_factory=list)  # refused by the egress proxy
     oom_killed: bool = False
     agent_killed: bool = False  # the program killed its sandbox's agent process (not a limit)
     error: str | None = None
@@ -173,6 +175,7 @@ class ProgramRuntime:
                 max_request=settings.max_request_bytes,
             )
             ended = time.monotonic()
+            denied = take_denials(container)  # before release: a released sandbox's file is gone
         finally:
             bridge.close()
             self.pool.release(container)
@@ -182,6 +185,8 @@ class ProgramRuntime:
             limits.append(Limit.TOOL_CALLS)
         if done.result_overflow:
             limits.append(Limit.RESULT_SIZE)
+        if denied:
+            limits.append(Limit.NETWORK)
         error = done.protocol_error if not done.timed_out else None
         if done.result_overflow and error is None:
             error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"
@@ -199,6 +204,7 @@ class ProgramRuntime:
             else None,
             tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
             limits_hit=limits,
+            network_denied=denied,
             oom_killed=done.oom_killed,
             agent_killed=done.agent_killed,
             error=error,

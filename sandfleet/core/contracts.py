@@ -166,6 +166,21 @@ class ToolCallRecord(_Strict):
     approval_id: str | None = Field(None, description="the approval request that let this call run")
 
 
+def _field_of(item: Any, name: str) -> list[Any]:
+    value = item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+    return list(value or [])
+
+
+class NetworkDenial(_Strict):
+    """One connection the egress proxy refused (network "restricted"): where to, and why."""
+
+    host: str
+    port: int
+    reason: str
+    method: str | None = None
+    sni: str | None = Field(None, description="the TLS server name the program sent, when it differed")
+
+
 class AttemptRecord(_Strict):
     """One program the model wrote and what happened when it ran."""
 
@@ -181,6 +196,7 @@ class AttemptRecord(_Strict):
     stderr_tail: str = ""
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     limits_hit: list[Limit] = Field(default_factory=list)
+    network_denied: list[NetworkDenial] = Field(default_factory=list)
     failure: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -229,6 +245,7 @@ class SessionRecord(_Strict):
     lifetime_s: float = Field(0.0, description="seconds the sandbox lived")
     ended: str = Field("", description="why it ended: job ended, died (...), idle cap, lifetime cap")
     limits_hit: list[Limit] = Field(default_factory=list)
+    network_denied: list[NetworkDenial] = Field(default_factory=list)
 
 
 class JobResult(_Strict):
@@ -254,6 +271,23 @@ class JobResult(_Strict):
     turns: list[TurnRecord] = Field(default_factory=list)
     session: SessionRecord | None = None
     limits_hit: list[Limit] = Field(default_factory=list, description="caps of the tool-calling loop hit")
+    network_denied: list[NetworkDenial] = Field(
+        default_factory=list,
+        description="connections the egress proxy refused, all attempts (or the session)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _network_denied_of_runs(cls, data: Any) -> Any:
+        """Filled from the attempts (or the session) when not given: every refusal of the job."""
+        if isinstance(data, dict) and "network_denied" not in data:
+            found: list[Any] = []
+            for attempt in data.get("attempts") or []:
+                found += _field_of(attempt, "network_denied")
+            found += _field_of(data.get("session"), "network_denied")
+            if found:
+                data = {**data, "network_denied": found}
+        return data
 
 
 class AuditEvent(_Strict):

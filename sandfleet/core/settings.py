@@ -124,6 +124,27 @@ class Settings(BaseSettings):
         DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S, gt=0, description="the longest one sandbox_exec may run (seconds)"
     )
 
+    policy_allow_hosts: CommaList = Field(
+        default_factory=list,
+        description="the widest allow-list of network 'restricted' (names, *.suffix, optional :port); "
+        "jobs may only narrow it; empty: no job may use restricted",
+    )
+
+    # The egress proxy of network "restricted" (worker/egress/).
+    egress_network: str = Field("sandfleet-egress", description="the Docker network of restricted sandboxes")
+    egress_bridge: str = Field("sfegress0", max_length=15, description="its bridge interface on the host")
+    egress_subnet: str = Field(
+        "10.213.213.0/24", description="its subnet; the proxy listens on the first address"
+    )
+    egress_proxy_port: int = Field(3128, ge=1, le=65535, description="the proxy's port on that address")
+    egress_state_dir: str = Field(
+        "/run/sandfleet-egress",
+        description="the proxy's folders (one per network: config, allow-lists, denials)",
+    )
+    egress_hosts_file: str = Field(
+        "/etc/hosts", description="names the proxy resolves before DNS (a private mirror, a test service)"
+    )
+
     # Human approval of bridged calls (sandfleet/core/approvals.py, worker/approval/).
     approval_tools: CommaList = Field(
         default_factory=list,
