@@ -16,13 +16,10 @@ from __future__ import annotations
 import getpass
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import Any
 
 from sandfleet.core.approvals import ApprovalRequest, ApprovalStatus, ApprovalStore
 from sandfleet.core.errors import ApprovalDecidedError
-
-if TYPE_CHECKING:
-    from sandfleet.producer.client import Client
 
 log = logging.getLogger("sandfleet.producer")
 
@@ -36,12 +33,13 @@ def approver_name() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def approval_store(client: Client) -> ApprovalStore:
+def approval_store(client: Any) -> ApprovalStore:
+    """The store on ``client``'s connection (a ``Client``; typed loosely: the client imports this module)."""
     return ApprovalStore(client.redis, client.keys, client.settings.retention_s)
 
 
 def decide(
-    client: Client,
+    client: Any,
     request_id: str,
     decision: ApprovalStatus,
     *,

@@ -26,6 +26,8 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   the requests of the job's gated calls (sandfleet/core/approvals.py).
 ``{p}:job:{id}:checkpoint``       string, the suspended job's engine state (JSON) while it awaits a
                                   decision; its digest is in the chain's ``awaiting_approval`` event.
+                                  (These two exist only for jobs with gated calls, each written with
+                                  the retention as its TTL; not in ``job_keys``.)
 
 Per batch (expire like the jobs):
 
@@ -109,8 +111,6 @@ class FleetKeys:
             self.deliveries(job_id),
             self.final_guard(job_id),
             self.done(job_id),
-            self.job_approvals(job_id),
-            self.checkpoint(job_id),
         )
 
     # -- per batch ----------------------------------------------------------------------------
