@@ -24,6 +24,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from sandfleet.core.approvals import ApprovalRequest
 from sandfleet.core.artifacts import ArtifactStore, open_artifact_store, with_artifact_digests
 from sandfleet.core.bundle import write_bundle
 from sandfleet.core.cancel import CancelRequests
@@ -466,6 +467,44 @@ class Client:
                 outcome, status = requests.request(job_id, who)
                 reports.append(CancelReport(job_id, outcome, status))
         return reports
+
+    # -- approvals ----------------------------------------------------------------------------
+    def approvals(
+        self, *, pending_only: bool = True, job_id: str | None = None, limit: int = 100
+    ) -> list[ApprovalRequest]:
+        """Approval requests, oldest first: the pending ones (default), or all, or one job's."""
+        from sandfleet.producer.approvals import approval_store
+
+        with self.redis_errors():
+            return approval_store(self).requests(pending_only=pending_only, job_id=job_id, limit=limit)
+
+    def approval(self, request_id: str) -> ApprovalRequest:
+        """One request (ApprovalNotFoundError if there is none)."""
+        from sandfleet.producer.approvals import approval_store
+
+        with self.redis_errors():
+            return approval_store(self).get(request_id)
+
+    def approve(self, request_id: str, *, by: str | None = None, call_sha256: str = "") -> ApprovalRequest:
+        """Approve the request's call, once (``call_sha256``: refuse unless it is the call you saw).
+
+        Raises:
+            ApprovalNotFoundError, ApprovalDecidedError (decided before, or timed out),
+            ApprovalWithdrawnError (its job ended), ApprovalMismatchError.
+        """
+        from sandfleet.core.approvals import ApprovalStatus
+        from sandfleet.producer.approvals import decide
+
+        return decide(self, request_id, ApprovalStatus.APPROVED, by=by, call_sha256=call_sha256)
+
+    def deny(self, request_id: str, reason: str, *, by: str | None = None) -> ApprovalRequest:
+        """Deny the request's call: the program gets ToolDeniedError with ``reason``. Errors as approve."""
+        from sandfleet.core.approvals import ApprovalStatus
+        from sandfleet.producer.approvals import decide
+
+        if not reason.strip():
+            raise InvalidSpecError("a denial needs a reason (the program and the audit show it)")
+        return decide(self, request_id, ApprovalStatus.DENIED, by=by, reason=reason)
 
     # -- verifying ----------------------------------------------------------------------------
     def key_ring(self) -> KeyRing:

@@ -102,6 +102,7 @@ class WorkerState:
         self._presence: WorkerPresence | None = None
         self._services: Any = None  # EngineServices, imported on first use
         self._last_reap = 0.0
+        self._publisher: JobPublisher | None = None
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -138,6 +139,7 @@ class WorkerState:
         self.load_signer(name)
         store = self.store
         publisher = JobPublisher(self.app, self.settings)
+        self._publisher = publisher
         presence = WorkerPresence(
             store.redis,
             FleetKeys(self.settings.key_prefix),
@@ -145,7 +147,7 @@ class WorkerState:
             self.app,
             queue_name(self.settings),
             owner_label=Owner.current().label(),
-            on_sweep=self.reap_local_leftovers,
+            on_sweep=self.after_sweep,
             republish=lambda job_id: publisher.republish(store.reader, job_id),
         )
         requests = CancelRequests(store.redis, store.keys, self.settings.retention_s)
@@ -175,6 +177,7 @@ class WorkerState:
         from sandfleet.worker.engine import EngineServices, run_job
 
         store = self.store
+        approvals = self.approvals()  # before the lock: it reads the store, which takes it too
         with self._lock:
             if self._services is None:
                 self._services = EngineServices.start(
@@ -182,6 +185,7 @@ class WorkerState:
                     max_sandboxes=self.max_sandboxes,
                     artifacts=open_artifact_store(self.settings, store.redis),
                 )
+                self._services.approvals = approvals
             services = self._services
 
         def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
@@ -189,7 +193,36 @@ class WorkerState:
 
         return run
 
+    def approvals(self) -> Any:
+        """The worker's ApprovalService (worker/approval/gate.py): its store, policy and webhook."""
+        from sandfleet.core.approvals import ApprovalStore
+        from sandfleet.worker.approval.gate import ApprovalService
+
+        store = self.store
+        worker = store.signer.worker if store.signer else ""
+        return ApprovalService(
+            ApprovalStore(store.redis, store.keys, self.settings.retention_s), self.settings, worker
+        )
+
     # -- while running --------------------------------------------------------------------------
+
+    def republish(self, job_id: str) -> bool:
+        """Publish a queued job's message again (a decision freed a suspended job); False if it ended."""
+        publisher = self._publisher or JobPublisher(self.app, self.settings)
+        try:
+            return publisher.republish(self.store.reader, job_id)
+        except Exception as e:  # the reconciliation finds a queued job without a message and publishes it
+            log.warning("could not publish job %s again: %s", job_id, e)
+            return False
+
+    def after_sweep(self, report: SweepReport | None = None) -> None:
+        """After each recovery sweep: time out overdue approval requests (their jobs resume with a
+        denial), then reap dead owners' containers."""
+        try:
+            self.approvals().expire(self.republish)
+        except Exception as e:
+            log.warning("timing out approval requests failed: %s", e)
+        self.reap_local_leftovers(report)
 
     def running_elsewhere(self, job_id: str, worker: str) -> bool:
         """Whether ``job_id`` runs right now on ``worker`` (another live worker, or another delivery here)."""

@@ -62,6 +62,8 @@ from sandfleet.core.settings import (
     DEFAULT_TRANSIENT_RETRIES,
 )
 from sandfleet.core.store import JobStore, Transition
+from sandfleet.worker.approval.checkpoint import JobSuspended
+from sandfleet.worker.approval.suspend import suspend_job
 from sandfleet.worker.cancel.scope import CancelToken, RunningScopes
 from sandfleet.worker.jobend import JobEnd
 from sandfleet.worker.state import JobRunner, WorkerState
@@ -88,6 +90,7 @@ def run_delivery(
     running_elsewhere: Callable[[str, str], bool] = lambda job_id, worker: False,
     job_end: JobEnd | None = None,
     scopes: RunningScopes | None = None,
+    republish: Callable[[str], Any] | None = None,
 ) -> JobStatus | None:
     """Handle one delivery of a job's message; returns the status it recorded (None: nothing to do).
 
@@ -97,7 +100,9 @@ def run_delivery(
 
     ``running_elsewhere(job_id, worker)`` says whether the job is running right now on that (live)
     worker: a duplicate delivered meanwhile is then dropped instead of running the job twice. A job
-    whose worker died is run again.
+    whose worker died is run again. A job suspended waiting for an approval is not run (its decision
+    publishes it again); a run that stops to wait suspends the job, and ``republish`` publishes it at
+    once if a decision came meanwhile.
 
     Raises:
         TransientError: infrastructure failed and ``last_try`` is false; the record is back to
@@ -122,6 +127,10 @@ def run_delivery(
         return None
     if record.status.is_final:
         log.info("job %s: duplicate delivery, it already ended %s", job_id, record.status)
+        return None
+    if record.status == JobStatus.AWAITING_APPROVAL:
+        store.record_rejected("delivery while the job awaits approval", job_id=job_id)
+        log.info("job %s: delivered while it awaits an approval: dropped (its decision resumes it)", job_id)
         return None
     if record.status == JobStatus.RUNNING and record.worker and running_elsewhere(job_id, record.worker):
         store.record_rejected("duplicate delivery while the job runs", job_id=job_id, worker=record.worker)
@@ -168,6 +177,9 @@ def run_delivery(
             result = run(spec, job_id, audit)
         except JobCancelledError:
             pass  # the engine unwound on the cancel: ended below
+        except JobSuspended as e:  # a call waits for a person: the job waits in Redis, not here
+            if not token.cancelled:
+                return suspend_job(store, job_id, e.checkpoint, audit, republish)
         except TransientError as e:
             if not token.cancelled:
                 what, kind = _unavailable(e)
@@ -256,6 +268,7 @@ def register_task(app: Celery, state: WorkerState) -> None:
                     running_elsewhere=state.running_elsewhere,
                     job_end=state.job_end,
                     scopes=state.scopes,
+                    republish=state.republish,
                 )
         except TransientError as e:
             raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e

@@ -26,6 +26,11 @@ mode_option = click.option(
 # Applied bottom-up: the options appear in --help in this order.
 _JOB_OPTIONS = (
     click.option("--tools", default=None, help="Comma-separated names of the tools the job may call."),
+    click.option(
+        "--approval-tools",
+        default=None,
+        help="Comma-separated tools (names, globs) the job adds to the approval policy (never removes).",
+    ),
     click.option("--model", default=None, help="provider:model (default: the worker's)."),
     mode_option,
     sandbox_option,
@@ -76,6 +81,7 @@ def parse_metadata(pairs: tuple[str, ...]) -> dict[str, Any]:
 def job_fields(
     *,
     tools: str | None,
+    approval_tools: str | None = None,
     model: str | None,
     mode: str | None,
     options: tuple[str, ...],
@@ -89,6 +95,8 @@ def job_fields(
     fields: dict[str, Any] = {}
     if tools is not None:
         fields["tools"] = [part.strip() for part in tools.split(",") if part.strip()]
+    if approval_tools is not None:
+        fields["approval_tools"] = [part.strip() for part in approval_tools.split(",") if part.strip()]
     if model:
         fields["model"] = model
     if mode:

@@ -29,6 +29,7 @@ MAX_METADATA_CHARS = 10_000
 MAX_TOOLS = 100
 
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+_TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!]{1,100}$")  # a tool name or an fnmatch glob of names
 _MODEL_NAME = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -64,6 +65,10 @@ class JobSpec(_Strict):
     history: list[Turn] = Field(default_factory=list)
     mode: JobMode = JobMode.CODE_ACTION
     tools: list[str] = Field(default_factory=list, description="allow-list of tool names")
+    approval_tools: list[str] = Field(
+        default_factory=list,
+        description="tools (names, globs) this job adds to the operator's approval policy; it cannot remove any",
+    )
     model: str | None = Field(None, description="provider:model; the worker's default when unset")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="SandboxConfig options to override")
     code_action: CodeActionSettings = Field(default_factory=CodeActionSettings)
@@ -109,6 +114,16 @@ class JobSpec(_Strict):
         for name in v:
             if not _TOOL_NAME.match(name):
                 raise ValueError(f"tool names are Python identifiers, got {name!r}")
+        return list(dict.fromkeys(v))
+
+    @field_validator("approval_tools")
+    @classmethod
+    def _approval_patterns(cls, v: list[str]) -> list[str]:
+        if len(v) > MAX_TOOLS:
+            raise ValueError(f"{len(v)} approval tools named; the limit is {MAX_TOOLS}")
+        for pattern in v:
+            if not _TOOL_PATTERN.match(pattern):
+                raise ValueError(f"approval tools are tool names or globs like send_*, got {pattern!r}")
         return list(dict.fromkeys(v))
 
     @field_validator("model")
@@ -191,6 +206,7 @@ class ToolCallRecord(_Strict):
     result_size: int = 0
     duration_ms: float = 0.0
     replayed: bool = False
+    approval_id: str | None = Field(None, description="the approval request that let this call run")
 
 
 def _field_of(item: Any, name: str) -> list[Any]:

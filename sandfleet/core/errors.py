@@ -16,6 +16,11 @@
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     │   └── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
     ├── JobCancelledError         a cancel request stopped the job (the engine unwinds on it)
+    ├── ApprovalError             an approval decision that cannot be made
+    │   ├── ApprovalNotFoundError     no request with that id
+    │   ├── ApprovalDecidedError      decided already (approved, denied, timed out): decisions are once
+    │   ├── ApprovalWithdrawnError    the request's job ended: it can never run
+    │   └── ApprovalMismatchError     the call's hash is not the one the approver was shown
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -102,3 +107,26 @@ class JobNotFoundError(SandfleetError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "job not found"
+
+
+class ApprovalError(SandfleetError):
+    """An approval decision that cannot be made (the message says why)."""
+
+
+class ApprovalNotFoundError(ApprovalError, KeyError):
+    """No approval request has that id (never made, or past retention)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "approval request not found"
+
+
+class ApprovalDecidedError(ApprovalError):
+    """The request was decided already (approved, denied or timed out): a request is decided once."""
+
+
+class ApprovalWithdrawnError(ApprovalError):
+    """The request's job ended (finished, failed, timed out, cancelled): the call can never run."""
+
+
+class ApprovalMismatchError(ApprovalError):
+    """The approver named a call hash other than the request's: the arguments are not the ones shown."""

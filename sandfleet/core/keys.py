@@ -29,6 +29,12 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   a worker that sees it never starts the job, or stops it
                                   (sandfleet/core/cancel.py). Only once requested; it expires with
                                   the retention from the request.
+``{p}:job:{id}:approvals``        hash, ``{attempt}:{call sha256}:{occurrence}`` -> approval request id:
+                                  the requests of the job's gated calls (sandfleet/core/approvals.py).
+``{p}:job:{id}:checkpoint``       string, the suspended job's engine state (JSON) while it awaits a
+                                  decision; its digest is in the chain's ``awaiting_approval`` event.
+                                  (These two exist only for jobs with gated calls, each written with
+                                  the retention as its TTL; not in ``job_keys``.)
 
 Per batch (expire like the jobs):
 
@@ -55,6 +61,11 @@ Fleet-wide:
 ``{p}:recovery:lock``             string with a short TTL: one recovery sweep at a time.
 ``{p}:recovered``                 stream (capped), jobs handed back after their worker died.
 ``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
+``{p}:approval:{id}``             hash, one approval request: ``request`` (its JSON: job, question,
+                                  program, tool, redacted arguments, call hash), ``status``,
+                                  ``deadline``, ``decided_by``/``decided_at``/``reason``, ``outcome``.
+``{p}:approvals``                 sorted set, every request id scored by when it was asked.
+``{p}:approvals:pending``         sorted set, undecided request ids scored by their deadline.
 ``{p}:signing_keys``              hash, key id -> KeyInfo JSON (worker, Ed25519 public key, status):
                                   every worker's public keys, active, retired and revoked. Never
                                   expires: old chains stay checkable (sandfleet/core/key_registry.py).
@@ -103,6 +114,12 @@ class FleetKeys:
     def cancel(self, job_id: str) -> str:
         return f"{self.job(job_id)}:cancel"
 
+    def job_approvals(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:approvals"
+
+    def checkpoint(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:checkpoint"
+
     def job_keys(self, job_id: str) -> tuple[str, ...]:
         """Every key of one job (what retention expires and what cleanup deletes)."""
         return (
@@ -119,6 +136,18 @@ class FleetKeys:
 
     def batch_counts(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}:counts"
+
+    # -- approvals ----------------------------------------------------------------------------
+    def approval(self, request_id: str) -> str:
+        return f"{self.prefix}:approval:{request_id}"
+
+    @property
+    def approvals(self) -> str:
+        return f"{self.prefix}:approvals"
+
+    @property
+    def approvals_pending(self) -> str:
+        return f"{self.prefix}:approvals:pending"
 
     # -- fleet-wide ---------------------------------------------------------------------------
     @property

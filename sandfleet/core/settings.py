@@ -36,6 +36,8 @@ DEFAULT_ARTIFACT_MAX_FILE_BYTES = 32 * 1024**2
 DEFAULT_ARTIFACT_MAX_JOB_BYTES = 64 * 1024**2
 DEFAULT_ARTIFACT_MAX_FILES = 100
 ARTIFACT_STORES = ("redis", "filesystem")
+DEFAULT_APPROVAL_TIMEOUT_S = 3600.0  # a request nobody decides is denied after an hour
+DEFAULT_APPROVAL_GRACE_S = 3.0  # how long a program waits for a decision before its job is suspended
 
 
 def _comma_list(value: Any) -> Any:
@@ -171,6 +173,29 @@ class Settings(BaseSettings):
         if v not in ARTIFACT_STORES:
             raise ValueError(f"unknown artifact store {v!r}: use {' or '.join(ARTIFACT_STORES)}")
         return v
+
+    # Human approval of bridged calls (sandfleet/core/approvals.py, worker/approval/).
+    approval_tools: CommaList = Field(
+        default_factory=list,
+        description="tools whose calls need a person's approval: names and globs (fnmatch), MCP tools included",
+    )
+    approval_timeout_s: float = Field(
+        DEFAULT_APPROVAL_TIMEOUT_S, gt=0, description="a request not decided in this long is denied (seconds)"
+    )
+    approval_grace_s: float = Field(
+        DEFAULT_APPROVAL_GRACE_S,
+        ge=0,
+        description="seconds a program waits for a decision before its container is destroyed and the job suspended",
+    )
+    approval_redact: CommaList = Field(
+        default_factory=list, description="argument field names shown as *** to approvers and webhooks"
+    )
+    approval_webhook_url: str | None = Field(
+        None, description="POSTed (JSON, HMAC-signed) when a request starts waiting"
+    )
+    approval_webhook_secret: str | None = Field(
+        None, description="the HMAC-SHA256 key of the webhook's X-Sandfleet-Signature header"
+    )
 
     @field_validator("policy_networks")
     @classmethod

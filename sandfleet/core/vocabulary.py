@@ -17,6 +17,7 @@ class JobStatus(StrEnum):
     TIMED_OUT = "timed_out"
     REFUSED = "refused"
     CANCELLED = "cancelled"  # someone asked for it to stop (`sandfleet cancel`): final, like the others
+    AWAITING_APPROVAL = "awaiting_approval"  # suspended for a decision: no container, no slot, not final
 
     @property
     def is_final(self) -> bool:
@@ -89,6 +90,7 @@ class AuditKind(StrEnum):
     CANCEL = (
         "cancel"  # a running job was stopped by a cancel request: its sandboxes killed, model call dropped
     )
+    APPROVAL = "approval"  # a gated call's request: requested, decided, resumed (core/approvals.py)
 
 
 class Limit(StrEnum):

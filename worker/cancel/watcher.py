@@ -81,7 +81,7 @@ class CancelWatcher:
         status = self.store.status(job_id)
         if status is None or status.is_final:
             self.requests.settle(job_id)
-        elif status == JobStatus.QUEUED:
+        elif status in (JobStatus.QUEUED, JobStatus.AWAITING_APPROVAL):  # not running anywhere: end it here
             queued = self.requests.requested(job_id)
             if queued is not None and self.requests.claim(job_id):
                 self.end_queued(job_id, queued)

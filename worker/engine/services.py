@@ -20,6 +20,7 @@ from sandfleet.worker.shell.keeper import SessionKeeper
 from sandfleet.worker.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from sandfleet.worker.approval.gate import ApprovalService
     from sandfleet.worker.mcp.catalog import ToolCatalog
     from sandfleet.worker.mcp.sessions import McpSessions
 
@@ -58,6 +59,9 @@ class EngineServices:
         self.runtime = ProgramRuntime(pool, registry, policy)
         self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
+        # Human approval of gated calls (worker/approval/gate.py ApprovalService): set by a fleet
+        # worker, None elsewhere (``sandfleet ask``), where jobs with gated tools are refused.
+        self.approvals: ApprovalService | None = None
         self._lock = threading.Lock()
 
     @classmethod
