@@ -184,3 +184,31 @@ def test_a_suspended_job_whose_request_times_out_resumes_with_the_denial(quick_f
     assert len(ledger(data)) == before
     with pytest.raises(ApprovalDecidedError):
         client.approve(client.approvals(job_id=job.job_id)[0].id)
+
+
+def test_cancelling_a_suspended_job_withdraws_its_request_and_the_call_never_runs(
+    approval_fleet: FleetWorker,
+) -> None:
+    """Cancel (issue 13) meets approvals (issue 16): a job that waits in Redis for a person, with no
+    container and no worker holding it, ends ``cancelled``; the request is withdrawn, so a late
+    approval is refused and the gated tool never runs."""
+    client, data = approval_fleet.client, approval_fleet.fleet.data_dir
+    before = len(ledger(data))
+    job = client.submit(
+        "Refund order one", tools=["lookup_order", "issue_refund"], model=approval_fleet.model
+    )
+    wait_for(lambda: job.status() == JobStatus.AWAITING_APPROVAL, what="the job to be suspended")
+    [request] = pending_of(approval_fleet, job.job_id)
+
+    cancelled = sandfleet(approval_fleet, "cancel", job.job_id)
+    assert cancelled.returncode == 0, cancelled.stdout + cancelled.stderr
+    wait_for(lambda: job.status() == JobStatus.CANCELLED, what="the suspended job to end cancelled")
+    assert client.approval(request.id).status == ApprovalStatus.WITHDRAWN
+    with pytest.raises(ApprovalWithdrawnError):
+        client.approve(request.id)
+    assert [e["tool"] for e in ledger(data)[before:]] == ["lookup_order"]  # the refund never ran
+    assert own_containers(approval_fleet) == []
+    assert [e.data["status"] for e in job.audit() if e.kind == "state"][-2:] == [
+        "awaiting_approval",
+        "cancelled",
+    ]
