@@ -35,6 +35,9 @@ HELPER_FILES = {  # copied into the proxy's folder, which Squid's user can read
 }
 ERROR_PAGE = "ERR_SANDFLEET_DENIED"
 SYSTEM_PYTHON = "/usr/bin/python3"
+# The proxies this process started, by folder: kept so the child is reaped when it ends (a dropped
+# Popen of a running child is a ResourceWarning), never waited for (it outlives this process).
+_STARTED: dict[Path, subprocess.Popen[bytes]] = {}
 
 
 class EgressError(SandboxError):
@@ -204,6 +207,7 @@ def ensure_proxy(config: ProxyConfig) -> int:
             tail = " ".join(p.read_text(errors="replace")[-600:] for p in logs if p.exists())
             raise EgressError(f"the egress proxy exited at start (code {process.returncode}): {tail}")
         if answers(config.listen_ip, config.port, timeout=0.2) and running_pid(state):
+            _STARTED[state] = process
             return process.pid
         time.sleep(0.05)
     process.kill()
@@ -230,6 +234,9 @@ def stop_proxy(config: ProxyConfig, timeout: float = 10.0) -> None:
         time.sleep(0.05)
     if running_pid(config.state_dir) == pid:
         os.kill(pid, 9)
+    started = _STARTED.pop(config.state_dir, None)
+    if started is not None and started.pid == pid:
+        started.wait(timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover - print a configuration for reading
