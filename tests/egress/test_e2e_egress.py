@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,9 +27,13 @@ from fleet.helpers import (
     stop_worker,
 )
 from sandbox.helpers import BACKENDS
+from sandfleet_testing import skip_or_fail
+from shell.test_install import DEBIAN_WHEELS
 
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.core.settings import Settings
+
+from .test_private_mirror import publish
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis]
 
@@ -42,6 +48,8 @@ print("RESULT: " + json.dumps(answer))
 """
 ALLOWED_QUESTION = "Fetch the greeting of the allowed egress test service"
 DENIED_QUESTION = "Fetch the greeting of the other egress test service"
+INSTALL_QUESTION = "Install sfe2epkg from the mirror and say its value"
+PACKAGE = "sfe2epkg"
 
 
 @dataclass
@@ -55,10 +63,19 @@ def replay_script() -> dict[str, Any]:
     def program(host: str) -> str:
         return "```python\n" + FETCH.format(host=host) + "```"
 
+    def call(tool: str, **arguments: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"name": tool, "arguments": arguments}]}
+
+    install = [
+        call("sandbox_install_package", name=f"{PACKAGE}==2.0"),
+        call("sandbox_exec", command=f"python3 -c 'import {PACKAGE}; print({PACKAGE}.VALUE)'"),
+        'RESULT: "done"',
+    ]
     return {
         "rules": [
             {"match": ALLOWED_QUESTION, "responses": [program("api.egress.test")]},
             {"match": DENIED_QUESTION, "responses": [program("other.egress.test")]},
+            {"match": INSTALL_QUESTION, "system": "Linux sandbox of your own", "responses": install},
         ]
     }
 
@@ -71,13 +88,25 @@ def fleet(
     script = folder / "replay.json"
     script.write_text(json.dumps(replay_script()))
     settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, env=egress_env["env"])
+    wheelhouse = pip_wheelhouse(folder / "wheelhouse")  # pip alone: the packages come from the mirror
+    publish(service.index, PACKAGE, "2.0", "VALUE = 'sfe2epkg from the mirror'\n")
+    env = {**egress_env["env"], "SANDFLEET_WHEELHOUSE_DIR": str(wheelhouse)}
+    worker = start_worker(settings, folder, env=env)
     yield EgressFleet(worker, settings, f"replay:{script}")
     stop_worker(worker)
     r = redis.Redis.from_url(redis_server, decode_responses=True)
     if leftovers := keys_under(r, settings.key_prefix):
         r.delete(*leftovers)
     r.close()
+
+
+def pip_wheelhouse(folder: Path) -> Path:
+    pips = sorted(DEBIAN_WHEELS.glob("pip-*.whl"))
+    if not pips:
+        skip_or_fail(f"no pip wheel in {DEBIAN_WHEELS} (apt-get install python3-pip-whl)")
+    folder.mkdir(mode=0o755)
+    shutil.copyfile(pips[-1], folder / pips[-1].name)
+    return folder
 
 
 def restricted(backend: str) -> dict[str, Any]:
@@ -125,5 +154,38 @@ def test_a_name_off_the_list_is_refused_and_audited(fleet: EgressFleet, backend:
     (audited,) = run.data["network_denied"]
     assert audited == denial.model_dump(mode="json", exclude_none=True)
     assert any(e.kind == AuditKind.LIMIT and "network" in e.data["limits"] for e in events)
+    verified = audit_verify(fleet.settings, job.job_id)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shell_job_installs_from_the_private_mirror(fleet: EgressFleet, backend: str) -> None:
+    sandbox = {"backend": backend, "network": "restricted", "allow_hosts": ["mirror.egress.test"]}
+    job = fleet.worker.client.submit(INSTALL_QUESTION, model=fleet.model, mode="shell", sandbox=sandbox)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    install, run = (turn.calls[0] for turn in result.turns[:2])
+    assert install.ok, install.error
+    assert install.result.startswith(
+        f"installed {PACKAGE}==2.0 from the package index through the egress proxy"
+    )
+    assert run.ok and run.result["stdout"] == "sfe2epkg from the mirror\n", run.result
+    assert result.network_denied == [] and "network" not in result.limits_hit
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shell_job_whose_list_lacks_the_mirror_gets_the_refusal(fleet: EgressFleet, backend: str) -> None:
+    sandbox = {"backend": backend, "network": "restricted", "allow_hosts": ["api.egress.test"]}
+    job = fleet.worker.client.submit(INSTALL_QUESTION, model=fleet.model, mode="shell", sandbox=sandbox)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    install = result.turns[0].calls[0]
+    assert not install.ok and install.error is not None
+    assert (
+        "the egress proxy refused mirror.egress.test:443 (the name is not in the allow-list)" in install.error
+    ), install.error
+    assert {(d.host, d.port) for d in result.network_denied} == {("mirror.egress.test", 443)}
+    assert result.session is not None and result.session.network_denied == result.network_denied
+    assert "network" in result.limits_hit
     verified = audit_verify(fleet.settings, job.job_id)
     assert verified.returncode == 0, (verified.stdout, verified.stderr)
