@@ -9,7 +9,7 @@
 #
 #   SANDFLEET_VENV          virtual environment to create/use (default: <repo>/.venv)
 #   SANDFLEET_SKIP_IMAGES   1: do not build the sandbox images
-#   SANDFLEET_DATA_SCIENCE  1: also build sandfleet/sandbox-ds:py3.11 (numpy, pandas)
+#   SANDFLEET_DATA_SCIENCE  1: also build sandfleet/sandbox-ds:py3.11 (numpy, pandas, matplotlib)
 #   SANDFLEET_DEBIAN_MIRROR Debian mirror for the base image (default: apt's, else deb.debian.org)
 #   SANDFLEET_DOCKERD_LOG, SANDFLEET_REDIS_LOG   log files (default: /var/log/sandfleet-*.log)
 set -euo pipefail

@@ -24,9 +24,13 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from sandfleet.core.approvals import ApprovalRequest
+from sandfleet.core.artifacts import ArtifactStore, open_artifact_store, with_artifact_digests
 from sandfleet.core.bundle import write_bundle
+from sandfleet.core.cancel import CancelRequests
 from sandfleet.core.contracts import (
     FINAL_STATUSES,
+    ArtifactInfo,
     AuditEvent,
     JobResult,
     JobSpec,
@@ -40,14 +44,25 @@ from sandfleet.core.errors import (
 )
 from sandfleet.core.key_registry import KeyRegistry, verification_ring
 from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.priority import DEFAULT_BATCH_PRIORITY, DEFAULT_JOB_PRIORITY
 from sandfleet.core.publish import JobPublisher, PublishError
 from sandfleet.core.queue import check_time_limits, describe_redis_error, make_app, redis_errors
 from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.store import JobStore
-from sandfleet.core.verify import BatchVerdict, Verdict, VerdictState, verify_job, verify_jobs
+from sandfleet.core.verify import (
+    BatchVerdict,
+    JobEvidence,
+    Verdict,
+    VerdictState,
+    verify_job,
+    verify_jobs,
+)
+from sandfleet.producer.artifacts import fetch_artifact, write_artifacts
+from sandfleet.producer.cancelling import BatchCancelReport, CancelReport, requester
 from sandfleet.producer.checked import CheckedResult, checked_result, unverified_error
+from sandfleet.producer.defaults import apply_defaults, check_defaults, spec_fields
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
 # Waiting for results: BLPOP in slices this long, re-reading the record between slices.
@@ -101,6 +116,7 @@ class JobHandle:
     def __init__(self, client: Client, job_id: str) -> None:
         self.client = client
         self.job_id = job_id
+        self._final: JobResult | None = None  # the verified final record, once read (it never changes)
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r})"
@@ -155,7 +171,15 @@ class JobHandle:
             raise JobNotFoundError(f"no record for job {self.job_id!r} (never submitted, or past retention)")
         if checked.verdict.state == VerdictState.MISMATCHED:
             raise unverified_error([checked])
+        self._final = checked.result or self._final
         return checked
+
+    def _verified_final(self) -> JobResult:
+        """The verified final record (read and verified once per handle); KeyError while not final."""
+        result = self._final or self.checked().result
+        if result is None:
+            raise KeyError(f"job {self.job_id} has not ended: no artifacts yet")
+        return result
 
     def audit(self) -> list[AuditEvent]:
         """The job's audit events, oldest first."""
@@ -163,10 +187,40 @@ class JobHandle:
             return self.client.reader.audit(self.job_id)
 
     def verify(self) -> Verdict:
-        """Check the job's record against its audit chain, and the chain's signatures."""
+        """Check the job's record against its audit chain, the chain's signatures, and the stored bytes
+        of its artifacts against the digests the chain commits to."""
         with self.client.redis_errors():
-            evidence = self.client.reader.evidence(self.job_id)
+            evidence = self.client.with_artifact_digests(self.client.reader.evidence(self.job_id))
         return verify_job(evidence, self.client.key_ring())
+
+    # -- artifacts ------------------------------------------------------------------------------
+    def artifacts(self) -> list[ArtifactInfo]:
+        """The files the job's program handed back (name, size, media type, SHA-256), from its
+        verified record; empty while the job has not ended.
+
+        Raises:
+            UnverifiedResultError: the record and its chain disagree.
+        """
+        result = self.checked().result
+        return list(result.artifacts) if result is not None else []
+
+    def artifact(self, name: str) -> bytes:
+        """The bytes of one artifact, checked against the SHA-256 its verified record lists.
+
+        Raises:
+            KeyError: no artifact of that name (or the job has not ended).
+            ArtifactIntegrityError: its bytes are gone or changed at rest.
+        """
+        result = self._verified_final()
+        with self.client.redis_errors():
+            return fetch_artifact(self.client.artifact_store, result, name)
+
+    def download_artifacts(self, folder: Path) -> list[Path]:
+        """Write every artifact of the finished job under ``folder``; the paths written (each file
+        checked against its digest first: a changed one raises ArtifactIntegrityError, nothing written)."""
+        result = self._verified_final()
+        with self.client.redis_errors():
+            return write_artifacts(self.client.artifact_store, result, folder)
 
     def verify_audit(self) -> tuple[bool, int | None]:
         """``(True, None)`` if nothing disagrees (so far, for a running job), else ``(False, first bad
@@ -177,6 +231,12 @@ class JobHandle:
     def export(self, path: Path) -> Verdict:
         """Write an audit bundle of this job to ``path``; returns its verdict at export time."""
         return self.client.export_bundle([self.job_id], path).verdicts[0]
+
+    def cancel(self) -> CancelReport:
+        """Ask for this job to stop: a queued job never starts, a running one has its sandbox killed and
+        ends ``cancelled``; a job that had ended is left as it was (the report says so)."""
+        [report] = self.client.cancel([self.job_id])
+        return report
 
 
 class BatchHandle:
@@ -220,12 +280,27 @@ class BatchHandle:
         return [checked_result(e, ring) for e in evidences]
 
     def verify(self) -> BatchVerdict:
-        """Check every job of the batch (records against chains, signatures): verdicts and counts."""
+        """Check every job of the batch (records against chains, signatures, artifacts' stored bytes):
+        verdicts and counts."""
         return self.client.verify_jobs(self.job_ids)
+
+    def download_artifacts(self, folder: Path) -> dict[str, list[Path]]:
+        """Write the artifacts of every verified, finished job under ``folder/JOB_ID/``; job id -> the
+        paths written (jobs with none are left out). A record its chain does not prove raises
+        UnverifiedResultError before anything is written; a changed file ArtifactIntegrityError."""
+        results = [r for r in self.results() if r is not None and r.artifacts]
+        with self.client.redis_errors():
+            return {
+                r.job_id: write_artifacts(self.client.artifact_store, r, folder / r.job_id) for r in results
+            }
 
     def export(self, path: Path) -> BatchVerdict:
         """Write an audit bundle of the batch's jobs to ``path``; returns their verdicts."""
         return self.client.export_bundle(self.job_ids, path)
+
+    def cancel(self) -> BatchCancelReport:
+        """Ask for every job of the batch that has not ended to stop (see :meth:`JobHandle.cancel`)."""
+        return BatchCancelReport(self.batch_id, self.client.cancel(self.job_ids))
 
     def wait(
         self, timeout: float | None = None, on_progress: Callable[[BatchProgress], None] | None = None
@@ -265,6 +340,7 @@ class Client:
         self.reader = RecordReader(self.redis, self.keys)
         self.registry = KeyRegistry(self.redis, self.keys)
         self.store = JobStore(self.redis, self.settings)
+        self.artifact_store: ArtifactStore = open_artifact_store(self.settings, self.redis)
         self._app: Any = None
 
     def __enter__(self) -> Client:
@@ -276,6 +352,9 @@ class Client:
     def close(self) -> None:
         if self._app is not None:
             self._app.close()
+        close_store = getattr(self.artifact_store, "close", None)
+        if close_store is not None:
+            close_store()
         self.redis.close()
 
     @property
@@ -298,7 +377,7 @@ class Client:
             InvalidSpecError: the spec is invalid (field and reason named); nothing was enqueued.
             QueueUnavailableError: Redis is unreachable or full; nothing was enqueued.
         """
-        spec = build_spec(spec_or_question, **fields)
+        spec = with_priority(build_spec(spec_or_question, **fields), DEFAULT_JOB_PRIORITY)
         check_time_limits(self.settings, spec)
         job_id = new_job_id()
         self._record_queued([(job_id, spec)])
@@ -306,19 +385,26 @@ class Client:
         return JobHandle(self, job_id)
 
     def submit_batch(
-        self, specs: Iterable[JobSpec | dict[str, Any] | str], batch_id: str | None = None
+        self, specs: Iterable[JobSpec | dict[str, Any] | str], batch_id: str | None = None, **defaults: Any
     ) -> BatchHandle:
         """Validate every spec, then record and enqueue them all as one batch.
+
+        ``defaults`` are JobSpec fields for every spec that does not set them itself (``tools``,
+        ``model``, ``mode``, ``sandbox``, ``code_action``, ``priority``, ``metadata`` ...; mappings
+        merged key by key: producer/defaults.py). A job of a batch has priority 3 unless set.
 
         Raises:
             InvalidSpecError: a spec is invalid (its index, field and reason named); nothing enqueued.
             QueueUnavailableError: Redis is unreachable or full (the message says what was enqueued).
         """
         batch_id = check_id(batch_id, "batch id") if batch_id else new_batch_id()
+        check_defaults(defaults)
         validated, errors = [], []
         for index, item in enumerate(specs):
             try:
-                spec = build_spec(item)
+                spec = with_priority(
+                    build_spec(apply_defaults(spec_fields(item), defaults)), DEFAULT_BATCH_PRIORITY
+                )
                 if spec.batch_id not in (None, batch_id):
                     raise InvalidSpecError(
                         f"batch_id: {spec.batch_id!r} differs from the batch's {batch_id!r}"
@@ -366,6 +452,60 @@ class Client:
         with self.redis_errors():
             return self.reader.records(self.reader.job_ids(batch, status, limit))
 
+    # -- cancelling ---------------------------------------------------------------------------
+    def cancel(self, job_ids: list[str], by: str | None = None) -> list[CancelReport]:
+        """Ask for each job to stop (``by``: who asks, default ``user@host``); a report per job, in order.
+
+        A worker ends each job ``cancelled`` (a queued one never starts; a running one has its sandboxes
+        killed and its model call abandoned); jobs that had ended are left as they were.
+        """
+        requests = CancelRequests(self.redis, self.keys, self.settings.retention_s)
+        who = by or requester()
+        reports = []
+        with self.redis_errors():
+            for job_id in job_ids:
+                outcome, status = requests.request(job_id, who)
+                reports.append(CancelReport(job_id, outcome, status))
+        return reports
+
+    # -- approvals ----------------------------------------------------------------------------
+    def approvals(
+        self, *, pending_only: bool = True, job_id: str | None = None, limit: int = 100
+    ) -> list[ApprovalRequest]:
+        """Approval requests, oldest first: the pending ones (default), or all, or one job's."""
+        from sandfleet.producer.approvals import approval_store
+
+        with self.redis_errors():
+            return approval_store(self).requests(pending_only=pending_only, job_id=job_id, limit=limit)
+
+    def approval(self, request_id: str) -> ApprovalRequest:
+        """One request (ApprovalNotFoundError if there is none)."""
+        from sandfleet.producer.approvals import approval_store
+
+        with self.redis_errors():
+            return approval_store(self).get(request_id)
+
+    def approve(self, request_id: str, *, by: str | None = None, call_sha256: str = "") -> ApprovalRequest:
+        """Approve the request's call, once (``call_sha256``: refuse unless it is the call you saw).
+
+        Raises:
+            ApprovalNotFoundError, ApprovalDecidedError (decided before, or timed out),
+            ApprovalWithdrawnError (its job ended), ApprovalMismatchError.
+        """
+        from sandfleet.core.approvals import ApprovalStatus
+        from sandfleet.producer.approvals import decide
+
+        return decide(self, request_id, ApprovalStatus.APPROVED, by=by, call_sha256=call_sha256)
+
+    def deny(self, request_id: str, reason: str, *, by: str | None = None) -> ApprovalRequest:
+        """Deny the request's call: the program gets ToolDeniedError with ``reason``. Errors as approve."""
+        from sandfleet.core.approvals import ApprovalStatus
+        from sandfleet.producer.approvals import decide
+
+        if not reason.strip():
+            raise InvalidSpecError("a denial needs a reason (the program and the audit show it)")
+        return decide(self, request_id, ApprovalStatus.DENIED, by=by, reason=reason)
+
     # -- verifying ----------------------------------------------------------------------------
     def key_ring(self) -> KeyRing:
         """The public keys to verify with: the pinned key set (``SANDFLEET_TRUSTED_KEYS``) plus the
@@ -376,8 +516,12 @@ class Client:
     def verify_jobs(self, job_ids: list[str], ring: KeyRing | None = None) -> BatchVerdict:
         """Verdicts of ``job_ids`` (read in one snapshot), in that order."""
         with self.redis_errors():
-            evidences = self.reader.evidence_many(job_ids)
+            evidences = [self.with_artifact_digests(e) for e in self.reader.evidence_many(job_ids)]
         return verify_jobs(evidences, ring or self.key_ring())
+
+    def with_artifact_digests(self, evidence: JobEvidence) -> JobEvidence:
+        """``evidence`` with the digests of its artifacts' stored bytes, so verifying checks them too."""
+        return with_artifact_digests(evidence, self.artifact_store)
 
     def export_bundle(self, job_ids: list[str], path: Path) -> BatchVerdict:
         """Write the jobs' records, audit entries and the public keys to ``path`` (``sandfleet audit
@@ -417,6 +561,11 @@ class Client:
             )
             cause = e.__cause__ or e
             raise QueueUnavailableError(f"{describe_redis_error(self.redis_url, cause)}; {what}") from cause
+
+
+def with_priority(spec: JobSpec, default: int) -> JobSpec:
+    """``spec`` with its priority set (``default`` when it has none), so its record shows it."""
+    return spec if spec.priority is not None else spec.model_copy(update={"priority": default})
 
 
 def new_job_id() -> str:

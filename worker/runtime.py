@@ -6,8 +6,9 @@
 
 Each run takes a fresh container from the pool (warm when possible, never reused), writes the
 program and a ``sandfleet_tools`` module allowing exactly the job's tools, runs it under
-``exec_timeout`` with the bridge attached, and returns what happened. The container is destroyed
-afterwards, whatever happened.
+``exec_timeout`` with the bridge attached, collects the files it left in ``/workspace/out/``
+(worker/artifacts.py), and returns what happened. The container is destroyed afterwards, whatever
+happened.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -71,6 +74,8 @@ class RunResult:
     warm: bool = False
     forked: bool = False  # run in a fork of the sandbox agent's interpreter, not a new python3
     timings: dict[str, float] = field(default_factory=dict)
+    artifacts: Collection = field(default_factory=Collection)  # what it left in /workspace/out/
+    suspended_for: list[str] = field(default_factory=list)  # stopped to wait for these approval requests
 
     @property
     def ok(self) -> bool:
@@ -93,8 +98,10 @@ class RunResult:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "tool_calls"}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("tool_calls", "artifacts")}
         data["tool_calls"] = [c.model_dump(mode="json") for c in self.tool_calls]
+        data["artifacts"] = [a.info.model_dump(mode="json") for a in self.artifacts.kept]
+        data["artifacts_skipped"] = [s.model_dump(mode="json") for s in self.artifacts.skipped]
         return data
 
 
@@ -119,13 +126,22 @@ class ProgramRuntime:
         replay: list[ToolCallRecord] | None = None,
         side_effect_memo: dict[str, list[Any]] | None = None,
         on_call: Callable[[ToolCallRecord], None] | None = None,
+        artifacts: ArtifactCaps | None = None,
+        gate: Any = None,
+        resume: list[ToolCallRecord] | None = None,
     ) -> RunResult:
         """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
         or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
 
         ``replay`` serves every call from recorded calls instead of the tools; ``side_effect_memo``
         (call_key -> results, consumed one per call) serves repeated calls of side-effecting tools from an earlier attempt.
+        ``artifacts``: the caps on the files collected from ``/workspace/out/`` (default: the defaults
+        of the settings; ``max_files=0`` collects nothing).
+        ``gate`` (worker/approval/gate.py) is asked before each gated call; a call still undecided after
+        the grace stops the program (``suspended_for`` says for which requests). ``resume`` serves the
+        calls a suspended run had completed again from their records.
         """
+        caps = artifacts or ArtifactCaps()
         config = config or SandboxConfig()
         settings = settings or CodeActionSettings()
         if config.persistent:
@@ -142,10 +158,15 @@ class ProgramRuntime:
             side_effect_memo=side_effect_memo,
             on_call=on_call,
             call_timeout_s=settings.tool_timeout,
+            gate=gate,
+            resume=resume,
         )
         began = time.monotonic()
+        raise_if_cancelled("the program's run")
         lease = self.pool.acquire(config)
         container = lease.container
+        untrack = track_container(container)  # a cancel of the job destroys it mid-run
+        bridge.on_suspend = container.kill_command
         try:
             files_began = time.monotonic()
             base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
@@ -164,10 +185,15 @@ class ProgramRuntime:
                 max_result=settings.max_response_bytes,
                 on_call=bridge,
                 max_request=settings.max_request_bytes,
+                mkdirs=[out_dir(config.workdir)] if caps.enabled else None,
             )
             ended = time.monotonic()
             denied = take_denials(container)  # before release: a released sandbox's file is gone
+            collection = collect_artifacts(container, caps)
+            collected = time.monotonic()
         finally:
+            untrack()
+            bridge.close()
             self.pool.release(container)
         found, payload = parse_result_line(done.result_line)
         limits = list(done.limits_hit)
@@ -177,6 +203,8 @@ class ProgramRuntime:
             limits.append(Limit.RESULT_SIZE)
         if denied:
             limits.append(Limit.NETWORK)
+        if collection.cap_hit:
+            limits.append(Limit.ARTIFACTS)
         error = done.protocol_error if not done.timed_out else None
         if done.result_overflow and error is None:
             error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"
@@ -202,6 +230,7 @@ class ProgramRuntime:
             runtime=container.runtime,
             warm=lease.warm,
             forked=done.forked,
+            artifacts=collection,
             timings={
                 "acquire_s": lease.acquire_s,
                 "files_s": exec_began - files_began,
@@ -209,6 +238,8 @@ class ProgramRuntime:
                 "run_s": done.agent_run_s,
                 "tool_s": bridge.tool_time_s,
                 "total_s": ended - began,
+                "artifacts_s": collected - ended,
                 "exec_timeout_s": min(settings.exec_timeout, config.timeout),
             },
+            suspended_for=list(bridge.suspended_for),
         )

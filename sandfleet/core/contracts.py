@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
+from sandfleet.core.priority import MAX_PRIORITY, MIN_PRIORITY
 
 # The words of the records live in vocabulary.py; re-exported here, where the models use them.
 from sandfleet.core.vocabulary import FINAL_STATUSES as FINAL_STATUSES
@@ -28,6 +29,7 @@ MAX_METADATA_CHARS = 10_000
 MAX_TOOLS = 100
 
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+_TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!]{1,100}$")  # a tool name or an fnmatch glob of names
 _MODEL_NAME = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -43,6 +45,18 @@ class Turn(_Strict):
     content: str
 
 
+class ArtifactLimits(_Strict):
+    """A job's caps on the files it hands back from ``/workspace/out/`` (None: the operator's setting).
+
+    A job may lower the operator's caps (``SANDFLEET_ARTIFACT_MAX_*``), never raise them: a job asking
+    for more is refused before anything runs.
+    """
+
+    max_file_bytes: int | None = Field(None, ge=0, description="the largest file kept, in bytes")
+    max_total_bytes: int | None = Field(None, ge=0, description="bytes kept per job, all files together")
+    max_files: int | None = Field(None, ge=0, description="files kept per job")
+
+
 class JobSpec(_Strict):
     """One question for the fleet. Validated by the producer before anything is enqueued."""
 
@@ -51,6 +65,10 @@ class JobSpec(_Strict):
     history: list[Turn] = Field(default_factory=list)
     mode: JobMode = JobMode.CODE_ACTION
     tools: list[str] = Field(default_factory=list, description="allow-list of tool names")
+    approval_tools: list[str] = Field(
+        default_factory=list,
+        description="tools (names, globs) this job adds to the operator's approval policy; it cannot remove any",
+    )
     model: str | None = Field(None, description="provider:model; the worker's default when unset")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="SandboxConfig options to override")
     code_action: CodeActionSettings = Field(default_factory=CodeActionSettings)
@@ -59,6 +77,15 @@ class JobSpec(_Strict):
     )
     batch_id: str | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    artifacts: ArtifactLimits = Field(
+        default_factory=ArtifactLimits, description="caps on the files kept from /workspace/out/"
+    )
+    priority: int | None = Field(
+        None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="0 (lowest) to 9 (highest); unset: 5 for a single job, 3 in a batch (core/priority.py)",
+    )
 
     @field_validator("question")
     @classmethod
@@ -89,6 +116,16 @@ class JobSpec(_Strict):
                 raise ValueError(f"tool names are Python identifiers, got {name!r}")
         return list(dict.fromkeys(v))
 
+    @field_validator("approval_tools")
+    @classmethod
+    def _approval_patterns(cls, v: list[str]) -> list[str]:
+        if len(v) > MAX_TOOLS:
+            raise ValueError(f"{len(v)} approval tools named; the limit is {MAX_TOOLS}")
+        for pattern in v:
+            if not _TOOL_PATTERN.match(pattern):
+                raise ValueError(f"approval tools are tool names or globs like send_*, got {pattern!r}")
+        return list(dict.fromkeys(v))
+
     @field_validator("model")
     @classmethod
     def _model_name(cls, v: str | None) -> str | None:
@@ -114,6 +151,27 @@ class JobSpec(_Strict):
         if len(str(self.metadata)) > MAX_METADATA_CHARS:
             raise ValueError(f"metadata is larger than {MAX_METADATA_CHARS} characters")
         return self
+
+
+class ArtifactInfo(_Strict):
+    """One file a program wrote under ``/workspace/out/``, as the host received and stored it.
+
+    ``name`` is its path relative to that folder (``/``-separated); ``sha256`` is the host's own digest
+    of the bytes it stored, which the audit chain commits to.
+    """
+
+    name: str
+    size: int = Field(ge=0, description="bytes")
+    media_type: str
+    sha256: str
+
+
+class SkippedArtifact(_Strict):
+    """A file under ``/workspace/out/`` that was not kept, and why (over a cap, a symlink, a device)."""
+
+    name: str
+    size: int | None = None
+    reason: str
 
 
 class ErrorInfo(_Strict):
@@ -148,6 +206,7 @@ class ToolCallRecord(_Strict):
     result_size: int = 0
     duration_ms: float = 0.0
     replayed: bool = False
+    approval_id: str | None = Field(None, description="the approval request that let this call run")
 
 
 def _field_of(item: Any, name: str) -> list[Any]:
@@ -255,6 +314,12 @@ class JobResult(_Strict):
     turns: list[TurnRecord] = Field(default_factory=list)
     session: SessionRecord | None = None
     limits_hit: list[Limit] = Field(default_factory=list, description="caps of the tool-calling loop hit")
+    artifacts: list[ArtifactInfo] = Field(
+        default_factory=list, description="files the final program wrote under /workspace/out/"
+    )
+    artifacts_skipped: list[SkippedArtifact] = Field(
+        default_factory=list, description="files under /workspace/out/ that were not kept, and why"
+    )
     network_denied: list[NetworkDenial] = Field(
         default_factory=list,
         description="connections the egress proxy refused, all attempts (or the session)",

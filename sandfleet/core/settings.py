@@ -33,6 +33,12 @@ DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
 DEFAULT_MAX_SESSIONS = 2  # shell jobs' session sandboxes per worker, apart from max_sandboxes
 DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S = 600.0
+DEFAULT_ARTIFACT_MAX_FILE_BYTES = 32 * 1024**2
+DEFAULT_ARTIFACT_MAX_JOB_BYTES = 64 * 1024**2
+DEFAULT_ARTIFACT_MAX_FILES = 100
+ARTIFACT_STORES = ("redis", "filesystem")
+DEFAULT_APPROVAL_TIMEOUT_S = 3600.0  # a request nobody decides is denied after an hour
+DEFAULT_APPROVAL_GRACE_S = 3.0  # how long a program waits for a decision before its job is suspended
 
 
 def _comma_list(value: Any) -> Any:
@@ -114,7 +120,8 @@ class Settings(BaseSettings):
         description="the most memory a job's sandbox may ask for (bytes; 8G in the environment)",
     )
     policy_images: CommaList = Field(
-        default_factory=lambda: list(DEFAULT_POLICY_IMAGES), description="images jobs may use"
+        default_factory=lambda: list(DEFAULT_POLICY_IMAGES),
+        description="images jobs may use: names, or patterns with * (sandfleet/custom-*:py3.11)",
     )
     policy_runtimes: CommaList = Field(
         default_factory=list, description="Docker runtimes jobs may use; empty: any"
@@ -162,6 +169,54 @@ class Settings(BaseSettings):
                 f"give the index as https://HOST[:PORT]/PATH (a PEP 503 simple index), not {v!r}"
             )
         return v or None
+
+    # Artifacts: files a program writes under /workspace/out/ (sandfleet/core/artifacts.py). The caps
+    # are the operator's ceilings; a job may ask for less (JobSpec.artifacts).
+    artifact_max_file_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        DEFAULT_ARTIFACT_MAX_FILE_BYTES, ge=0, description="the largest artifact file kept (bytes; 32M)"
+    )
+    artifact_max_job_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        DEFAULT_ARTIFACT_MAX_JOB_BYTES, ge=0, description="artifact bytes kept per job (bytes; 64M)"
+    )
+    artifact_max_files: int = Field(DEFAULT_ARTIFACT_MAX_FILES, ge=0, description="artifact files per job")
+    artifact_store: str = Field(
+        "redis",
+        description="where artifacts are kept: redis (with the records' retention) or filesystem "
+        "(artifact_dir, e.g. a shared volume, for large files)",
+    )
+    artifact_dir: str = Field(
+        "~/.sandfleet/artifacts", description="the filesystem store's folder, shared by workers and readers"
+    )
+
+    @field_validator("artifact_store")
+    @classmethod
+    def _known_store(cls, v: str) -> str:
+        if v not in ARTIFACT_STORES:
+            raise ValueError(f"unknown artifact store {v!r}: use {' or '.join(ARTIFACT_STORES)}")
+        return v
+
+    # Human approval of bridged calls (sandfleet/core/approvals.py, worker/approval/).
+    approval_tools: CommaList = Field(
+        default_factory=list,
+        description="tools whose calls need a person's approval: names and globs (fnmatch), MCP tools included",
+    )
+    approval_timeout_s: float = Field(
+        DEFAULT_APPROVAL_TIMEOUT_S, gt=0, description="a request not decided in this long is denied (seconds)"
+    )
+    approval_grace_s: float = Field(
+        DEFAULT_APPROVAL_GRACE_S,
+        ge=0,
+        description="seconds a program waits for a decision before its container is destroyed and the job suspended",
+    )
+    approval_redact: CommaList = Field(
+        default_factory=list, description="argument field names shown as *** to approvers and webhooks"
+    )
+    approval_webhook_url: str | None = Field(
+        None, description="POSTed (JSON, HMAC-signed) when a request starts waiting"
+    )
+    approval_webhook_secret: str | None = Field(
+        None, description="the HMAC-SHA256 key of the webhook's X-Sandfleet-Signature header"
+    )
 
     @field_validator("policy_networks")
     @classmethod

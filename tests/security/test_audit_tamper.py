@@ -272,6 +272,8 @@ def result_fields(fleet: TamperFleet) -> list[str]:
 
 
 RESULT_FIELDS = [
+    "artifacts",
+    "artifacts_skipped",
     "attempts",
     "error",
     "final_program",
@@ -279,6 +281,7 @@ RESULT_FIELDS = [
     "limits_hit",
     "mode",
     "model",
+    "network_denied",
     "repairs",
     "result",
     "schema_version",

@@ -8,9 +8,11 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from sandfleet.core.artifacts import ArtifactStore, MemoryArtifactStore
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.settings import Settings
 from sandfleet.worker.bridge.host import CallPolicy, allow_all
+from sandfleet.worker.cancel.model import cancellable
 from sandfleet.worker.llm.client import ModelClient, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
@@ -18,6 +20,7 @@ from sandfleet.worker.shell.keeper import SessionKeeper
 from sandfleet.worker.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from sandfleet.worker.approval.gate import ApprovalService
     from sandfleet.worker.mcp.catalog import ToolCatalog
     from sandfleet.worker.mcp.sessions import McpSessions
 
@@ -27,7 +30,8 @@ class EngineServices:
     builds it from settings, connects the MCP servers and begins warming the default sandbox config.
 
     ``registry`` is every tool offered right now: the Python tools given, plus the tools of the MCP
-    servers in ``mcp`` that are up.
+    servers in ``mcp`` that are up. ``artifacts`` keeps the files programs hand back (a worker's is
+    the fleet's store, sandfleet/core/artifacts.py; by default they are kept in memory).
     """
 
     def __init__(
@@ -39,8 +43,10 @@ class EngineServices:
         mcp: McpSessions | None = None,
         *,
         owns_mcp: bool = False,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.settings = settings
+        self.artifacts: ArtifactStore = artifacts if artifacts is not None else MemoryArtifactStore()
         self.pool = pool
         self.mcp = mcp
         self._owns_mcp = owns_mcp
@@ -53,6 +59,9 @@ class EngineServices:
         self.runtime = ProgramRuntime(pool, registry, policy)
         self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
+        # Human approval of gated calls (worker/approval/gate.py ApprovalService): set by a fleet
+        # worker, None elsewhere (``sandfleet ask``), where jobs with gated tools are refused.
+        self.approvals: ApprovalService | None = None
         self._lock = threading.Lock()
 
     @classmethod
@@ -66,6 +75,7 @@ class EngineServices:
         policy: CallPolicy = allow_all,
         warm: bool = True,
         mcp: McpSessions | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> EngineServices:
         """Services from settings. With ``settings.mcp_config`` (and no ``mcp`` given) its servers are
         started here and stopped by :meth:`close`.
@@ -85,7 +95,7 @@ class EngineServices:
             max_live=max_sandboxes or settings.max_sandboxes,
             follow_demand=settings.pool_follows_demand,
         )
-        services = cls(settings, pool, registry, policy, mcp, owns_mcp=owns_mcp)
+        services = cls(settings, pool, registry, policy, mcp, owns_mcp=owns_mcp, artifacts=artifacts)
         if owns_mcp and mcp is not None:
             mcp.start()
         if warm and pool.pool_size:
@@ -114,7 +124,7 @@ class EngineServices:
             if client is None:
                 client = make_model_client(model, self.settings, base_url=base_url)
                 self._models[key] = client
-            return client
+        return cancellable(client)  # inside a delivery: a cancel abandons its calls (worker/cancel/)
 
     def close(self) -> None:
         """Destroy the session sandboxes and drain the pool (no container outlives the services), then

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fnmatch
+
 from sandfleet.core.allowlist import AllowListError, parse_rules, uncovered
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import PolicyViolationError
@@ -25,7 +27,7 @@ def check_sandbox_policy(config: SandboxConfig, settings: Settings) -> None:
             f"{format_size(ceiling)}"
         )
     images = settings.policy_images
-    if images and config.image not in images:
+    if images and not any(fnmatch.fnmatchcase(config.image, allowed) for allowed in images):
         raise PolicyViolationError(
             f"sandbox image {config.image!r} is not allowed by the operator (allowed: {', '.join(images)})"
         )
