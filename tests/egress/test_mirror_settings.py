@@ -28,7 +28,7 @@ def test_the_ca_bundle_must_be_a_readable_pem_file(tmp_path: Path) -> None:
     junk.write_text("not a certificate\n")
     with pytest.raises(EgressError, match="holds no PEM certificate"):
         sandbox_mounts(Settings(egress_ca_file=str(junk)))
-    assert sandbox_mounts(Settings()) == {}
+    assert sandbox_mounts(Settings(egress_ca_file=None)) == {}
 
 
 def test_the_sandbox_variables(tmp_path: Path) -> None:
@@ -38,7 +38,9 @@ def test_the_sandbox_variables(tmp_path: Path) -> None:
     env = sandbox_environment(settings, network_of(settings))
     assert env["PIP_INDEX_URL"] == "https://mirror.example.com/simple"
     assert env["PIP_CERT"] == env["SSL_CERT_FILE"] == env["REQUESTS_CA_BUNDLE"] == CA_INSIDE
-    assert env["HTTPS_PROXY"] == "http://10.213.213.1:3128"
+    network = network_of(settings)
+    assert env["HTTPS_PROXY"] == f"http://{network.gateway}:{network.proxy_port}"
     assert sandbox_mounts(settings) == {str(ca.resolve()): CA_INSIDE}
-    plain = sandbox_environment(Settings(), network_of(Settings()))
+    unset = Settings(egress_pip_index_url=None, egress_ca_file=None)  # whatever the environment says
+    plain = sandbox_environment(unset, network_of(unset))
     assert "PIP_INDEX_URL" not in plain and "SSL_CERT_FILE" not in plain
