@@ -328,7 +328,8 @@ class JobResult(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _network_denied_of_runs(cls, data: Any) -> Any:
-        """Filled from the attempts (or the session) when not given: every refusal of the job."""
+        """Filled from the attempts (or the session) when not given: every refusal of the job; any
+        refusal puts ``network`` in ``limits_hit``."""
         if isinstance(data, dict) and "network_denied" not in data:
             found: list[Any] = []
             for attempt in data.get("attempts") or []:
@@ -336,6 +337,10 @@ class JobResult(_Strict):
             found += _field_of(data.get("session"), "network_denied")
             if found:
                 data = {**data, "network_denied": found}
+        if isinstance(data, dict) and data.get("network_denied"):  # a refusal is a limit hit, every mode
+            limits = list(data.get("limits_hit") or [])
+            if Limit.NETWORK not in limits:
+                data = {**data, "limits_hit": [*limits, Limit.NETWORK]}
         return data
 
 

@@ -6,6 +6,7 @@ The model's key and base URL also come from the names every OpenAI-compatible to
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -149,6 +150,26 @@ class Settings(BaseSettings):
     egress_hosts_file: str = Field(
         "/etc/hosts", description="names the proxy resolves before DNS (a private mirror, a test service)"
     )
+    egress_pip_index_url: str | None = Field(
+        None,
+        description="PIP_INDEX_URL of restricted sandboxes, e.g. a private mirror's https://HOST/simple "
+        "(its host must be allowed); unset: pip's default, pypi.org and files.pythonhosted.org",
+    )
+    egress_ca_file: str | None = Field(
+        None,
+        description="a PEM bundle on the worker host, mounted read-only into restricted sandboxes and "
+        "trusted by pip (PIP_CERT), requests and Python's ssl (SSL_CERT_FILE) instead of the image's CAs",
+    )
+
+    @field_validator("egress_pip_index_url")
+    @classmethod
+    def _index_url(cls, v: str | None) -> str | None:
+        if v and not re.fullmatch(r"https?://[^/\s:]+(:\d+)?(/\S*)?", v):
+            raise ValueError(
+                f"give the index as https://HOST[:PORT]/PATH (a PEP 503 simple index), not {v!r}"
+            )
+        return v or None
+
     # Artifacts: files a program writes under /workspace/out/ (sandfleet/core/artifacts.py). The caps
     # are the operator's ceilings; a job may ask for less (JobSpec.artifacts).
     artifact_max_file_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
