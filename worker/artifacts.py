@@ -4,7 +4,8 @@ After a program ran, the runtime asks the sandbox's agent for the files under th
 (protocol.COLLECT, one round trip over the channel the program already used: no Docker archive call,
 which cannot read a tmpfs workdir anyway). The agent skips symlinks, devices, fifos and sockets and
 applies the caps; nothing it says is trusted: :func:`parse_collection` checks every name, size and
-cap again, and hashes the bytes itself. Past a cap a file is skipped and the run's ``limits_hit``
+cap again, and hashes the bytes itself (:class:`ArrivalHasher` hashes each file while the rest of the
+answer is still arriving, from the same bytes; files stay slices of the one receive buffer, uncopied). Past a cap a file is skipped and the run's ``limits_hit``
 says ``artifacts``; the job still ends as its program did.
 
 When the job ends, :func:`keep_artifacts` stores the final run's files (sandfleet/core/artifacts.py)
@@ -17,6 +18,7 @@ out again), so one job's files can never show up in another's.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -85,7 +87,7 @@ class CollectedArtifact:
     """One file as the host received it: its listing entry and its bytes."""
 
     info: ArtifactInfo
-    data: bytes = field(repr=False)
+    data: bytes | memoryview = field(repr=False)  # a slice of the receive buffer, not a copy
 
 
 @dataclass
@@ -111,6 +113,7 @@ def collect_artifacts(container: SandboxContainer, caps: ArtifactCaps) -> Collec
     sends (a broken answer keeps nothing and says so)."""
     if not caps.enabled or container.destroyed:
         return Collection()
+    hasher = ArrivalHasher()
     try:
         header, body = container.collect(
             out_dir(container.config.workdir),
@@ -119,14 +122,85 @@ def collect_artifacts(container: SandboxContainer, caps: ArtifactCaps) -> Collec
             max_files=caps.max_files,
             max_depth=MAX_DEPTH,
             max_body=caps.max_total_bytes + MAX_LISTING_BYTES,
+            watcher=hasher,
         )
     except SandboxError as e:
         return Collection(skipped=[SkippedArtifact(name="*", reason=f"not collected: {e}")])
-    return parse_collection(header, body, caps)
+    return parse_collection(header, body, caps, hasher)
 
 
-def parse_collection(header: dict[str, Any], body: bytes, caps: ArtifactCaps) -> Collection:
-    """The agent's answer to COLLECT, checked: names, sizes and caps enforced here, bytes hashed here."""
+class ArrivalHasher:
+    """The SHA-256 of each file of a COLLECT answer, computed as its bytes arrive (a
+    channel.BodyWatcher): the host hashes while the sandbox is still sending, not after.
+
+    It reads the listing the same way :func:`parse_collection` does, from the same bytes, and hashes
+    the bytes that follow it in listing order; :meth:`digests` hands them over only for the sizes
+    parse_collection itself read. Anything odd stops it quietly (parse_collection then hashes, or
+    refuses, by itself).
+    """
+
+    def __init__(self) -> None:
+        self._listing_len = -1
+        self._sizes: list[int] | None = None
+        self._done: list[str] = []
+        self._pos = 0  # body offset hashed up to
+        self._file_end = 0  # body offset where the file being hashed ends
+        self._sha = hashlib.sha256()
+        self._stopped = False
+
+    def begin(self, header: dict[str, Any], size: int) -> None:
+        listing_len = header.get("listing_len")
+        if isinstance(listing_len, int) and 0 <= listing_len <= min(size, MAX_LISTING_BYTES):
+            self._listing_len = listing_len
+        else:
+            self._stopped = True
+
+    def arrived(self, body: memoryview, filled: int) -> None:
+        if self._stopped:
+            return
+        if self._sizes is None:
+            if filled < self._listing_len:
+                return
+            try:
+                sizes = [int(f["size"]) for f in json.loads(bytes(body[: self._listing_len]))["files"]]
+            except (ValueError, KeyError, TypeError):
+                self._stopped = True
+                return
+            if any(s < 0 for s in sizes):
+                self._stopped = True
+                return
+            self._sizes, self._pos = sizes, self._listing_len
+            self._file_end = self._pos + (sizes[0] if sizes else 0)
+        sizes = self._sizes
+        while len(self._done) < len(sizes):
+            if self._pos < self._file_end:
+                upto = min(filled, self._file_end)
+                if upto <= self._pos:
+                    return
+                self._sha.update(body[self._pos : upto])
+                self._pos = upto
+                if self._pos < self._file_end:
+                    return
+            self._done.append(self._sha.hexdigest())
+            self._sha = hashlib.sha256()
+            if len(self._done) < len(sizes):
+                self._file_end = self._pos + sizes[len(self._done)]
+
+    def digests(self, sizes: list[int]) -> list[str] | None:
+        """Each file's SHA-256 if every file of ``sizes`` (parse_collection's reading) was hashed."""
+        if self._stopped or self._sizes != sizes or len(self._done) != len(sizes):
+            return None
+        return list(self._done)
+
+
+def parse_collection(
+    header: dict[str, Any],
+    body: bytes | bytearray,
+    caps: ArtifactCaps,
+    hasher: ArrivalHasher | None = None,
+) -> Collection:
+    """The agent's answer to COLLECT, checked: names, sizes and caps enforced here, bytes hashed here
+    (by ``hasher`` while they arrived, when it hashed exactly the files read here)."""
     try:
         listing_len = int(header.get("listing_len", -1))
         if not 0 <= listing_len <= min(len(body), MAX_LISTING_BYTES):
@@ -162,10 +236,11 @@ def parse_collection(header: dict[str, Any], body: bytes, caps: ArtifactCaps) ->
     more = listing.get("skipped_more", 0)
     if isinstance(more, int) and more > 0:
         out.skipped.append(SkippedArtifact(name="*", reason=f"{more} more files skipped"))
+    digests = hasher.digests(sizes) if hasher is not None else None
     offset = 0
     seen: set[str] = set()
-    for name, size in zip(names, sizes, strict=True):
-        chunk = bytes(data[offset : offset + size])
+    for index, (name, size) in enumerate(zip(names, sizes, strict=True)):
+        chunk = data[offset : offset + size]
         offset += size
         problem = name_problem(name) or ("listed twice" if name in seen else None)
         if problem is None and size > caps.max_file_bytes:
@@ -178,7 +253,8 @@ def parse_collection(header: dict[str, Any], body: bytes, caps: ArtifactCaps) ->
             out.skipped.append(SkippedArtifact(name=name[:300], size=size, reason=problem))
             continue
         seen.add(name)
-        info = ArtifactInfo(name=name, size=size, media_type=media_type(name), sha256=sha256_bytes(chunk))
+        digest = digests[index] if digests is not None else sha256_bytes(chunk)
+        info = ArtifactInfo(name=name, size=size, media_type=media_type(name), sha256=digest)
         out.kept.append(CollectedArtifact(info, chunk))
     return out
 

@@ -56,7 +56,7 @@ _MEDIA_TYPES = {
 }
 
 
-def sha256_bytes(data: bytes) -> str:
+def sha256_bytes(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
@@ -102,7 +102,7 @@ def safe_destination(folder: Path, name: str) -> Path:
 class ArtifactStore(Protocol):
     """Where artifact bytes live, by (job id, SHA-256)."""
 
-    def put(self, job_id: str, sha256: str, data: bytes) -> None:
+    def put(self, job_id: str, sha256: str, data: bytes | memoryview) -> None:
         """Keep ``data`` (whose digest is ``sha256``). Raises redis.RedisError or OSError."""
 
     def get(self, job_id: str, sha256: str) -> bytes | None:
@@ -124,7 +124,7 @@ class RedisArtifactStore:
             self._redis.close()
             self._redis.connection_pool.disconnect()
 
-    def put(self, job_id: str, sha256: str, data: bytes) -> None:
+    def put(self, job_id: str, sha256: str, data: bytes | memoryview) -> None:
         self._redis.set(self._keys.artifact(check_id(job_id), sha256), data, ex=self._retention_s)
 
     def get(self, job_id: str, sha256: str) -> bytes | None:
@@ -143,7 +143,7 @@ class FileArtifactStore:
             raise ValueError(f"not a SHA-256 digest: {sha256!r}")
         return self.root / check_id(job_id) / sha256
 
-    def put(self, job_id: str, sha256: str, data: bytes) -> None:
+    def put(self, job_id: str, sha256: str, data: bytes | memoryview) -> None:
         path = self._path(job_id, sha256)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".incoming-")
@@ -168,8 +168,8 @@ class MemoryArtifactStore:
     def __init__(self) -> None:
         self.blobs: dict[tuple[str, str], bytes] = {}
 
-    def put(self, job_id: str, sha256: str, data: bytes) -> None:
-        self.blobs[(job_id, sha256)] = data
+    def put(self, job_id: str, sha256: str, data: bytes | memoryview) -> None:
+        self.blobs[(job_id, sha256)] = bytes(data)  # not a view of a buffer that lives on
 
     def get(self, job_id: str, sha256: str) -> bytes | None:
         return self.blobs.get((job_id, sha256))

@@ -75,3 +75,41 @@ def test_no_key_and_no_base_url_is_refused_before_any_sandbox_starts(
     assert "Traceback" not in done.stderr
     assert done.stdout == ""
     assert created == []
+
+
+ARTIFACT_PROGRAM = """import os
+os.makedirs("/workspace/out/tables", exist_ok=True)
+with open("/workspace/out/report.csv", "w") as f:
+    f.write("region,total\\nEMEA,1\\n")
+with open("/workspace/out/tables/blob.bin", "wb") as f:
+    f.write(bytes(range(256)) * 4096)
+os.symlink("/etc/passwd", "/workspace/out/passwd")
+print("RESULT: 2")
+"""
+
+
+@pytest.mark.docker
+def test_ask_out_writes_the_jobs_artifacts(docker_engine: object, tmp_path: Path) -> None:
+    """``sandfleet ask --out DIR``: the files the program left in /workspace/out/ land under DIR with
+    the bytes it wrote and the digests its result lists; a symlink there is skipped, and said so."""
+    import hashlib
+
+    script = tmp_path / "artifacts.json"
+    script.write_text(
+        json.dumps({"rules": [{"match": "files", "responses": [python_block(ARTIFACT_PROGRAM)]}]})
+    )
+    out = tmp_path / "out"
+    args = ("Write the files", "--tools", "", "--model", f"replay:{script}", "--out", str(out))
+    done, created = sandfleet_ask(*args, "--json", env=clean_env())
+
+    assert done.returncode == 0, done.stderr
+    result = JobResult.model_validate_json(done.stdout)
+    assert result.status == JobStatus.SUCCEEDED and len(created) == 1
+    blob = bytes(range(256)) * 4096
+    written = {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert written == {"report.csv": b"region,total\nEMEA,1\n", "tables/blob.bin": blob}
+    assert {a.name: a.sha256 for a in result.artifacts} == {
+        name: hashlib.sha256(data).hexdigest() for name, data in written.items()
+    }
+    assert "artifact skipped: passwd: a symbolic link (never followed)" in done.stderr
+    assert f"2 artifact file(s) written to {out}" in done.stderr

@@ -119,3 +119,78 @@ def test_agent_frames_reach_the_host_through_the_attach_stream() -> None:
     finally:
         host.close()
         container.close()
+
+
+def test_a_large_collect_answer_is_received_in_place_and_hashed_as_it_arrives() -> None:
+    """A COLLECT answer of two files (1.5 MiB) through a real socket with Docker's multiplexing, cut
+    into odd chunks with stderr between and a frame right behind it: the watched body is received
+    whole into one buffer, the host's hashes while arriving equal hashlib's of the bytes, and the
+    next frame is read intact."""
+    import hashlib
+    import os
+    import socket
+    import threading
+
+    from sandfleet.core.artifacts import sha256_bytes
+    from sandfleet.worker.artifacts import ArrivalHasher, ArtifactCaps, parse_collection
+    from sandfleet.worker.sandbox import protocol
+    from sandfleet.worker.sandbox.attach import DOCKER_HEAD, AttachStream
+    from sandfleet.worker.sandbox.channel import AgentChannel
+
+    files = [("a.bin", os.urandom(1024**2)), ("sub/b.bin", os.urandom(512 * 1024 + 7)), ("empty", b"")]
+    listing = json.dumps({"files": [{"name": n, "size": len(d)} for n, d in files], "skipped": []}).encode()
+    answer = protocol.agent_frame(
+        protocol.ANSWER, {"ok": True, "listing_len": len(listing)}, listing + b"".join(d for _, d in files)
+    )
+    stdout = answer + protocol.agent_frame(protocol.ANSWER, {"ok": True}, b"after")
+    muxed = bytearray()
+    for i, step in enumerate(range(0, len(stdout), 32 * 1024 + 3)):
+        muxed += (
+            DOCKER_HEAD.pack(1, len(stdout[step : step + 32 * 1024 + 3]))
+            + stdout[step : step + 32 * 1024 + 3]
+        )
+        if i == 5:
+            muxed += DOCKER_HEAD.pack(2, 4) + b"err\n"
+    host, container = socket.socketpair()
+
+    def send() -> None:
+        for i in range(0, len(muxed), 50_001):  # chunk headers and frame heads cut in two
+            container.sendall(muxed[i : i + 50_001])
+        container.shutdown(socket.SHUT_WR)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    try:
+        channel = AgentChannel(AttachStream(host))
+        hasher = ArrivalHasher()
+        kind, header, body = channel.recv_watched(None, 4 * 1024**2, hasher)
+        assert kind == protocol.ANSWER and isinstance(body, bytearray)
+        assert bytes(body) == listing + b"".join(d for _, d in files)
+        sizes = [len(d) for _, d in files]
+        assert hasher.digests(sizes) == [hashlib.sha256(d).hexdigest() for _, d in files]
+        assert hasher.digests([*sizes, 1]) is None  # not the listing it hashed: not used
+        got = parse_collection(header, body, ArtifactCaps(), hasher)
+        assert [(a.info.name, a.info.sha256) for a in got.kept] == [(n, sha256_bytes(d)) for n, d in files]
+        assert [bytes(a.data) for a in got.kept] == [d for _, d in files]
+        assert channel.recv(deadline=None, max_body=1024) == (protocol.ANSWER, {"ok": True}, b"after")
+        assert bytes(channel.stderr_tail) == b"err\n"
+    finally:
+        sender.join()
+        host.close()
+        container.close()
+
+
+def test_the_arrival_hasher_gives_up_on_a_listing_it_cannot_read() -> None:
+    """A forged listing (not JSON, negative size, bad listing_len) leaves the hashing to
+    parse_collection, which refuses or hashes by itself."""
+    from sandfleet.worker.artifacts import ArrivalHasher
+
+    for header, body in (
+        ({"listing_len": 3}, b"{x}" + b"data"),
+        ({"listing_len": 34}, b'{"files":[{"name":"a","size":-1}]}'),
+        ({"listing_len": "3"}, b"{}"),
+    ):
+        hasher = ArrivalHasher()
+        hasher.begin(header, len(body))
+        hasher.arrived(memoryview(bytearray(body)), len(body))
+        assert hasher.digests([]) is None and hasher.digests([-1]) is None

@@ -1,11 +1,17 @@
 """``sandfleet ask QUESTION``: one job in this process, no Redis and no Celery, sandboxed as always
-(``--mode shell`` in a session sandbox; ``--mode chat`` runs no model code, only the tools, on the host)."""
+(``--mode shell`` in a session sandbox; ``--mode chat`` runs no model code, only the tools, on the host).
+
+``--out DIR`` writes the files the job's program left in /workspace/out/ under DIR, as
+``sandfleet artifacts JOB --out DIR`` does for a fleet's job (each checked against the digest its
+result lists; kept in this process's memory meanwhile).
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 import uuid
+from pathlib import Path
 
 import click
 
@@ -41,6 +47,12 @@ from sandfleet.worker.cli.common import mcp_config_option
 @click.option("--max-tool-calls", type=int, default=None, help="Tool calls per program (default 50).")
 @click.option("--show-program", is_flag=True, help="Print the final program to stderr.")
 @click.option("--json", "as_json", is_flag=True, help="Print the whole job result as JSON.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the job's artifacts (files under /workspace/out/) under this folder (made if missing).",
+)
 def ask(
     question: str,
     tool_modules: tuple[str, ...],
@@ -54,10 +66,12 @@ def ask(
     max_tool_calls: int | None,
     show_program: bool,
     as_json: bool,
+    out: Path | None,
 ) -> None:
     """Answer QUESTION (by default with one model-written program run in a fresh sandbox); print the RESULT payload."""
     from pydantic import ValidationError
 
+    from sandfleet.core.artifact_files import write_artifacts
     from sandfleet.core.contracts import JobSpec, JobStatus
     from sandfleet.core.settings import get_settings
     from sandfleet.worker.cli.common import mcp_config_path, mcp_sessions, tool_specs
@@ -106,8 +120,16 @@ def ask(
                 audit=NullAudit(),
                 base_url=base_url,
             )
+            # Written before the services close: the files live in their memory store.
+            written = write_artifacts(services.artifacts, result, out) if out is not None else []
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
+    except ValueError as e:  # an artifact name that would lead outside --out
+        raise click.ClickException(str(e)) from None
+    if out is not None:
+        for s in result.artifacts_skipped:
+            click.echo(f"artifact skipped: {s.name}: {s.reason}", err=True)
+        click.echo(f"{len(written)} artifact file(s) written to {out}", err=True)
     if show_program and result.final_program:
         click.echo(f"--- program ---\n{result.final_program}--- end ---", err=True)
     if as_json:

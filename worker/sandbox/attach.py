@@ -27,6 +27,7 @@ class AttachStream:
         # thread writing a tool reply is never cut short by the timeout of a read in another thread.
         sock.settimeout(SEND_TIMEOUT_S)
         self._sock = sock
+        self._buffer = bytearray(RECV_BYTES)  # every recv lands here: no fresh 1 MiB object per read
         self._raw = bytearray()  # a chunk header not yet complete
         self._pending_stream = 0
         self._pending_left = 0  # bytes of the current chunk still to come
@@ -49,14 +50,16 @@ class AttachStream:
         readable, _, _ = select.select([self._sock], [], [], timeout)
         if not readable:
             raise TimeoutError("nothing arrived in time")
-        data = self._sock.recv(RECV_BYTES)  # there is something: this returns at once
-        if not data:
+        received = self._sock.recv_into(self._buffer)  # there is something: this returns at once
+        if not received:
             raise EOFError("the attach stream ended")
-        return self._demux(data)
+        return self._demux(memoryview(self._buffer)[:received])
 
-    def _demux(self, data: bytes) -> bytes:
-        out = bytearray()
-        view = memoryview(data)
+    def _demux(self, view: memoryview) -> bytes:
+        """The stdout bytes in ``view``, copied once: Docker cuts a large answer into 32 KiB chunks, so
+        a 1 MiB read holds dozens of chunk headers, each stepped over in place."""
+        out: list[memoryview] = []
+        head = DOCKER_HEAD.size
         while view:
             if self._pending_left:
                 n = min(self._pending_left, len(view))
@@ -66,18 +69,21 @@ class AttachStream:
                     self.stderr_tail += chunk
                     del self.stderr_tail[:-STDERR_TAIL_BYTES]
                 else:
-                    out += chunk
+                    out.append(chunk)
                 continue
-            self._raw += view
-            view = memoryview(b"")
-            if len(self._raw) < DOCKER_HEAD.size:
-                break
-            stream, size = DOCKER_HEAD.unpack_from(self._raw)
-            rest = bytes(self._raw[DOCKER_HEAD.size :])
-            self._raw.clear()
+            if self._raw or len(view) < head:  # a chunk header split across reads
+                need = head - len(self._raw)
+                self._raw += view[:need]
+                view = view[need:]
+                if len(self._raw) < head:
+                    break
+                stream, size = DOCKER_HEAD.unpack_from(self._raw)
+                self._raw.clear()
+            else:
+                stream, size = DOCKER_HEAD.unpack_from(view)
+                view = view[head:]
             self._pending_stream, self._pending_left = stream, size
-            view = memoryview(rest)
-        return bytes(out)
+        return out[0].tobytes() if len(out) == 1 else b"".join(out)
 
     def is_open(self) -> bool:
         """False when the stream has ended (the container died while idle, e.g. the engine restarted)."""

@@ -4,6 +4,10 @@ The frames are protocol.py's; the stream (the container's stdin and stdout) is t
 (attach.AttachStream for Docker). Nothing from the container is trusted: a frame larger than the
 caller allows, an unknown kind or a malformed header ends the conversation with ChannelError, and
 memory stays bounded.
+
+A large body the caller watches (:class:`BodyWatcher`, e.g. the artifacts of a run) is received
+straight into one buffer of its announced size, and the watcher sees each piece as it lands (to hash
+it while the rest is still on its way) instead of after the whole frame was copied together.
 """
 
 from __future__ import annotations
@@ -48,6 +52,19 @@ class SandboxStream(Protocol):
     def close(self) -> None: ...
 
 
+class BodyWatcher(Protocol):
+    """Sees a large frame body as it arrives (the channel owns the buffer; nothing here may raise)."""
+
+    def begin(self, header: dict[str, Any], size: int) -> None:
+        """A body of ``size`` bytes follows the frame header ``header`` (already parsed)."""
+
+    def arrived(self, body: memoryview, filled: int) -> None:
+        """``body[:filled]`` has arrived (``filled`` only grows); the rest is not there yet."""
+
+
+WATCHED_BODY_BYTES = 256 * 1024  # a watched body from this size on is received in place
+
+
 def encode(kind: bytes, header: dict[str, Any] | None = None, body: bytes = b"") -> bytes:
     """A frame for the agent."""
     return protocol.host_frame(kind, header, body)
@@ -62,6 +79,12 @@ class AgentChannel:
         self.closed = False
         self._broken: str | None = None  # why a write failed, if one did
         self._send_lock = threading.Lock()  # tool replies are written from several threads
+        # A watched frame being received in place: its kind and header, its body buffer, how much of
+        # the body has arrived, and who watches it.
+        self._frame: tuple[bytes, dict[str, Any]] | None = None
+        self._body = bytearray()
+        self._filled = 0
+        self._watcher: BodyWatcher | None = None
 
     @property
     def stderr_tail(self) -> bytearray:
@@ -99,8 +122,16 @@ class AgentChannel:
 
     def recv(self, deadline: float | None, max_body: int) -> tuple[bytes, dict[str, Any], bytes]:
         """The next frame (kind, header, body); waits until ``deadline`` (time.monotonic())."""
+        kind, header, body = self.recv_watched(deadline, max_body, None)
+        return kind, header, bytes(body)  # already bytes: no copy
+
+    def recv_watched(
+        self, deadline: float | None, max_body: int, watcher: BodyWatcher | None
+    ) -> tuple[bytes, dict[str, Any], bytes | bytearray]:
+        """As ``recv``; with ``watcher``, a body of WATCHED_BODY_BYTES or more is received in place
+        and returned as that bytearray (no copy), the watcher told of each piece as it lands."""
         while True:
-            frame = self._next_frame(max_body)
+            frame = self._next_frame(max_body, watcher)
             if frame is not None:
                 return frame
             self._fill(deadline)
@@ -112,7 +143,7 @@ class AgentChannel:
         if timeout is not None and timeout <= 0:
             raise ChannelTimeoutError("the sandbox did not answer in time")
         try:
-            self._out += self._stream.read(timeout)
+            data = self._stream.read(timeout)
         except TimeoutError as e:
             raise ChannelTimeoutError("the sandbox did not answer in time") from e
         except EOFError as e:
@@ -121,8 +152,26 @@ class AgentChannel:
         except OSError as e:
             self.closed = True
             raise ChannelClosedError(f"{self._closed_message()} ({e})") from e
+        if self._frame is not None:
+            self._place(memoryview(data))
+        else:
+            self._out += data
 
-    def _next_frame(self, max_body: int) -> tuple[bytes, dict[str, Any], bytes] | None:
+    def _place(self, data: memoryview) -> None:
+        """Bytes of the watched body into its buffer; what follows the body waits in ``_out``."""
+        n = min(len(data), len(self._body) - self._filled)
+        self._body[self._filled : self._filled + n] = data[:n]
+        self._filled += n
+        if n < len(data):
+            self._out += data[n:]
+        if n and self._watcher is not None:
+            self._watcher.arrived(memoryview(self._body), self._filled)
+
+    def _next_frame(
+        self, max_body: int, watcher: BodyWatcher | None
+    ) -> tuple[bytes, dict[str, Any], bytes | bytearray] | None:
+        if self._frame is not None:
+            return self._finish_watched()
         head = protocol.HEAD
         if len(self._out) < head.size:
             return None
@@ -132,15 +181,34 @@ class AgentChannel:
                 f"the sandbox sent a frame of {hlen + blen} bytes, more than the {max_body} allowed"
             )
         end = head.size + hlen + blen
+        if watcher is not None and blen >= WATCHED_BODY_BYTES and len(self._out) >= head.size + hlen:
+            header = self._header(head.size, hlen)
+            rest = self._out[head.size + hlen :]  # what of the body came with the header
+            self._out.clear()
+            self._frame, self._body, self._filled, self._watcher = (kind, header), bytearray(blen), 0, watcher
+            watcher.begin(header, blen)
+            self._place(memoryview(rest))
+            return self._finish_watched()
         if len(self._out) < end:
             return None
-        try:
-            header = protocol.read_agent_header(bytes(self._out[head.size : head.size + hlen]))
-        except ValueError as e:
-            raise ChannelError(f"the sandbox sent a malformed frame header: {e}") from e
+        header = self._header(head.size, hlen)
         body = bytes(self._out[head.size + hlen : end])
         del self._out[:end]
         return kind, header, body
+
+    def _header(self, start: int, length: int) -> dict[str, Any]:
+        try:
+            return protocol.read_agent_header(bytes(self._out[start : start + length]))
+        except ValueError as e:
+            raise ChannelError(f"the sandbox sent a malformed frame header: {e}") from e
+
+    def _finish_watched(self) -> tuple[bytes, dict[str, Any], bytearray] | None:
+        """The watched frame once its whole body is in, else None."""
+        if self._frame is None or self._filled < len(self._body):
+            return None
+        (kind, header), body = self._frame, self._body
+        self._frame, self._body, self._filled, self._watcher = None, bytearray(), 0, None
+        return kind, header, body  # a bytearray, received in place
 
     def is_open(self) -> bool:
         """False when the stream has ended (the container died while idle, e.g. the engine restarted)."""

@@ -21,6 +21,7 @@ from sandfleet.worker.sandbox import protocol
 from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, Call, CallConversation
 from sandfleet.worker.sandbox.channel import (
     AgentChannel,
+    BodyWatcher,
     ChannelClosedError,
     ChannelError,
     ChannelTimeoutError,
@@ -394,7 +395,7 @@ class SandboxContainer:
         _, body = self._ask(
             protocol.READ, {"path": self._abs(path), "max_bytes": max_bytes}, max_body=max_bytes
         )
-        return body
+        return bytes(body)  # already bytes (no watcher): no copy
 
     def collect(
         self,
@@ -405,9 +406,11 @@ class SandboxContainer:
         max_files: int,
         max_depth: int,
         max_body: int,
-    ) -> tuple[dict[str, Any], bytes]:
+        watcher: BodyWatcher | None = None,
+    ) -> tuple[dict[str, Any], bytes | bytearray]:
         """The agent's answer to COLLECT for ``path`` (protocol.py): its header and body, unchecked
-        (worker/artifacts.py checks them). ``max_body`` bounds what the host reads."""
+        (worker/artifacts.py checks them). ``max_body`` bounds what the host reads; ``watcher`` sees a
+        large body as it arrives (channel.BodyWatcher)."""
         header = {
             "path": path,
             "max_file": max_file,
@@ -415,7 +418,7 @@ class SandboxContainer:
             "max_files": max_files,
             "max_depth": max_depth,
         }
-        return self._ask(protocol.COLLECT, header, max_body=max_body)
+        return self._ask(protocol.COLLECT, header, max_body=max_body, watcher=watcher)
 
     def list_files(self, path: str | None = None) -> list[str]:
         header, _ = self._ask(protocol.LIST, {"path": self._abs(path or self.config.workdir)})
@@ -425,11 +428,18 @@ class SandboxContainer:
         return path if path.startswith("/") else f"{self.config.workdir.rstrip('/')}/{path}"
 
     def _ask(
-        self, kind: bytes, header: dict[str, Any], body: bytes = b"", max_body: int = 1024
-    ) -> tuple[dict[str, Any], bytes]:
+        self,
+        kind: bytes,
+        header: dict[str, Any],
+        body: bytes = b"",
+        max_body: int = 1024,
+        watcher: BodyWatcher | None = None,
+    ) -> tuple[dict[str, Any], bytes | bytearray]:
         self.channel.send(kind, header, body)
         try:
-            answer_kind, answer, data = self.channel.recv(time.monotonic() + FILE_TIMEOUT_S, max_body)
+            answer_kind, answer, data = self.channel.recv_watched(
+                time.monotonic() + FILE_TIMEOUT_S, max_body, watcher
+            )
         except ChannelError as e:
             raise SandboxError(f"the sandbox did not answer: {e}") from e
         if answer_kind != protocol.ANSWER:

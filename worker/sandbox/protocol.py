@@ -36,7 +36,8 @@ LIST = b"L"  # list the files under a folder. Header: path
 # collect the artifacts under a folder, symlinks never followed, only regular files read. Header:
 # path, max_file, max_total, max_files, max_depth. Answered with ANSWER {"ok", "listing_len"}, whose
 # body is the listing (JSON: {"files": [{name, size}], "skipped": [{name, size, reason, cap}]}) then
-# the kept files' bytes, in listing order.
+# the kept files' bytes, in listing order: raw bytes, never encoded (no base64, no JSON), so the
+# host receives them in place into one buffer and hashes each file as it lands (channel.BodyWatcher).
 COLLECT = b"O"
 PING = b"P"  # answered with ANSWER {"ok": true}
 KILL = b"K"  # kill the running command and everything it started
