@@ -16,7 +16,7 @@ import pytest
 from .service import TestService
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # it sets os.environ: undone before the rest of the suite
 def egress_env(tmp_path_factory: pytest.TempPathFactory, docker_engine: Any) -> Iterator[dict[str, Any]]:
     """The service, and SANDFLEET_EGRESS_* set for this process (the worker's settings)."""
     from sandbox.helpers import skip_or_fail
@@ -83,7 +83,7 @@ def _tear_down(gateway: Any) -> None:
         pass
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def service(egress_env: dict[str, Any]) -> TestService:
     return egress_env["service"]
 

@@ -63,6 +63,15 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"spread latency, pool fixed pool_size: warm leases \d+/6",
     ),
     "cancel": (["--rounds", "2", "--busy", "1"], r"cancel -> container gone: +median +[\d.]+ ms"),
+    "approvals": (
+        ["--jobs", "3", "--concurrency", "4", "--sandboxes", "2"],
+        r"jobs succeeded 3/3[\s\S]*decision-to-running p50 \d+ ms",
+    ),
+    "artifacts": (["--pairs", "2", "--mib", "1", "--pause", "0.1"], r"artifact round trip p50: \d+ ms"),
+    "egress": (
+        ["--requests", "20", "--megabytes", "5", "--transfers", "1"],
+        r"added +p50 [\d.]+[\s\S]*ratio \d+\.\d\d",
+    ),
 }
 
 
