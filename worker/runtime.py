@@ -65,7 +65,7 @@ class RunResult:
     result_text: str | None = None
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     limits_hit: list[Limit] = field(default_factory=list)
-    network_denied: list[dict[str, Any]] = field(default_factory=list)  # refused by the egress proxy
+    network_denied: list[dict[str, Any]] = field(default_factory=list)  # refused by proxy or filter
     oom_killed: bool = False
     agent_killed: bool = False  # the program killed its sandbox's agent process (not a limit)
     error: str | None = None

@@ -215,13 +215,16 @@ def _field_of(item: Any, name: str) -> list[Any]:
 
 
 class NetworkDenial(_Strict):
-    """One connection the egress proxy refused (network "restricted"): where to, and why."""
+    """One connection the egress proxy or the sandbox's packet filter refused (network "restricted"):
+    where to, and why. ``host`` is the name asked of the proxy, or the IP address a packet went to."""
 
     host: str
     port: int
     reason: str
     method: str | None = None
     sni: str | None = Field(None, description="the TLS server name the program sent, when it differed")
+    protocol: str | None = Field(None, description="tcp, udp, icmp...: set for the packet filter's refusals")
+    count: int = Field(1, ge=1, description="refusals merged into this entry (the packet filter's, per run)")
 
 
 class AttemptRecord(_Strict):

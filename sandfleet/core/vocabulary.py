@@ -106,5 +106,5 @@ class Limit(StrEnum):
     WALL_TIME = "wall_time"  # the tool-calling loop's wall-clock cap per job
     IDLE = "idle"  # a session sandbox destroyed after its idle cap (no sandbox tool call for that long)
     LIFETIME = "lifetime"  # a session sandbox destroyed at its lifetime cap (its sandbox timeout)
-    NETWORK = "network"  # the egress proxy refused a connection (network "restricted": network_denied)
+    NETWORK = "network"  # the egress proxy or packet filter refused a connection (network_denied)
     ARTIFACTS = "artifacts"  # files in /workspace/out/ past the per-file, per-job or file-count cap (skipped)

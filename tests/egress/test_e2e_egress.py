@@ -1,8 +1,9 @@
 """Network "restricted" end to end: jobs submitted with the Client to a real ``sandfleet worker`` on a
 real Redis, the replay model over HTTP, programs in sandboxes under runc and gVisor reaching the test
 HTTPS service through the worker host's egress proxy. An allowed name answers; a name not on the
-job's list is refused by the proxy, and the refusal is in the job's result, its limits and its signed
-audit chain (``sandfleet audit --verify`` passes)."""
+job's list is refused by the proxy, a direct connection to an IP address by the sandbox's packet
+filter, and each refusal is in the job's result, its limits and its signed audit chain
+(``sandfleet audit --verify`` passes)."""
 
 from __future__ import annotations
 
@@ -46,8 +47,18 @@ except Exception as e:  # what a program sees when the proxy refuses
     answer = "refused: " + type(e).__name__ + ": " + str(e)
 print("RESULT: " + json.dumps(answer))
 """
+DIRECT = """\
+import json, socket
+try:  # around the proxy, straight to the service's address: the sandbox's packet filter resets it
+    socket.create_connection(("{address}", 443), timeout=20).close()
+    answer = "connected"
+except OSError as e:
+    answer = "refused: " + type(e).__name__
+print("RESULT: " + json.dumps(answer))
+"""
 ALLOWED_QUESTION = "Fetch the greeting of the allowed egress test service"
 DENIED_QUESTION = "Fetch the greeting of the other egress test service"
+DIRECT_QUESTION = "Connect straight to the address of the egress test service"
 INSTALL_QUESTION = "Install sfe2epkg from the mirror and say its value"
 PACKAGE = "sfe2epkg"
 
@@ -59,7 +70,7 @@ class EgressFleet:
     model: str
 
 
-def replay_script() -> dict[str, Any]:
+def replay_script(service_address: str) -> dict[str, Any]:
     def program(host: str) -> str:
         return "```python\n" + FETCH.format(host=host) + "```"
 
@@ -75,6 +86,10 @@ def replay_script() -> dict[str, Any]:
         "rules": [
             {"match": ALLOWED_QUESTION, "responses": [program("api.egress.test")]},
             {"match": DENIED_QUESTION, "responses": [program("other.egress.test")]},
+            {
+                "match": DIRECT_QUESTION,
+                "responses": ["```python\n" + DIRECT.format(address=service_address) + "```"],
+            },
             {"match": INSTALL_QUESTION, "system": "Linux sandbox of your own", "responses": install},
         ]
     }
@@ -86,7 +101,7 @@ def fleet(
 ) -> Iterator[EgressFleet]:
     folder = tmp_path_factory.mktemp("egress-fleet")
     script = folder / "replay.json"
-    script.write_text(json.dumps(replay_script()))
+    script.write_text(json.dumps(replay_script(service.address)))
     settings = fleet_settings_for(redis_server)
     wheelhouse = pip_wheelhouse(folder / "wheelhouse")  # pip alone: the packages come from the mirror
     publish(service.index, PACKAGE, "2.0", "VALUE = 'sfe2epkg from the mirror'\n")
@@ -154,6 +169,25 @@ def test_a_name_off_the_list_is_refused_and_audited(fleet: EgressFleet, backend:
     (audited,) = run.data["network_denied"]
     assert audited == denial.model_dump(mode="json", exclude_none=True)
     assert any(e.kind == AuditKind.LIMIT and "network" in e.data["limits"] for e in events)
+    verified = audit_verify(fleet.settings, job.job_id)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_direct_ip_connection_is_refused_by_the_filter_and_audited(
+    fleet: EgressFleet, service: Any, backend: str
+) -> None:
+    job = fleet.worker.client.submit(DIRECT_QUESTION, model=fleet.model, sandbox=restricted(backend))
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    assert result.result == "refused: ConnectionRefusedError"  # a clean reset, at once
+    (denial,) = result.network_denied
+    assert (denial.host, denial.port, denial.protocol, denial.count) == (service.address, 443, "tcp", 1)
+    assert denial.reason == "a direct connection, not through the proxy (packet filter)"
+    assert "network" in result.limits_hit and "network" in result.attempts[0].limits_hit
+    events = job.audit()
+    (run,) = [e for e in events if e.kind == AuditKind.SANDBOX_RUN]
+    assert run.data["network_denied"] == [denial.model_dump(mode="json", exclude_none=True)]
     verified = audit_verify(fleet.settings, job.job_id)
     assert verified.returncode == 0, (verified.stdout, verified.stderr)
 

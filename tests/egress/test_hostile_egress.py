@@ -4,7 +4,8 @@ The only servers contacted are the test's own: an HTTPS service in a network nam
 creates (its own CA; names the proxy resolves from a test hosts file), a listener in a second
 sandbox, and whatever the host has on its gateway addresses. Each attack's outcome must be the error
 its mechanism gives, and for network-level refusals the sandbox filter's rule that refused it must
-have counted the packet (worker/egress/network.py); proxy refusals must be in the run's denials.
+have counted the packet (worker/egress/network.py); proxy refusals must be in the run's denials, and
+so must the filter's, itemised from its NFLOG rules (worker/egress/nflog.py) with the destination.
 """
 
 from __future__ import annotations
@@ -101,6 +102,26 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
 }
 
 
+# case -> (the address it went to, port, protocol, what the packet filter's reason says), as the
+# run's denials must itemise it (read from the sandbox's NFLOG group, worker/egress/nflog.py).
+DIRECT = "a direct connection, not through the proxy (packet filter)"
+DOCKER_DNS = "DNS to Docker's resolver (127.0.0.11)"
+FILTER_DENIED: dict[str, tuple[str, int, str, str]] = {
+    "IP literal directly": ("SERVICE_IP", 443, "tcp", DIRECT),
+    "DNS lookup": ("127.0.0.11", 53, "udp", DOCKER_DNS),
+    "DNS tunnel to Docker's resolver (127.0.0.11)": ("127.0.0.11", 53, "udp", DOCKER_DNS),
+    "DNS tunnel to 1.1.1.1:53 (UDP)": ("1.1.1.1", 53, "udp", DIRECT),
+    "DNS over TCP to 1.1.1.1:53": ("1.1.1.1", 53, "tcp", DIRECT),
+    "UDP to the gateway": ("GATEWAY", 3128, "udp", DIRECT),
+    "host gateway, SSH port": ("GATEWAY", 22, "tcp", DIRECT),
+    "host gateway, Redis port": ("GATEWAY", 6379, "tcp", DIRECT),
+    "Docker bridge gateway, Redis port": ("DOCKER_GATEWAY", 6379, "tcp", DIRECT),
+    "Docker API over TCP (2375)": ("DOCKER_GATEWAY", 2375, "tcp", DIRECT),
+    "cloud metadata 169.254.169.254": ("169.254.169.254", 80, "tcp", DIRECT),
+    "another sandbox": ("OTHER_SANDBOX", 8000, "tcp", DIRECT),
+}
+
+
 def docker_gateway() -> str:
     from sandfleet.worker.sandbox.engine import docker_client
 
@@ -110,7 +131,7 @@ def docker_gateway() -> str:
 @pytest.fixture(scope="module", params=BACKENDS)
 def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], service: Any) -> dict[str, Any]:
     """The hostile program's outcome in one sandbox per runtime, with its denials and rule counters."""
-    from sandfleet.worker.egress.gateway import egress_gateway
+    from sandfleet.worker.egress.gateway import egress_gateway, take_denials
     from sandfleet.worker.egress.network import rule_counters
     from sandfleet.worker.sandbox.manager import SandboxManager
 
@@ -128,15 +149,19 @@ def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], serv
         time.sleep(1.0)
         lease = attacker._container.handle.egress
         before = rule_counters(lease.pid)
-        prelude = (
-            f"CA={service.ca.read_text()!r}\nPROXY=({gateway.network.gateway!r},{gateway.network.proxy_port})\n"
-            f"GATEWAY={gateway.network.gateway!r}\nDOCKER_GATEWAY={docker_gateway()!r}\n"
-            f"SERVICE_IP={service.address!r}\nOTHER_SANDBOX={other_ip!r}\n"
-        )
+        addresses = {
+            "GATEWAY": gateway.network.gateway,
+            "DOCKER_GATEWAY": docker_gateway(),
+            "SERVICE_IP": service.address,
+            "OTHER_SANDBOX": other_ip,
+        }
+        prelude = f"CA={service.ca.read_text()!r}\nPROXY=({gateway.network.gateway!r},{gateway.network.proxy_port})\n"
+        prelude += "".join(f"{name}={value!r}\n" for name, value in addresses.items())
         done = attacker.execute(["python3", "-c", prelude + ATTACKS], timeout=120)
         after = rule_counters(lease.pid)
         denials = lease.take_denials()
         listener.join(30)
+        other_denials = take_denials(other._container)
     assert done.exit_code == 0, done.stderr
     counted = {rule: after.get(rule, 0) - before.get(rule, 0) for rule in after}
     return {
@@ -144,6 +169,8 @@ def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], serv
         "outcome": json.loads(done.stdout),
         "denials": denials,
         "counted": counted,
+        "addresses": addresses,
+        "other_denials": other_denials,
         "listener": heard.get("out").stdout if heard.get("out") else None,
     }
 
@@ -177,3 +204,27 @@ def test_attack_is_refused_by_its_mechanism(hostile_run: dict[str, Any], case: s
 
 def test_the_other_sandbox_heard_nothing(hostile_run: dict[str, Any]) -> None:
     assert hostile_run["listener"] is not None and hostile_run["listener"].startswith("no one came")
+
+
+@pytest.mark.parametrize("case", sorted(FILTER_DENIED))
+def test_filter_refusal_is_itemised_in_the_denials(hostile_run: dict[str, Any], case: str) -> None:
+    where, port, protocol, reason = FILTER_DENIED[case]
+    host = hostile_run["addresses"].get(where, where)
+    found = [
+        d
+        for d in hostile_run["denials"]
+        if (d["host"], d["port"], d.get("protocol")) == (host, port, protocol) and reason in d["reason"]
+    ]
+    ok = len(found) == 1 and found[0]["count"] >= 1
+    record(
+        f"egress: {case} (itemised)",
+        hostile_run["runtime"],
+        ok,
+        {"denial": found[0] if found else None, "mechanism": "sandbox filter: NFLOG before the REJECT"},
+    )
+    assert ok, json.dumps([host, port, protocol, hostile_run["denials"]])
+
+
+def test_the_filter_log_reads_only_its_own_sandbox(hostile_run: dict[str, Any]) -> None:
+    """The other sandbox only listened: none of the attacker's refusals may appear in its record."""
+    assert hostile_run["other_denials"] == []

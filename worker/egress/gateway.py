@@ -3,8 +3,9 @@
 ``EgressGateway.prepare`` (before a restricted sandbox is created) makes sure the network, the host's
 rules and the proxy are there; ``container_options`` puts the container on that network;
 ``attach`` (after the start, before the agent runs anything) installs and checks the sandbox's own
-filter and registers its allow-list under its address; the returned EgressLease reads the sandbox's
-refused connections and unregisters it on removal. Any failure raises EgressError: the sandbox is
+filter, opens its filter's log (nflog.py) and registers its allow-list under its address; the returned
+EgressLease reads the sandbox's refused connections (the proxy's and the packet filter's) and
+unregisters it on removal. Any failure raises EgressError: the sandbox is
 removed unused (fail closed).
 """
 
@@ -28,10 +29,10 @@ from sandfleet.worker.egress.network import (
     install_sandbox_filter,
     verify_host_rules,
 )
+from sandfleet.worker.egress.nflog import FilterLog, FilterLogError
 from sandfleet.worker.egress.squid import EgressError, ProxyConfig, ensure_proxy, running_pid
 
 RECHECK_S = 5.0  # the network and host rules are checked again after this long
-MAX_DENIALS = 200  # refused connections kept per run (the count is always exact)
 CA_INSIDE = "/opt/sandfleet/egress/ca.pem"  # where SANDFLEET_EGRESS_CA_FILE is mounted read-only
 
 
@@ -95,12 +96,21 @@ class EgressLease:
     registration: Path
     denials_path: Path
     pid: int
+    filter_log: FilterLog | None = None  # the packet filter's refusals (None: not opened)
     offset: int = 0
     refused: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take_denials(self) -> list[dict[str, Any]]:
-        """The connections refused since the last call (host, port, reason, ...), oldest first."""
+        """The connections refused since the last call (host, port, reason, ..., count): the proxy's,
+        then the packet filter's, one entry per destination and reason, in order of first refusal."""
+        denials = self._proxy_denials()
+        if self.filter_log is not None:
+            denials += self.filter_log.take()
+        self.refused += sum(int(d.get("count", 1)) for d in denials)
+        return denials
+
+    def _proxy_denials(self) -> list[dict[str, Any]]:
         with self._lock:
             try:
                 with open(self.denials_path, "rb") as f:
@@ -110,18 +120,24 @@ class EgressLease:
                 return []
             complete = data[: data.rfind(b"\n") + 1]
             self.offset += len(complete)
-        denials = []
+        merged: dict[str, dict[str, Any]] = {}  # a model that loops: one entry, counted
         for line in complete.splitlines():
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            denials.append({k: entry[k] for k in ("host", "port", "reason", "method", "sni") if k in entry})
-        self.refused += len(denials)
-        return denials
+            denial = {k: entry[k] for k in ("host", "port", "reason", "method", "sni") if k in entry}
+            key = json.dumps(denial, sort_keys=True)
+            if key in merged:
+                merged[key]["count"] += 1
+            else:
+                merged[key] = {**denial, "count": 1}
+        return list(merged.values())
 
     def release(self) -> None:
         """Unregister (before the container goes, so its address cannot be reused meanwhile)."""
+        if self.filter_log is not None:
+            self.filter_log.close()
         try:
             entry = json.loads(self.registration.read_text())
             if entry.get("sandbox") == self.sandbox_id:
@@ -194,17 +210,26 @@ class EgressGateway:
         verify_host_rules(self.network)
         if not running_pid(self.state_dir):
             raise EgressError("the egress proxy is not running")
+        try:
+            filter_log = FilterLog.open(pid)
+        except FilterLogError as e:
+            raise EgressError(str(e)) from None
         registration = self.state_dir / "clients" / address
-        tmp = registration.with_name(f".{address}.{container_id[:12]}")
-        tmp.write_text(json.dumps({"sandbox": container_id, "allow": list(config.allow_hosts)}))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, registration)
+        try:
+            tmp = registration.with_name(f".{address}.{container_id[:12]}")
+            tmp.write_text(json.dumps({"sandbox": container_id, "allow": list(config.allow_hosts)}))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, registration)
+        except BaseException:
+            filter_log.close()
+            raise
         return EgressLease(
             sandbox_id=container_id,
             address=address,
             registration=registration,
             denials_path=self.state_dir / "denials" / f"{container_id}.jsonl",
             pid=pid,
+            filter_log=filter_log,
         )
 
 

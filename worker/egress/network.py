@@ -8,8 +8,11 @@
 3. Each sandbox's own network namespace gets an OUTPUT filter (nsenter + iptables-restore from the
    host, as the program has no capabilities to change it): TCP to the proxy only, Docker's embedded
    DNS (127.0.0.11) rejected, every other packet rejected at once (a clean ECONNREFUSED, never a
-   hang), all IPv6 rejected. Under gVisor the sandbox runs with ``--network=host`` (runtime
-   ``runsc-egress``): its sockets are the host kernel's in that namespace, so the same filter holds.
+   hang), all IPv6 rejected. Before each REJECT a rate-limited NFLOG rule logs the packet (for
+   127.0.0.11 in the raw table, before Docker's DNAT of port 53), so that nflog.py can itemise
+   every refusal in the run's record. Under gVisor the sandbox runs with ``--network=host``
+   (runtime ``runsc-egress``): its sockets are the host kernel's in that namespace, so the same
+   filter and log hold.
 
 Every rule is checked after it is written; one that is not there refuses the sandbox (EgressError).
 """
@@ -22,6 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
+from sandfleet.worker.egress.nflog import nflog_rule
 from sandfleet.worker.egress.squid import EgressError
 
 DOCKER_DNS = "127.0.0.11"
@@ -168,8 +172,25 @@ def sandbox_rules_v4(net: EgressNetwork) -> str:
             f"-A OUTPUT -d {DOCKER_DNS}/32 -j REJECT --reject-with icmp-port-unreachable",
             "-A OUTPUT -o lo -j ACCEPT",
             f"-A OUTPUT -d {net.gateway}/32 -p tcp -m tcp --dport {net.proxy_port} -j ACCEPT",
+            nflog_rule("sf:direct"),
             "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
             "-A OUTPUT -j REJECT --reject-with icmp-port-unreachable",
+            "COMMIT",
+            "",
+        ]
+    )
+
+
+def sandbox_log_rules_v4() -> str:
+    """The raw table's rule that logs DNS to Docker's resolver: raw comes before the nat table's
+    DNAT of 127.0.0.11:53 to the resolver's own port, so the log shows port 53. Every packet it
+    logs is rejected by the filter's 127.0.0.11 rules."""
+    return "\n".join(
+        [
+            "*raw",
+            ":PREROUTING ACCEPT [0:0]",
+            ":OUTPUT ACCEPT [0:0]",
+            nflog_rule("sf:dns", f"-d {DOCKER_DNS}/32"),
             "COMMIT",
             "",
         ]
@@ -185,6 +206,7 @@ def sandbox_rules_v6() -> str:
             ":OUTPUT DROP [0:0]",
             "-A INPUT -i lo -j ACCEPT",
             "-A OUTPUT -o lo -j ACCEPT",
+            nflog_rule("sf:v6"),
             "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
             "-A OUTPUT -j REJECT --reject-with icmp6-port-unreachable",
             "COMMIT",
@@ -205,19 +227,23 @@ def install_sandbox_filter(pid: int, net: EgressNetwork) -> None:
     """
     require_tools()
     for restore, save, rules in (
-        ("iptables-restore", "iptables", sandbox_rules_v4(net)),
-        ("ip6tables-restore", "ip6tables", sandbox_rules_v6()),
+        ("iptables-restore", ["iptables"], sandbox_rules_v4(net)),
+        ("iptables-restore", ["iptables", "-t", "raw"], sandbox_log_rules_v4()),
+        ("ip6tables-restore", ["ip6tables"], sandbox_rules_v6()),
     ):
         done = _run(["nsenter", "-t", str(pid), "-n", restore], stdin=rules)
         if done.returncode != 0:
             raise EgressError(
                 f"cannot install the sandbox's egress filter ({restore}): {done.stderr.strip()}"
             )
-        shown = _run(["nsenter", "-t", str(pid), "-n", save, "-S"])
+        shown = _run(["nsenter", "-t", str(pid), "-n", *save, "-S"])
         present = set(shown.stdout.splitlines())
         missing = [line for line in _rule_lines(rules) if line not in present]
-        if shown.returncode != 0 or missing or "-P OUTPUT DROP" not in present:
-            raise EgressError(f"the sandbox's egress filter did not verify ({save}): missing {missing}")
+        policy_ok = "-P OUTPUT DROP" in present or rules.startswith("*raw")
+        if shown.returncode != 0 or missing or not policy_ok:
+            raise EgressError(
+                f"the sandbox's egress filter did not verify ({' '.join(save)}): missing {missing}"
+            )
 
 
 def rule_counters(pid: int) -> dict[str, int]:

@@ -64,7 +64,7 @@ class SessionSandbox:
         self.ended: str | None = None
         self.ended_at: float | None = None
         self.limits_hit: list[Limit] = []
-        self.network_denied: list[dict[str, Any]] = []  # refused by the egress proxy, every command
+        self.network_denied: list[dict[str, Any]] = []  # refused by the egress proxy or filter, every command
         self._lock = threading.Lock()
 
     # -- state ----------------------------------------------------------------------------------
