@@ -222,9 +222,22 @@ disable_distribution_squid() {
   fi
 }
 
+# Restricted sandboxes log each packet their filter refuses through NFLOG (worker/egress/nflog.py).
+# Debian's kernels load these modules on demand; loading them here makes a missing one visible early.
+# Without them a restricted sandbox refuses to start (fail closed), nothing else is affected.
+load_nflog_modules() {
+  is_root || return 0
+  command -v modprobe >/dev/null || return 0
+  for module in nfnetlink_log xt_NFLOG; do
+    grep -qw "^$module" /proc/modules 2>/dev/null && continue
+    modprobe "$module" 2>/dev/null || true  # built in (as here) or absent: the worker's check decides
+  done
+}
+
 main() {
   install_packages
   disable_distribution_squid
+  load_nflog_modules
   ensure_docker
   ensure_redis
   ensure_venv
