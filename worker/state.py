@@ -152,7 +152,12 @@ class WorkerState:
 
         with self._lock:
             if self._services is None:
+                from sandfleet.core.usage_ledger import RedisUsageLedger
+
                 self._services = EngineServices.start(self.settings, max_sandboxes=self.max_sandboxes)
+                self._services.usage_ledger = RedisUsageLedger(
+                    self.store.redis, FleetKeys(self.settings.key_prefix)
+                )
             services = self._services
 
         def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:

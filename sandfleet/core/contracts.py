@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
+from sandfleet.core.model_limits import ModelLimits
 
 # The words of the records live in vocabulary.py; re-exported here, where the models use them.
 from sandfleet.core.vocabulary import FINAL_STATUSES as FINAL_STATUSES
@@ -59,6 +60,12 @@ class JobSpec(_Strict):
     )
     batch_id: str | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    model_limits: ModelLimits = Field(
+        default_factory=ModelLimits, description="completion tokens per call, tokens and model time per job"
+    )
+    webhook: str | None = Field(
+        None, description="an http(s) URL that gets a signed POST when the job ends (worker's secret)"
+    )
 
     @field_validator("question")
     @classmethod
@@ -107,6 +114,15 @@ class JobSpec(_Strict):
     def _batch_id(cls, v: str | None) -> str | None:
         if v is not None and not ID_PATTERN.match(v):
             raise ValueError(f"batch_id must be 1-128 of letters, digits and _.:-, got {v!r}")
+        return v
+
+    @field_validator("webhook")
+    @classmethod
+    def _webhook_url(cls, v: str | None) -> str | None:
+        if v is not None:
+            from sandfleet.core.webhook_url import check_webhook_url
+
+            return check_webhook_url(v)
         return v
 
     @model_validator(mode="after")

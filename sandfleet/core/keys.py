@@ -10,7 +10,9 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   ``batch_id``, ``{status}_at`` per transition (epoch seconds),
                                   ``updated_at``, ``attempts`` (runs started), ``deliveries`` (messages
                                   received), ``worker``, ``result`` (JobResult JSON, once final),
-                                  ``audit_head`` and ``audit_count`` (the audit chain's tip).
+                                  ``audit_head`` and ``audit_count`` (the audit chain's tip),
+                                  ``model_s`` and ``model_tokens`` (model time and tokens over every
+                                  delivery: the ledger of the job's model budgets).
 ``{p}:job:{id}:audit``            stream, the audit log: one entry per event, fields ``event``
                                   (AuditEvent JSON), ``hash`` (SHA-256 chained to the previous entry),
                                   ``sig`` and ``key`` (the writing worker's Ed25519 signature and key

@@ -41,6 +41,7 @@ from sandfleet.worker.bridge.host import call_key
 from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.llm.client import ModelClient
 from sandfleet.worker.runtime import RunResult
 from sandfleet.worker.sandbox.policy import check_sandbox_policy
@@ -84,7 +85,7 @@ def run_job(
         config = SandboxConfig.model_validate(spec.sandbox)
         check_sandbox_policy(config, settings)
         allowed = services.registry.subset(spec.tools)
-        model = services.model_client(model_name, base_url)
+        model = services.job_model(spec, job_id, base_url)
         services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
         message = _validation_text(e) if isinstance(e, ValidationError) else str(e)
@@ -128,16 +129,20 @@ def _answer(
         try:
             reply = model.complete(messages)
         except ModelError as e:
+            kind, limit = budget_outcome(e)
+            if limit is not None:
+                audit.emit(AuditKind.LIMIT, {"limits": [str(limit)], "message": str(e)}, number)
             return _finish(
                 job_id,
                 JobStatus.FAILED,
-                ErrorInfo(kind=ErrorKind.MODEL, message=str(e)),
+                ErrorInfo(kind=kind, message=str(e)),
                 attempts,
                 usage,
                 phase,
                 began,
                 model_name,
                 audit,
+                limits_hit=[limit] if limit is not None else [],
             )
         usage = usage + TokenUsage(
             prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
@@ -153,6 +158,7 @@ def _answer(
                 "latency_s": reply.latency_s,
                 "model": reply.model,
                 "tries": reply.attempts,
+                "finish_reason": reply.finish_reason,
             },
             number,
         )
@@ -265,6 +271,8 @@ def _finish(
     began: float,
     model: str,
     audit: AuditSink,
+    *,
+    limits_hit: list[Limit] | None = None,
 ) -> JobResult:
     audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
     return JobResult(
@@ -278,6 +286,7 @@ def _finish(
         usage=usage,
         timings={**phase, "total_s": time.perf_counter() - began},
         model=model,
+        limits_hit=limits_hit or [],
     )
 
 

@@ -9,8 +9,10 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sandfleet.core.config import SandboxConfig
+from sandfleet.core.contracts import JobSpec
 from sandfleet.core.settings import Settings
 from sandfleet.worker.bridge.host import CallPolicy, allow_all
+from sandfleet.worker.llm.bounds import BoundedModelClient, MemoryLedger, UsageLedger, resolve_limits
 from sandfleet.worker.llm.client import ModelClient, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
@@ -54,6 +56,8 @@ class EngineServices:
         self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
         self._lock = threading.Lock()
+        # What each job spent on the model; the worker puts a ledger in the job records here.
+        self.usage_ledger: UsageLedger = MemoryLedger()
 
     @classmethod
     def start(
@@ -115,6 +119,16 @@ class EngineServices:
                 client = make_model_client(model, self.settings, base_url=base_url)
                 self._models[key] = client
             return client
+
+    def job_model(self, spec: JobSpec, job_id: str, base_url: str | None = None) -> BoundedModelClient:
+        """The job's model client, within its ``model_limits`` (bounds.py).
+
+        Raises:
+            InvalidSpecError: the model is unusable, or the limits are beyond the operator's policy.
+        """
+        limits = resolve_limits(spec.model_limits, self.settings)
+        inner = self.model_client(spec.model or self.settings.model, base_url)
+        return BoundedModelClient(inner, limits, job_id, self.usage_ledger)
 
     def close(self) -> None:
         """Destroy the session sandboxes and drain the pool (no container outlives the services), then
