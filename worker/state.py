@@ -28,6 +28,7 @@ from sandfleet.core.key_registry import KeyRegistry, start_signer
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.publish import JobPublisher
 from sandfleet.core.queue import queue_name
+from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import FileSigner
 from sandfleet.core.store import JobStore
@@ -93,6 +94,8 @@ class WorkerState:
         self._presence: WorkerPresence | None = None
         self._services: Any = None  # EngineServices, imported on first use
         self._last_reap = 0.0
+        # Called with the record of every job a delivery here ended (metrics, webhooks).
+        self.reporters: list[Callable[[JobRecord], None]] = []
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -150,14 +153,13 @@ class WorkerState:
         """``run_job`` bound to this process's EngineServices, started on first use."""
         from sandfleet.worker.engine import EngineServices, run_job
 
+        from sandfleet.core.usage_ledger import RedisUsageLedger
+
+        store = self.store  # before the lock: the property takes it too
         with self._lock:
             if self._services is None:
-                from sandfleet.core.usage_ledger import RedisUsageLedger
-
                 self._services = EngineServices.start(self.settings, max_sandboxes=self.max_sandboxes)
-                self._services.usage_ledger = RedisUsageLedger(
-                    self.store.redis, FleetKeys(self.settings.key_prefix)
-                )
+                self._services.usage_ledger = RedisUsageLedger(store.redis, FleetKeys(self.settings.key_prefix))
             services = self._services
 
         def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
@@ -200,6 +202,14 @@ class WorkerState:
             return
         if pruned.removed:
             log.warning("removed %d sandbox container(s) left by dead workers", len(pruned.removed))
+
+    def job_ended(self, record: JobRecord) -> None:
+        """A delivery here ended ``record``'s job: tell the reporters (metrics, webhooks). Never raises."""
+        for reporter in self.reporters:
+            try:
+                reporter(record)
+            except Exception:
+                log.exception("job %s: reporting its end failed", record.job_id)
 
     # -- stop -----------------------------------------------------------------------------------
 
