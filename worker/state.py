@@ -96,6 +96,13 @@ class WorkerState:
         self._last_reap = 0.0
         # Called with the record of every job a delivery here ended (metrics, webhooks).
         self.reporters: list[Callable[[JobRecord], None]] = []
+        self.metrics: Any = None  # WorkerMetrics when settings.metrics_port is set
+        self._metrics_server: Any = None
+        if settings.metrics_port:
+            from sandfleet.worker.metrics import WorkerMetrics
+
+            self.metrics = WorkerMetrics(self.pool_stats)
+            self.reporters.append(self.metrics.job_ended)
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -148,18 +155,38 @@ class WorkerState:
         _current = self
         presence.start()
         log.info("worker %s announced (heartbeat every few seconds)", name)
+        self._start_metrics()
+
+    def _start_metrics(self) -> None:
+        if self.metrics is None or self._metrics_server is not None:
+            return
+        from sandfleet.worker.metrics import start_metrics
+
+        try:
+            self._metrics_server = start_metrics(self.settings, self.metrics)
+        except OSError as e:
+            log.error(
+                "metrics: cannot listen on %s:%d (%s); set SANDFLEET_METRICS_PORT to a free port",
+                self.settings.metrics_address, self.settings.metrics_port, e,
+            )  # fmt: skip
+
+    def pool_stats(self) -> dict[str, Any] | None:
+        """The sandbox pool's figures (None before the first job started the engine's services)."""
+        services = self._services
+        return services.pool.stats() if services is not None else None
 
     def engine(self) -> JobRunner:
         """``run_job`` bound to this process's EngineServices, started on first use."""
-        from sandfleet.worker.engine import EngineServices, run_job
-
         from sandfleet.core.usage_ledger import RedisUsageLedger
+        from sandfleet.worker.engine import EngineServices, run_job
 
         store = self.store  # before the lock: the property takes it too
         with self._lock:
             if self._services is None:
                 self._services = EngineServices.start(self.settings, max_sandboxes=self.max_sandboxes)
-                self._services.usage_ledger = RedisUsageLedger(store.redis, FleetKeys(self.settings.key_prefix))
+                self._services.usage_ledger = RedisUsageLedger(
+                    store.redis, FleetKeys(self.settings.key_prefix)
+                )
             services = self._services
 
         def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
@@ -231,3 +258,6 @@ class WorkerState:
                 log.exception("closing the engine services failed")
         if presence is not None:
             presence.stop(clean=True)
+        server, self._metrics_server = self._metrics_server, None
+        if server is not None:
+            server.stop()
