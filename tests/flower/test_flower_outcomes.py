@@ -183,7 +183,9 @@ def test_failed_filter_lists_exactly_the_failed_jobs(fleet: Fleet, selenium_driv
     r = redis.Redis.from_url(fleet.settings.redis_url, decode_responses=True)
     try:
         assert r.llen(fleet.settings.key_prefix) == 0
-        assert r.hlen("unacked") == 0 or not any(job_id in v for v in r.hvals("unacked") for job_id in results)
+        assert r.hlen("unacked") == 0 or not any(
+            job_id in v for v in r.hvals("unacked") for job_id in results
+        )
         for job_id in results:
             record = r.hgetall(f"{fleet.settings.key_prefix}:job:{job_id}")
             assert record["deliveries"] == "1", (job_id, record.get("deliveries"))

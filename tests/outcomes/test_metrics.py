@@ -60,8 +60,8 @@ def test_metrics_match_what_ran(worker) -> None:  # type: ignore[no-untyped-def]
     assert [r.status for r in results].count(JobStatus.FAILED) == 2
 
     samples = scrape(url)
-    assert samples['sandfleet_jobs_total{mode=code-action,status=succeeded}'] == 3
-    assert samples['sandfleet_jobs_total{mode=code-action,status=failed}'] == 2
+    assert samples["sandfleet_jobs_total{mode=code-action,status=succeeded}"] == 3
+    assert samples["sandfleet_jobs_total{mode=code-action,status=failed}"] == 2
     calls = [c for r in results for a in r.attempts for c in a.tool_calls]
     assert calls and samples["sandfleet_tool_calls_total{outcome=ok,tool=load_orders}"] == len(calls)
     assert samples["sandfleet_tool_call_seconds_count"] == len(calls)
