@@ -306,15 +306,29 @@ class Client:
         return JobHandle(self, job_id)
 
     def submit_batch(
-        self, specs: Iterable[JobSpec | dict[str, Any] | str], batch_id: str | None = None
+        self,
+        specs: Iterable[JobSpec | dict[str, Any] | str],
+        batch_id: str | None = None,
+        *,
+        webhook: str | None = None,
     ) -> BatchHandle:
         """Validate every spec, then record and enqueue them all as one batch.
+
+        ``webhook``: an http(s) URL that gets one signed POST when the whole batch has ended (it is
+        each job's ``batch_webhook``; the worker that ends the last job sends it).
 
         Raises:
             InvalidSpecError: a spec is invalid (its index, field and reason named); nothing enqueued.
             QueueUnavailableError: Redis is unreachable or full (the message says what was enqueued).
         """
         batch_id = check_id(batch_id, "batch id") if batch_id else new_batch_id()
+        if webhook is not None:
+            from sandfleet.core.webhook_url import check_webhook_url
+
+            try:
+                check_webhook_url(webhook)
+            except ValueError as e:
+                raise InvalidSpecError(f"webhook: {e}; nothing enqueued") from None
         validated, errors = [], []
         for index, item in enumerate(specs):
             try:
@@ -324,6 +338,8 @@ class Client:
                         f"batch_id: {spec.batch_id!r} differs from the batch's {batch_id!r}"
                     )
                 spec = spec.model_copy(update={"batch_id": batch_id})
+                if webhook is not None:
+                    spec = JobSpec.model_validate({**spec.model_dump(), "batch_webhook": webhook})
                 check_time_limits(self.settings, spec)
                 validated.append((new_job_id(), spec))
             except InvalidSpecError as e:

@@ -97,6 +97,7 @@ class WorkerState:
         # Called with the record of every job a delivery here ended (metrics, webhooks).
         self.reporters: list[Callable[[JobRecord], None]] = []
         self.metrics: Any = None  # WorkerMetrics when settings.metrics_port is set
+        self.webhooks: Any = None  # Webhooks, made when the worker starts
         self._metrics_server: Any = None
         if settings.metrics_port:
             from sandfleet.worker.metrics import WorkerMetrics
@@ -156,6 +157,21 @@ class WorkerState:
         presence.start()
         log.info("worker %s announced (heartbeat every few seconds)", name)
         self._start_metrics()
+        self._start_webhooks(store)
+
+    def _start_webhooks(self, store: JobStore) -> None:
+        if self.webhooks is not None:
+            return
+        from sandfleet.worker.webhooks import Webhooks
+
+        on_sent = self.metrics.webhook_sent if self.metrics is not None else None
+        self.webhooks = Webhooks(self.settings, store.redis, on_sent=on_sent)
+        self.reporters.append(self.webhooks.job_ended)
+
+    def before_seal(self, record: JobRecord, result: JobResult, audit: RedisAuditSink) -> None:
+        """Just before a job's final record is written here: the webhooks commit what they will send."""
+        if self.webhooks is not None:
+            self.webhooks.before_seal(record, result, audit)
 
     def _start_metrics(self) -> None:
         if self.metrics is None or self._metrics_server is not None:
@@ -261,3 +277,6 @@ class WorkerState:
         server, self._metrics_server = self._metrics_server, None
         if server is not None:
             server.stop()
+        webhooks = self.webhooks
+        if webhooks is not None:
+            webhooks.close()

@@ -30,11 +30,21 @@ from celery import Celery
 from celery.exceptions import SoftTimeLimitExceeded
 from pydantic import ValidationError
 
+from sandfleet.core.audit import RedisAuditSink
 from sandfleet.core.chain import sha256_hex
-from sandfleet.core.contracts import AuditKind, ErrorKind, JobSpec, JobStatus, describe_validation_error
+from sandfleet.core.contracts import (
+    AuditKind,
+    ErrorInfo,
+    ErrorKind,
+    JobResult,
+    JobSpec,
+    JobStatus,
+    describe_validation_error,
+)
 from sandfleet.core.errors import ModelUnavailableError, ToolServerUnavailableError, TransientError
 from sandfleet.core.keys import check_id
 from sandfleet.core.queue import TASK_NAME
+from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import (
     DEFAULT_TRANSIENT_BACKOFF_MAX_S,
     DEFAULT_TRANSIENT_BACKOFF_S,
@@ -64,12 +74,17 @@ def run_delivery(
     last_try: bool = True,
     worker: str = "",
     running_elsewhere: Callable[[str, str], bool] = lambda job_id, worker: False,
+    before_seal: Callable[[JobRecord, JobResult, RedisAuditSink], None] | None = None,
 ) -> JobStatus | None:
     """Handle one delivery of a job's message; returns the status it recorded (None: nothing to do).
 
     ``running_elsewhere(job_id, worker)`` says whether the job is running right now on that (live)
     worker: a duplicate delivered meanwhile is then dropped instead of running the job twice. A job
     whose worker died is run again.
+
+    ``before_seal(record, result, audit)`` runs just before the final record is written, with the
+    result about to be written (the completion webhooks commit what they will send there); it must
+    not raise.
 
     Raises:
         TransientError: infrastructure failed and ``last_try`` is false; the record is back to
@@ -98,10 +113,13 @@ def run_delivery(
         return None
     audit = store.audit_sink(job_id)
 
+    def seal(result: JobResult) -> None:
+        if before_seal is not None:
+            before_seal(record, result, audit)
+        store.finish(job_id, result, worker=worker)  # the seal: one per job; a late duplicate writes nothing
+
     def finish(status: JobStatus, kind: ErrorKind, message: str) -> JobStatus:
-        store.finish_with_error(
-            job_id, status, kind, message, worker=worker
-        )  # a late duplicate writes nothing
+        seal(JobResult(job_id=job_id, status=status, error=ErrorInfo(kind=kind, message=message)))
         return status
 
     if deliveries > settings.max_deliveries:
@@ -141,7 +159,7 @@ def run_delivery(
     except Exception as e:
         log.exception("job %s: the engine raised", job_id)
         return finish(JobStatus.FAILED, ErrorKind.INTERNAL, f"{type(e).__name__}: {e}")
-    store.finish(job_id, result, worker=worker)  # the seal: one per job, whoever finishes first
+    seal(result)  # one per job, whoever finishes first
     return result.status
 
 
@@ -176,6 +194,7 @@ def register_task(app: Celery, state: WorkerState) -> None:
                     last_try=retries >= settings.transient_retries,
                     worker=self.request.hostname or "",
                     running_elsewhere=state.running_elsewhere,
+                    before_seal=state.before_seal,
                 )
         except TransientError as e:
             raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e

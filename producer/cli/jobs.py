@@ -128,6 +128,7 @@ def show_result(result: JobResult, as_json: bool) -> None:
 @click.option("--max-repairs", type=int, default=None, help="Programs rewritten after a failure.")
 @click.option("--max-tool-calls", type=int, default=None, help="Tool calls per program run.")
 @click.option("--batch-id", default=None, help="Add the job to this batch.")
+@click.option("--webhook", default=None, metavar="URL", help="POST a signed notice here when the job ends.")
 @click.option("--wait", is_flag=True, help="Wait for the job and print its RESULT payload.")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait with --wait (default: no limit).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {job_id}, or the JobResult with --wait.")
@@ -141,6 +142,7 @@ def submit(
     max_repairs: int | None,
     max_tool_calls: int | None,
     batch_id: str | None,
+    webhook: str | None,
     wait: bool,
     timeout: float | None,
     as_json: bool,
@@ -164,6 +166,8 @@ def submit(
         fields["code_action"] = code_action
     if batch_id:
         fields["batch_id"] = batch_id
+    if webhook:
+        fields["webhook"] = webhook
     from sandfleet.producer.client import Client
 
     with cli_errors(), Client() as client:
@@ -311,9 +315,18 @@ def _row_status(checked: CheckedResult) -> str:
 @click.option("--wait", is_flag=True, help="Wait for every job, showing progress.")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait (default: no limit).")
 @click.option("--batch-id", default=None, help="The batch id (default: a new one).")
+@click.option(
+    "--webhook", default=None, metavar="URL", help="POST a signed notice here when the whole batch has ended."
+)
 @mode_option
 def batch(
-    file: Path, out: Path | None, wait: bool, timeout: float | None, batch_id: str | None, mode: str | None
+    file: Path,
+    out: Path | None,
+    wait: bool,
+    timeout: float | None,
+    batch_id: str | None,
+    webhook: str | None,
+    mode: str | None,
 ) -> None:
     """Submit every row of FILE (JSONL: a JobSpec per line; CSV: a `question` column) as one batch.
 
@@ -328,7 +341,7 @@ def batch(
 
     rows = load_specs(file, {"mode": mode} if mode else None)
     with cli_errors(), Client() as client:
-        handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id)
+        handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id, webhook=webhook)
         click.echo(handle.batch_id)
         click.echo(f"{len(handle)} jobs enqueued in batch {handle.batch_id}", err=True)
         if not (wait or out):

@@ -66,6 +66,9 @@ class JobSpec(_Strict):
     webhook: str | None = Field(
         None, description="an http(s) URL that gets a signed POST when the job ends (worker's secret)"
     )
+    batch_webhook: str | None = Field(
+        None, description="an http(s) URL that gets a signed POST when the job's whole batch has ended"
+    )
 
     @field_validator("question")
     @classmethod
@@ -116,7 +119,7 @@ class JobSpec(_Strict):
             raise ValueError(f"batch_id must be 1-128 of letters, digits and _.:-, got {v!r}")
         return v
 
-    @field_validator("webhook")
+    @field_validator("webhook", "batch_webhook")
     @classmethod
     def _webhook_url(cls, v: str | None) -> str | None:
         if v is not None:

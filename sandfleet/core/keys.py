@@ -30,6 +30,8 @@ Per batch (expire like the jobs):
 ``{p}:batch:{id}:jobs``           list, the batch's job ids in submission order.
 ``{p}:batch:{id}:counts``         hash, status -> number of the batch's jobs in it (``total`` too):
                                   progress is one ``HGETALL``.
+``{p}:batch:{id}:webhook``        hash, the batch's completion webhook: claimed once (``url``,
+                                  ``worker``), then its outcome (``status``, ``tries``, ``error``).
 
 Fleet-wide:
 
@@ -104,6 +106,10 @@ class FleetKeys:
 
     def batch_counts(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}:counts"
+
+    def batch_webhook(self, batch_id: str) -> str:
+        """Hash: the batch's completion webhook (set once, by the worker that sends it; its outcome)."""
+        return f"{self.prefix}:batch:{batch_id}:webhook"
 
     # -- fleet-wide ---------------------------------------------------------------------------
     @property
