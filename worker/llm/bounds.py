@@ -44,27 +44,39 @@ def resolve_limits(limits: ModelLimits, settings: Settings) -> LimitsInForce:
     Raises:
         PolicyViolationError: the job asks for more than the operator's policy allows (named).
     """
-    completion = limits.max_completion_tokens or settings.model_max_completion_tokens
-    job_tokens = limits.max_job_tokens or settings.model_max_job_tokens
-    model_time = limits.max_model_time or settings.model_time_budget_s
     problems = []
-    if completion > settings.policy_max_completion_tokens:
-        problems.append(
-            f"max_completion_tokens {completion} is above the policy's {settings.policy_max_completion_tokens}"
-        )
-    policy_tokens = settings.policy_max_job_tokens
-    if policy_tokens is not None and (job_tokens is None or job_tokens > policy_tokens):
-        if job_tokens is None:
-            job_tokens = policy_tokens  # no budget asked for: the policy's is the budget
-        else:
-            problems.append(f"max_job_tokens {job_tokens} is above the policy's {policy_tokens}")
-    if model_time > settings.policy_max_model_time_s:
-        problems.append(
-            f"max_model_time {model_time:g} s is above the policy's {settings.policy_max_model_time_s:g} s"
-        )
+    completion = _bounded(
+        "max_completion_tokens", limits.max_completion_tokens, settings.model_max_completion_tokens,
+        settings.policy_max_completion_tokens, problems,
+    )  # fmt: skip
+    job_tokens = _bounded(
+        "max_job_tokens", limits.max_job_tokens, settings.model_max_job_tokens, settings.policy_max_job_tokens,
+        problems,
+    )  # fmt: skip
+    model_time = _bounded(
+        "max_model_time", limits.max_model_time, settings.model_time_budget_s, settings.policy_max_model_time_s,
+        problems, unit=" s",
+    )  # fmt: skip
     if problems:
         raise PolicyViolationError("model_limits: " + "; ".join(problems))
+    assert completion is not None and model_time is not None  # their defaults are never None
     return LimitsInForce(completion, job_tokens, model_time)
+
+
+def _bounded(name: str, asked: Any, default: Any, policy: Any, problems: list[str], unit: str = "") -> Any:
+    """The value in force: what the job asked (refused past the policy), else the worker's default
+    capped by the policy (an operator's lower policy never refuses jobs that asked for nothing)."""
+    if asked is not None:
+        if policy is not None and asked > policy:
+            problems.append(f"{name} {_text(asked)}{unit} is above the policy's {_text(policy)}{unit}")
+        return asked
+    if default is None:
+        return policy
+    return default if policy is None else min(default, policy)
+
+
+def _text(value: float) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def budget_outcome(error: ModelError) -> tuple[ErrorKind, Limit | None]:
