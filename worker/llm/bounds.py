@@ -44,7 +44,7 @@ def resolve_limits(limits: ModelLimits, settings: Settings) -> LimitsInForce:
     Raises:
         PolicyViolationError: the job asks for more than the operator's policy allows (named).
     """
-    problems = []
+    problems: list[str] = []
     completion = _bounded(
         "max_completion_tokens", limits.max_completion_tokens, settings.model_max_completion_tokens,
         settings.policy_max_completion_tokens, problems,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
@@ -9,6 +10,7 @@ import time
 from typing import Any
 
 import redis
+from redis.typing import EncodableT, FieldT
 
 from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
 from sandfleet.core.keys import FleetKeys
@@ -50,19 +52,17 @@ class Webhooks:
         if spec is None or not (spec.webhook or spec.batch_webhook):
             return
         try:
-            deliveries = []
+            committed: list[Delivery | None] = []
             now = time.time()
             if spec.webhook:
                 body = encode(job_body(result, record.batch_id, now))
-                deliveries.append(self._commit(audit, spec.webhook, JOB_EVENT, result.job_id, body, now))
+                committed.append(self._commit(audit, spec.webhook, JOB_EVENT, result.job_id, body, now))
             if spec.batch_webhook and record.batch_id and self._ends_batch(record.batch_id, result.status):
                 counts = self._counts_after(record.batch_id, result.status)
                 body = encode(batch_body(record.batch_id, counts, now))
                 delivery_id = f"batch:{record.batch_id}"
-                deliveries.append(
-                    self._commit(audit, spec.batch_webhook, BATCH_EVENT, delivery_id, body, now)
-                )
-            deliveries = [d for d in deliveries if d is not None]
+                committed.append(self._commit(audit, spec.batch_webhook, BATCH_EVENT, delivery_id, body, now))
+            deliveries = [d for d in committed if d is not None]
             if deliveries:
                 with self._lock:
                     self._pending[result.job_id] = deliveries
@@ -73,7 +73,12 @@ class Webhooks:
         self, audit: Any, url: str, event: str, delivery_id: str, body: bytes, now: float
     ) -> Delivery | None:
         secret = self.settings.webhook_secret
-        data = {"url": url, "event": event, "delivery": delivery_id, "body_sha256": hashlib.sha256(body).hexdigest()}
+        data = {
+            "url": url,
+            "event": event,
+            "delivery": delivery_id,
+            "body_sha256": hashlib.sha256(body).hexdigest(),
+        }
         if not secret:
             audit.emit(AuditKind.WEBHOOK, {**data, "sent": False, "reason": NO_SECRET})
             log.warning("webhook for %s %s", delivery_id, NO_SECRET)
@@ -109,7 +114,7 @@ class Webhooks:
         for delivery in deliveries:
             if delivery.event == BATCH_EVENT and not self._claim_batch(delivery, record):
                 continue
-            self._sender.send(delivery, lambda outcome, d=delivery, r=record: self._record(d, r, outcome))
+            self._sender.send(delivery, functools.partial(self._record, delivery, record))
 
     def _claim_batch(self, delivery: Delivery, record: JobRecord) -> bool:
         key = self._keys.batch_webhook(str(record.batch_id))
@@ -120,7 +125,7 @@ class Webhooks:
         return bool(claimed)
 
     def _record(self, delivery: Delivery, record: JobRecord, outcome: Outcome) -> None:
-        fields = {
+        fields: dict[FieldT, EncodableT] = {
             "status": "delivered" if outcome.delivered else "failed",
             "tries": outcome.tries,
             "http_status": outcome.status if outcome.status is not None else "",
@@ -130,7 +135,7 @@ class Webhooks:
             self._redis.hset(self._keys.batch_webhook(str(record.batch_id)), mapping=fields)
         else:
             self._redis.hset(
-                self._keys.job(record.job_id), mapping={f"webhook_{k}": v for k, v in fields.items()}
+                self._keys.job(record.job_id), mapping={f"webhook_{k!s}": v for k, v in fields.items()}
             )
         if self._on_sent is not None:
             self._on_sent(outcome.delivered)
