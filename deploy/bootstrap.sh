@@ -9,7 +9,7 @@
 #
 #   SANDFLEET_VENV          virtual environment to create/use (default: <repo>/.venv)
 #   SANDFLEET_SKIP_IMAGES   1: do not build the sandbox images
-#   SANDFLEET_DATA_SCIENCE  1: also build sandfleet/sandbox-ds:py3.11 (numpy, pandas)
+#   SANDFLEET_DATA_SCIENCE  1: also build sandfleet/sandbox-ds:py3.11 (numpy, pandas, matplotlib)
 #   SANDFLEET_DEBIAN_MIRROR Debian mirror for the base image (default: apt's, else deb.debian.org)
 #   SANDFLEET_DOCKERD_LOG, SANDFLEET_REDIS_LOG   log files (default: /var/log/sandfleet-*.log)
 set -euo pipefail
@@ -21,7 +21,7 @@ REDIS_LOG=${SANDFLEET_REDIS_LOG:-/var/log/sandfleet-redis.log}
 DOCKERD_PIDFILE=${SANDFLEET_DOCKERD_PIDFILE:-/var/run/docker.pid}
 REDIS_PORT=6379
 DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv linux-libc-dev"
+ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv linux-libc-dev squid-openssl"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 warn() { printf '\033[1;33m[bootstrap] warning:\033[0m %s\n' "$*" >&2; }
@@ -40,6 +40,8 @@ missing_packages() {
   command -v redis-server >/dev/null || echo redis-server
   command -v debootstrap >/dev/null || echo debootstrap
   command -v iptables >/dev/null || echo iptables
+  # The egress proxy of network "restricted" (worker/egress/): Squid built with OpenSSL (ssl_bump peek).
+  [ -x /usr/sbin/squid ] || command -v squid >/dev/null || echo squid-openssl
   command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server
   # A real browser for the Flower tests (tests/flower), driven by selenium through chromedriver.
   command -v chromium >/dev/null || echo chromium
@@ -86,9 +88,11 @@ install_packages() {
   trap - EXIT
 }
 
-# Register runsc twice: "runsc" with no network at all (what network=none needs under this gVisor
-# release) and "runsc-net" with gVisor's own network stack, for restricted/full. Keeps every other
-# daemon setting. Prints "changed" when it wrote the file.
+# Register runsc three times: "runsc" with no network at all (what network=none needs under this gVisor
+# release), "runsc-net" with gVisor's own network stack, for full, and "runsc-egress" with
+# --network=host for restricted: the sandbox's sockets are then the host kernel's inside the
+# container's own network namespace, where the egress filter holds (worker/egress/network.py).
+# Keeps every other daemon setting. Prints "changed" when it wrote the file.
 register_runsc() {
   local runsc; runsc=$(command -v runsc) || return 0
   python3 - "$runsc" <<'PY'
@@ -103,6 +107,7 @@ runtimes = cfg.setdefault("runtimes", {})
 want = {
     "runsc": {"path": sys.argv[1], "runtimeArgs": ["--network=none"]},
     "runsc-net": {"path": sys.argv[1]},
+    "runsc-egress": {"path": sys.argv[1], "runtimeArgs": ["--network=host"]},
 }
 if all(runtimes.get(k) == v for k, v in want.items()):
     sys.exit(0)
@@ -151,7 +156,7 @@ ensure_docker() {
     # An engine already runs: use it as it is. Register runsc only when we may and it is missing;
     # SIGHUP makes dockerd reload daemon.json (runtimes are reloadable) without a restart.
     if is_root && command -v runsc >/dev/null \
-        && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc"'; then
+        && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc-egress"'; then
       local pid
       if [ -n "$(register_runsc)" ] && pid=$(dockerd_pid); then
         say "registered runsc; reloading dockerd's configuration"
@@ -210,8 +215,19 @@ ensure_images() {
   "$VENV/bin/sandfleet" images build "${args[@]}"
 }
 
+# The distribution's own squid service (port 3128, every address) must not run: Sandfleet's egress
+# proxy is started by the worker with its own configuration on the egress network's gateway only.
+disable_distribution_squid() {
+  is_root || return 0
+  if command -v systemctl >/dev/null && systemctl is-enabled squid >/dev/null 2>&1; then
+    say "disabling the distribution's squid service (the worker runs its own egress proxy)"
+    systemctl disable --now squid >/dev/null 2>&1 || warn "could not disable the squid service"
+  fi
+}
+
 main() {
   install_packages
+  disable_distribution_squid
   ensure_docker
   ensure_redis
   ensure_venv

@@ -24,9 +24,11 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from sandfleet.core.artifacts import ArtifactStore, open_artifact_store, with_artifact_digests
 from sandfleet.core.bundle import write_bundle
 from sandfleet.core.contracts import (
     FINAL_STATUSES,
+    ArtifactInfo,
     AuditEvent,
     JobResult,
     JobSpec,
@@ -46,7 +48,15 @@ from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.store import JobStore
-from sandfleet.core.verify import BatchVerdict, Verdict, VerdictState, verify_job, verify_jobs
+from sandfleet.core.verify import (
+    BatchVerdict,
+    JobEvidence,
+    Verdict,
+    VerdictState,
+    verify_job,
+    verify_jobs,
+)
+from sandfleet.producer.artifacts import fetch_artifact, write_artifacts
 from sandfleet.producer.checked import CheckedResult, checked_result, unverified_error
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
@@ -101,6 +111,7 @@ class JobHandle:
     def __init__(self, client: Client, job_id: str) -> None:
         self.client = client
         self.job_id = job_id
+        self._final: JobResult | None = None  # the verified final record, once read (it never changes)
 
     def __repr__(self) -> str:
         return f"JobHandle({self.job_id!r})"
@@ -155,7 +166,15 @@ class JobHandle:
             raise JobNotFoundError(f"no record for job {self.job_id!r} (never submitted, or past retention)")
         if checked.verdict.state == VerdictState.MISMATCHED:
             raise unverified_error([checked])
+        self._final = checked.result or self._final
         return checked
+
+    def _verified_final(self) -> JobResult:
+        """The verified final record (read and verified once per handle); KeyError while not final."""
+        result = self._final or self.checked().result
+        if result is None:
+            raise KeyError(f"job {self.job_id} has not ended: no artifacts yet")
+        return result
 
     def audit(self) -> list[AuditEvent]:
         """The job's audit events, oldest first."""
@@ -163,10 +182,40 @@ class JobHandle:
             return self.client.reader.audit(self.job_id)
 
     def verify(self) -> Verdict:
-        """Check the job's record against its audit chain, and the chain's signatures."""
+        """Check the job's record against its audit chain, the chain's signatures, and the stored bytes
+        of its artifacts against the digests the chain commits to."""
         with self.client.redis_errors():
-            evidence = self.client.reader.evidence(self.job_id)
+            evidence = self.client.with_artifact_digests(self.client.reader.evidence(self.job_id))
         return verify_job(evidence, self.client.key_ring())
+
+    # -- artifacts ------------------------------------------------------------------------------
+    def artifacts(self) -> list[ArtifactInfo]:
+        """The files the job's program handed back (name, size, media type, SHA-256), from its
+        verified record; empty while the job has not ended.
+
+        Raises:
+            UnverifiedResultError: the record and its chain disagree.
+        """
+        result = self.checked().result
+        return list(result.artifacts) if result is not None else []
+
+    def artifact(self, name: str) -> bytes:
+        """The bytes of one artifact, checked against the SHA-256 its verified record lists.
+
+        Raises:
+            KeyError: no artifact of that name (or the job has not ended).
+            ArtifactIntegrityError: its bytes are gone or changed at rest.
+        """
+        result = self._verified_final()
+        with self.client.redis_errors():
+            return fetch_artifact(self.client.artifact_store, result, name)
+
+    def download_artifacts(self, folder: Path) -> list[Path]:
+        """Write every artifact of the finished job under ``folder``; the paths written (each file
+        checked against its digest first: a changed one raises ArtifactIntegrityError, nothing written)."""
+        result = self._verified_final()
+        with self.client.redis_errors():
+            return write_artifacts(self.client.artifact_store, result, folder)
 
     def verify_audit(self) -> tuple[bool, int | None]:
         """``(True, None)`` if nothing disagrees (so far, for a running job), else ``(False, first bad
@@ -220,8 +269,19 @@ class BatchHandle:
         return [checked_result(e, ring) for e in evidences]
 
     def verify(self) -> BatchVerdict:
-        """Check every job of the batch (records against chains, signatures): verdicts and counts."""
+        """Check every job of the batch (records against chains, signatures, artifacts' stored bytes):
+        verdicts and counts."""
         return self.client.verify_jobs(self.job_ids)
+
+    def download_artifacts(self, folder: Path) -> dict[str, list[Path]]:
+        """Write the artifacts of every verified, finished job under ``folder/JOB_ID/``; job id -> the
+        paths written (jobs with none are left out). A record its chain does not prove raises
+        UnverifiedResultError before anything is written; a changed file ArtifactIntegrityError."""
+        results = [r for r in self.results() if r is not None and r.artifacts]
+        with self.client.redis_errors():
+            return {
+                r.job_id: write_artifacts(self.client.artifact_store, r, folder / r.job_id) for r in results
+            }
 
     def export(self, path: Path) -> BatchVerdict:
         """Write an audit bundle of the batch's jobs to ``path``; returns their verdicts."""
@@ -265,6 +325,7 @@ class Client:
         self.reader = RecordReader(self.redis, self.keys)
         self.registry = KeyRegistry(self.redis, self.keys)
         self.store = JobStore(self.redis, self.settings)
+        self.artifact_store: ArtifactStore = open_artifact_store(self.settings, self.redis)
         self._app: Any = None
 
     def __enter__(self) -> Client:
@@ -276,6 +337,9 @@ class Client:
     def close(self) -> None:
         if self._app is not None:
             self._app.close()
+        close_store = getattr(self.artifact_store, "close", None)
+        if close_store is not None:
+            close_store()
         self.redis.close()
 
     @property
@@ -392,8 +456,12 @@ class Client:
     def verify_jobs(self, job_ids: list[str], ring: KeyRing | None = None) -> BatchVerdict:
         """Verdicts of ``job_ids`` (read in one snapshot), in that order."""
         with self.redis_errors():
-            evidences = self.reader.evidence_many(job_ids)
+            evidences = [self.with_artifact_digests(e) for e in self.reader.evidence_many(job_ids)]
         return verify_jobs(evidences, ring or self.key_ring())
+
+    def with_artifact_digests(self, evidence: JobEvidence) -> JobEvidence:
+        """``evidence`` with the digests of its artifacts' stored bytes, so verifying checks them too."""
+        return with_artifact_digests(evidence, self.artifact_store)
 
     def export_bundle(self, job_ids: list[str], path: Path) -> BatchVerdict:
         """Write the jobs' records, audit entries and the public keys to ``path`` (``sandfleet audit

@@ -39,6 +39,10 @@ COMMANDS = {
         "Workers' public signing keys: list, export, rotate, revoke.",
     ),
     "jobs": ("sandfleet.producer.cli.jobs:jobs", "List jobs, newest first (a batch's in submission order)."),
+    "artifacts": (
+        "sandfleet.producer.cli.artifacts:artifacts",
+        "List the files JOB's program wrote under /workspace/out/, or write them under --out DIR.",
+    ),
     # worker side (needs the worker extra)
     "doctor": (
         "sandfleet.worker.cli.doctor:doctor",

@@ -294,11 +294,14 @@ def build_images(
     params: DebootstrapParams | None = None,
     rootfs: Path | None = None,
     progress: Callable[[str], None] = lambda _msg: None,
+    builders: Mapping[str, Callable[[ImageStep], None]] | None = None,
 ) -> list[BuildResult]:
     """Make each image of the plan, parents first; with ``if_changed`` skip those whose label matches.
 
     ``rootfs`` imports an existing debootstrap tree instead of making one (air-gapped sites that ship
     a tree, and development). Replaced images are removed when nothing uses them any more.
+    ``builders`` (step name -> function) build the steps they name their own way (custom images:
+    worker/custom_images.py).
     """
     check_docker()
     params = params or DebootstrapParams()
@@ -311,7 +314,9 @@ def build_images(
             continue
         progress(f"{step.tag}: building")
         started = time.monotonic()
-        if step.dockerfile is None:
+        if builders and step.name in builders:
+            builders[step.name](step)
+        elif step.dockerfile is None:
             _import_base(step, params, rootfs, progress)
         else:
             _run(build_command(step), env={"DOCKER_BUILDKIT": "0"})  # the classic builder ships everywhere
@@ -386,6 +391,9 @@ def _run(
             f"`{' '.join(cmd[:3])} ...` failed (exit {proc.returncode}):\n{_tail(proc.stdout)}"
         )
     return proc
+
+
+run_command = _run  # for the builders of other images (worker/custom_images.py)
 
 
 def _tail(output: str, lines: int = ERROR_TAIL_LINES) -> str:

@@ -5,7 +5,10 @@ The final attempt's tool calls come from the chain (``tool_call`` events); the b
 from them (same order, same tool, same arguments, else the call fails), so the program sees exactly
 what it saw the first time. A deterministic program must print the same RESULT, and the replay
 compares it three ways: with the result the record serves (what ``sandfleet result`` prints), with the
-seal's commitment to that result, and with the RESULT digest the chain recorded for the run.
+seal's commitment to that result, and with the RESULT digest the chain recorded for the run. The files
+it writes under /workspace/out/ must be the artifacts the record lists, byte for byte (SHA-256); and
+when the evidence carries the digests of the stored artifacts, bytes changed at rest make the record
+unverified before anything runs.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from typing import Any
 
 from sandfleet.core.chain import canonical_json, sha256_hex
 from sandfleet.core.config import SandboxConfig
-from sandfleet.core.contracts import AuditEvent, AuditKind, JobStatus, ToolCallRecord
+from sandfleet.core.contracts import ArtifactInfo, AuditEvent, AuditKind, JobStatus, ToolCallRecord
 from sandfleet.core.records import JobRecord
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.verify import JobEvidence, Verdict, VerdictState, verify_job
+from sandfleet.worker.artifacts import ArtifactCaps
 from sandfleet.worker.runtime import ProgramRuntime, RunResult
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -128,6 +132,7 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool) -> Repla
         tools=tools,
         job_id=result.job_id,
         replay=calls,
+        artifacts=_caps_for(result.artifacts),
     )
     sealed = events[-1].data["record"]["fields"].get("result")
     run_digest = next(
@@ -148,14 +153,40 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool) -> Repla
         run_sha256=run_digest,
         run=run,
     )
-    problem = _difference(outcome, run)
+    problem = _difference(outcome, run, result.artifacts)
     if problem:
         return ReplayOutcome(**{**outcome.__dict__, "state": ReplayState.DIFFERENT, "reason": problem})
     return outcome
 
 
-def _difference(outcome: ReplayOutcome, run: RunResult) -> str:
-    """Why the replay does not reproduce the job, or "" when it does on all three counts."""
+def _caps_for(listed: list[ArtifactInfo]) -> ArtifactCaps:
+    """Caps that let the replay hand back at least what the job did."""
+    base = ArtifactCaps()
+    return ArtifactCaps(
+        max_file_bytes=max([base.max_file_bytes, *(a.size for a in listed)]),
+        max_total_bytes=max(base.max_total_bytes, sum(a.size for a in listed)),
+        max_files=max(base.max_files, len(listed)),
+    )
+
+
+def artifact_difference(listed: list[ArtifactInfo], run: RunResult) -> str:
+    """Why the replay's files are not the record's artifacts, or ""."""
+    recorded = {a.name: a.sha256 for a in listed}
+    replayed = {a.info.name: a.info.sha256 for a in run.artifacts.kept}
+    if recorded == replayed:
+        return ""
+    parts = [f"{n} was not written again" for n in sorted(set(recorded) - set(replayed))]
+    parts += [f"{n} is new" for n in sorted(set(replayed) - set(recorded))]
+    parts += [
+        f"{n} has other bytes (sha256 {replayed[n][:12]}..., recorded {recorded[n][:12]}...)"
+        for n in sorted(set(recorded) & set(replayed))
+        if recorded[n] != replayed[n]
+    ]
+    return "the replay's files are not the recorded artifacts: " + "; ".join(parts)
+
+
+def _difference(outcome: ReplayOutcome, run: RunResult, listed: list[ArtifactInfo] | None = None) -> str:
+    """Why the replay does not reproduce the job, or "" when it does on all counts."""
     if not run.result_found:
         return f"the replay printed no RESULT ({run.failure() or 'no RESULT line'})"
     digest = sha256_hex(canonical_json(run.result))
@@ -165,4 +196,4 @@ def _difference(outcome: ReplayOutcome, run: RunResult) -> str:
         return "the replayed RESULT is not the one the chain's seal commits to"
     if outcome.run_sha256 is not None and digest != outcome.run_sha256:
         return "the replayed RESULT is not the one the chain recorded for the final run"
-    return ""
+    return artifact_difference(listed or [], run)

@@ -6,8 +6,9 @@
 
 Each run takes a fresh container from the pool (warm when possible, never reused), writes the
 program and a ``sandfleet_tools`` module allowing exactly the job's tools, runs it under
-``exec_timeout`` with the bridge attached, and returns what happened. The container is destroyed
-afterwards, whatever happened.
+``exec_timeout`` with the bridge attached, collects the files it left in ``/workspace/out/``
+(worker/artifacts.py), and returns what happened. The container is destroyed afterwards, whatever
+happened.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from typing import Any
 from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -61,6 +64,7 @@ class RunResult:
     result_text: str | None = None
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     limits_hit: list[Limit] = field(default_factory=list)
+    network_denied: list[dict[str, Any]] = field(default_factory=list)  # refused by the egress proxy
     oom_killed: bool = False
     agent_killed: bool = False  # the program killed its sandbox's agent process (not a limit)
     error: str | None = None
@@ -69,6 +73,7 @@ class RunResult:
     warm: bool = False
     forked: bool = False  # run in a fork of the sandbox agent's interpreter, not a new python3
     timings: dict[str, float] = field(default_factory=dict)
+    artifacts: Collection = field(default_factory=Collection)  # what it left in /workspace/out/
 
     @property
     def ok(self) -> bool:
@@ -91,8 +96,10 @@ class RunResult:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        data = {k: v for k, v in self.__dict__.items() if k != "tool_calls"}
+        data = {k: v for k, v in self.__dict__.items() if k not in ("tool_calls", "artifacts")}
         data["tool_calls"] = [c.model_dump(mode="json") for c in self.tool_calls]
+        data["artifacts"] = [a.info.model_dump(mode="json") for a in self.artifacts.kept]
+        data["artifacts_skipped"] = [s.model_dump(mode="json") for s in self.artifacts.skipped]
         return data
 
 
@@ -117,13 +124,17 @@ class ProgramRuntime:
         replay: list[ToolCallRecord] | None = None,
         side_effect_memo: dict[str, list[Any]] | None = None,
         on_call: Callable[[ToolCallRecord], None] | None = None,
+        artifacts: ArtifactCaps | None = None,
     ) -> RunResult:
         """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
         or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
 
         ``replay`` serves every call from recorded calls instead of the tools; ``side_effect_memo``
         (call_key -> results, consumed one per call) serves repeated calls of side-effecting tools from an earlier attempt.
+        ``artifacts``: the caps on the files collected from ``/workspace/out/`` (default: the defaults
+        of the settings; ``max_files=0`` collects nothing).
         """
+        caps = artifacts or ArtifactCaps()
         config = config or SandboxConfig()
         settings = settings or CodeActionSettings()
         if config.persistent:
@@ -162,8 +173,12 @@ class ProgramRuntime:
                 max_result=settings.max_response_bytes,
                 on_call=bridge,
                 max_request=settings.max_request_bytes,
+                mkdirs=[out_dir(config.workdir)] if caps.enabled else None,
             )
             ended = time.monotonic()
+            denied = take_denials(container)  # before release: a released sandbox's file is gone
+            collection = collect_artifacts(container, caps)
+            collected = time.monotonic()
         finally:
             self.pool.release(container)
         found, payload = parse_result_line(done.result_line)
@@ -172,6 +187,10 @@ class ProgramRuntime:
             limits.append(Limit.TOOL_CALLS)
         if done.result_overflow:
             limits.append(Limit.RESULT_SIZE)
+        if denied:
+            limits.append(Limit.NETWORK)
+        if collection.cap_hit:
+            limits.append(Limit.ARTIFACTS)
         error = done.protocol_error if not done.timed_out else None
         if done.result_overflow and error is None:
             error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"
@@ -189,6 +208,7 @@ class ProgramRuntime:
             else None,
             tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
             limits_hit=limits,
+            network_denied=denied,
             oom_killed=done.oom_killed,
             agent_killed=done.agent_killed,
             error=error,
@@ -196,6 +216,7 @@ class ProgramRuntime:
             runtime=container.runtime,
             warm=lease.warm,
             forked=done.forked,
+            artifacts=collection,
             timings={
                 "acquire_s": lease.acquire_s,
                 "files_s": exec_began - files_began,
@@ -203,6 +224,7 @@ class ProgramRuntime:
                 "run_s": done.agent_run_s,
                 "tool_s": bridge.tool_time_s,
                 "total_s": ended - began,
+                "artifacts_s": collected - ended,
                 "exec_timeout_s": min(settings.exec_timeout, config.timeout),
             },
         )

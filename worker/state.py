@@ -193,13 +193,18 @@ class WorkerState:
 
     def engine(self) -> JobRunner:
         """``run_job`` bound to this process's EngineServices, started on first use."""
+        from sandfleet.core.artifacts import open_artifact_store
         from sandfleet.core.usage_ledger import RedisUsageLedger
         from sandfleet.worker.engine import EngineServices, run_job
 
         store = self.store  # before the lock: the property takes it too
         with self._lock:
             if self._services is None:
-                self._services = EngineServices.start(self.settings, max_sandboxes=self.max_sandboxes)
+                self._services = EngineServices.start(
+                    self.settings,
+                    max_sandboxes=self.max_sandboxes,
+                    artifacts=open_artifact_store(self.settings, store.redis),
+                )
                 self._services.usage_ledger = RedisUsageLedger(
                     store.redis, FleetKeys(self.settings.key_prefix)
                 )

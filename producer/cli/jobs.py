@@ -310,7 +310,10 @@ def _row_status(checked: CheckedResult) -> str:
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
-    "--out", type=click.Path(dir_okay=False, path_type=Path), help="Write results (.jsonl or .csv); waits."
+    "--out",
+    type=click.Path(path_type=Path),
+    help="Write results (.jsonl or .csv); or a folder: results.jsonl and each job's artifacts in "
+    "FOLDER/JOB_ID/. Waits.",
 )
 @click.option("--wait", is_flag=True, help="Wait for every job, showing progress.")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait (default: no limit).")
@@ -334,8 +337,11 @@ def batch(
     CSV columns are JobSpec fields: `tools` comma-separated, history/sandbox/code_action/tool_loop/metadata
     as JSON. --mode applies to the rows that name no mode of their own.
     """
-    if out is not None and out.suffix.lower() not in (".jsonl", ".ndjson", ".json", ".csv"):
-        raise BadInputError(f"--out {out}: use a .jsonl or a .csv file")
+    from sandfleet.producer.cli.batch_out import BATCH_RESULTS_NAME, is_folder_target, save_batch_artifacts
+
+    out_dir = out if out is not None and is_folder_target(out) else None
+    if out_dir is not None and out_dir.exists() and not out_dir.is_dir():
+        raise BadInputError(f"--out {out}: use a .jsonl or a .csv file, or a folder")
     from sandfleet.core.verify import VerdictState
     from sandfleet.producer.client import BatchProgress, Client
 
@@ -353,6 +359,11 @@ def batch(
         except UnverifiedResultError:
             pass  # reported per row below
         checked = handle.checked_results()
+        if out_dir is not None:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            files = save_batch_artifacts(client, checked, out_dir)
+            click.echo(f"{files} artifact file(s) written under {out_dir}/JOB_ID/", err=True)
+            out = out_dir / BATCH_RESULTS_NAME
     if out is not None:
         jobs = zip(rows, handle.job_ids, checked, strict=True)
         write_results(out, [(number, job_id, spec, c) for (number, spec), job_id, c in jobs])

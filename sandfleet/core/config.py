@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from sandfleet.core.allowlist import AllowListError, parse_rules
 from sandfleet.core.sizes import format_size, parse_size
 
 DEFAULT_IMAGE = "sandfleet/sandbox:py3.11"
@@ -55,6 +56,12 @@ _HINTS = {
     "user": "use `allow_sudo` (programs run as the unprivileged sandbox user unless it is set)",
     "timeout_seconds": "use `timeout` (seconds)",
     "lang": "there is no language option: sandboxes run Python",
+    "allowed_hosts": "use `allow_hosts` (names the sandbox may reach with network 'restricted')",
+    "allowlist": "use `allow_hosts` (names the sandbox may reach with network 'restricted')",
+    "allow_list": "use `allow_hosts` (names the sandbox may reach with network 'restricted')",
+    "domains": "use `allow_hosts` (names the sandbox may reach with network 'restricted')",
+    "hosts": "use `allow_hosts` (names the sandbox may reach with network 'restricted')",
+    "proxy": "there is no proxy option: network 'restricted' goes through the worker host's egress proxy",
 }
 
 
@@ -98,11 +105,38 @@ class SandboxConfig(BaseModel):
     allow_sudo: bool = False
     runtime: str | None = None
     read_only_rootfs: bool = True
+    allow_hosts: tuple[str, ...] = ()
 
     @model_validator(mode="before")
     @classmethod
     def _known_options(cls, data: Any) -> Any:
         return _refuse_unknown(cls, data)
+
+    @field_validator("allow_hosts", mode="before")
+    @classmethod
+    def _hosts_listed(cls, v: Any) -> Any:
+        if isinstance(v, str):  # ``-o allow_hosts=pypi.org,files.pythonhosted.org``
+            return [part for part in (p.strip() for p in v.split(",")) if part]
+        return v
+
+    @field_validator("allow_hosts")
+    @classmethod
+    def _hosts_valid(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return tuple(str(rule) for rule in parse_rules(v))
+        except AllowListError as e:
+            raise ValueError(str(e)) from None
+
+    @model_validator(mode="after")
+    def _hosts_fit_network(self) -> SandboxConfig:
+        if self.network == "restricted" and not self.allow_hosts:
+            raise ValueError(
+                "network 'restricted' needs allow_hosts: the names the sandbox may reach, e.g. "
+                "['pypi.org', 'files.pythonhosted.org'] (nothing else is reachable)"
+            )
+        if self.allow_hosts and self.network != "restricted":
+            raise ValueError(f"allow_hosts applies to network 'restricted' only, not {self.network!r}")
+        return self
 
     @field_validator("cpu_limit")
     @classmethod
@@ -173,13 +207,14 @@ class SandboxConfig(BaseModel):
     def docker_runtime(self) -> str:
         """The Docker runtime name: ``runtime`` if given, else runsc for gvisor, else runc.
 
-        gVisor is registered twice (see deploy/bootstrap.sh): ``runsc`` has no network at all,
-        ``runsc-net`` has gVisor's own network stack for restricted/full.
+        gVisor is registered three times (see deploy/bootstrap.sh): ``runsc`` has no network at all,
+        ``runsc-net`` has gVisor's own network stack for full, ``runsc-egress`` uses the sandbox's
+        own (filtered) network namespace for restricted (worker/egress/network.py).
         """
         if self.runtime:
             return self.runtime
         if self.backend == "gvisor":
-            return "runsc" if self.network == "none" else "runsc-net"
+            return {"none": "runsc", "restricted": "runsc-egress"}.get(self.network, "runsc-net")
         return "runc"
 
     @property

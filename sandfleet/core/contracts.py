@@ -44,6 +44,18 @@ class Turn(_Strict):
     content: str
 
 
+class ArtifactLimits(_Strict):
+    """A job's caps on the files it hands back from ``/workspace/out/`` (None: the operator's setting).
+
+    A job may lower the operator's caps (``SANDFLEET_ARTIFACT_MAX_*``), never raise them: a job asking
+    for more is refused before anything runs.
+    """
+
+    max_file_bytes: int | None = Field(None, ge=0, description="the largest file kept, in bytes")
+    max_total_bytes: int | None = Field(None, ge=0, description="bytes kept per job, all files together")
+    max_files: int | None = Field(None, ge=0, description="files kept per job")
+
+
 class JobSpec(_Strict):
     """One question for the fleet. Validated by the producer before anything is enqueued."""
 
@@ -60,6 +72,9 @@ class JobSpec(_Strict):
     )
     batch_id: str | None = None
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
+    artifacts: ArtifactLimits = Field(
+        default_factory=ArtifactLimits, description="caps on the files kept from /workspace/out/"
+    )
     model_limits: ModelLimits = Field(
         default_factory=ModelLimits, description="completion tokens per call, tokens and model time per job"
     )
@@ -135,6 +150,27 @@ class JobSpec(_Strict):
         return self
 
 
+class ArtifactInfo(_Strict):
+    """One file a program wrote under ``/workspace/out/``, as the host received and stored it.
+
+    ``name`` is its path relative to that folder (``/``-separated); ``sha256`` is the host's own digest
+    of the bytes it stored, which the audit chain commits to.
+    """
+
+    name: str
+    size: int = Field(ge=0, description="bytes")
+    media_type: str
+    sha256: str
+
+
+class SkippedArtifact(_Strict):
+    """A file under ``/workspace/out/`` that was not kept, and why (over a cap, a symlink, a device)."""
+
+    name: str
+    size: int | None = None
+    reason: str
+
+
 class ErrorInfo(_Strict):
     kind: ErrorKind
     message: str
@@ -169,6 +205,21 @@ class ToolCallRecord(_Strict):
     replayed: bool = False
 
 
+def _field_of(item: Any, name: str) -> list[Any]:
+    value = item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+    return list(value or [])
+
+
+class NetworkDenial(_Strict):
+    """One connection the egress proxy refused (network "restricted"): where to, and why."""
+
+    host: str
+    port: int
+    reason: str
+    method: str | None = None
+    sni: str | None = Field(None, description="the TLS server name the program sent, when it differed")
+
+
 class AttemptRecord(_Strict):
     """One program the model wrote and what happened when it ran."""
 
@@ -184,6 +235,7 @@ class AttemptRecord(_Strict):
     stderr_tail: str = ""
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     limits_hit: list[Limit] = Field(default_factory=list)
+    network_denied: list[NetworkDenial] = Field(default_factory=list)
     failure: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -232,6 +284,7 @@ class SessionRecord(_Strict):
     lifetime_s: float = Field(0.0, description="seconds the sandbox lived")
     ended: str = Field("", description="why it ended: job ended, died (...), idle cap, lifetime cap")
     limits_hit: list[Limit] = Field(default_factory=list)
+    network_denied: list[NetworkDenial] = Field(default_factory=list)
 
 
 class JobResult(_Strict):
@@ -257,6 +310,29 @@ class JobResult(_Strict):
     turns: list[TurnRecord] = Field(default_factory=list)
     session: SessionRecord | None = None
     limits_hit: list[Limit] = Field(default_factory=list, description="caps of the tool-calling loop hit")
+    artifacts: list[ArtifactInfo] = Field(
+        default_factory=list, description="files the final program wrote under /workspace/out/"
+    )
+    artifacts_skipped: list[SkippedArtifact] = Field(
+        default_factory=list, description="files under /workspace/out/ that were not kept, and why"
+    )
+    network_denied: list[NetworkDenial] = Field(
+        default_factory=list,
+        description="connections the egress proxy refused, all attempts (or the session)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _network_denied_of_runs(cls, data: Any) -> Any:
+        """Filled from the attempts (or the session) when not given: every refusal of the job."""
+        if isinstance(data, dict) and "network_denied" not in data:
+            found: list[Any] = []
+            for attempt in data.get("attempts") or []:
+                found += _field_of(attempt, "network_denied")
+            found += _field_of(data.get("session"), "network_denied")
+            if found:
+                data = {**data, "network_denied": found}
+        return data
 
 
 class AuditEvent(_Strict):

@@ -16,6 +16,7 @@
     │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
+    │   └── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -94,6 +95,10 @@ class UnverifiedResultError(SandfleetError):
     @property
     def problems(self) -> list[str]:
         return list(self.args[1]) if len(self.args) > 1 else []
+
+
+class ArtifactIntegrityError(UnverifiedResultError):
+    """An artifact's stored bytes are missing or differ from the SHA-256 its verified record lists."""
 
 
 class JobNotFoundError(SandfleetError, KeyError):

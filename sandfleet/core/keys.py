@@ -24,6 +24,9 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   the final record; its presence refuses every later transition.
 ``{p}:job:{id}:done``             list, one element pushed when the job ends, so waiters ``BLPOP``
                                   instead of polling.
+``{p}:job:{id}:artifact:{sha256}`` string, the bytes of one artifact (a file the program wrote under
+                                  /workspace/out/), by its SHA-256; written by the worker before the
+                                  final record, with the same retention (sandfleet/core/artifacts.py).
 
 Per batch (expire like the jobs):
 
@@ -89,6 +92,9 @@ class FleetKeys:
 
     def done(self, job_id: str) -> str:
         return f"{self.job(job_id)}:done"
+
+    def artifact(self, job_id: str, sha256: str) -> str:
+        return f"{self.job(job_id)}:artifact:{sha256}"
 
     def job_keys(self, job_id: str) -> tuple[str, ...]:
         """Every key of one job (what retention expires and what cleanup deletes)."""

@@ -32,6 +32,10 @@ DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
 DEFAULT_MAX_SESSIONS = 2  # shell jobs' session sandboxes per worker, apart from max_sandboxes
 DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S = 600.0
+DEFAULT_ARTIFACT_MAX_FILE_BYTES = 32 * 1024**2
+DEFAULT_ARTIFACT_MAX_JOB_BYTES = 64 * 1024**2
+DEFAULT_ARTIFACT_MAX_FILES = 100
+ARTIFACT_STORES = ("redis", "filesystem")
 DEFAULT_MODEL_MAX_COMPLETION_TOKENS = 4096  # per model reply, when the job sets none
 DEFAULT_POLICY_MAX_COMPLETION_TOKENS = 32_768
 DEFAULT_MODEL_TIME_BUDGET_S = 600.0  # model time per job (every delivery), when the job sets none
@@ -121,7 +125,8 @@ class Settings(BaseSettings):
         description="the most memory a job's sandbox may ask for (bytes; 8G in the environment)",
     )
     policy_images: CommaList = Field(
-        default_factory=lambda: list(DEFAULT_POLICY_IMAGES), description="images jobs may use"
+        default_factory=lambda: list(DEFAULT_POLICY_IMAGES),
+        description="images jobs may use: names, or patterns with * (sandfleet/custom-*:py3.11)",
     )
     policy_runtimes: CommaList = Field(
         default_factory=list, description="Docker runtimes jobs may use; empty: any"
@@ -129,6 +134,51 @@ class Settings(BaseSettings):
     policy_max_exec_timeout_s: float = Field(
         DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S, gt=0, description="the longest one sandbox_exec may run (seconds)"
     )
+
+    policy_allow_hosts: CommaList = Field(
+        default_factory=list,
+        description="the widest allow-list of network 'restricted' (names, *.suffix, optional :port); "
+        "jobs may only narrow it; empty: no job may use restricted",
+    )
+
+    # The egress proxy of network "restricted" (worker/egress/).
+    egress_network: str = Field("sandfleet-egress", description="the Docker network of restricted sandboxes")
+    egress_bridge: str = Field("sfegress0", max_length=15, description="its bridge interface on the host")
+    egress_subnet: str = Field(
+        "10.213.213.0/24", description="its subnet; the proxy listens on the first address"
+    )
+    egress_proxy_port: int = Field(3128, ge=1, le=65535, description="the proxy's port on that address")
+    egress_state_dir: str = Field(
+        "/run/sandfleet-egress",
+        description="the proxy's folders (one per network: config, allow-lists, denials)",
+    )
+    egress_hosts_file: str = Field(
+        "/etc/hosts", description="names the proxy resolves before DNS (a private mirror, a test service)"
+    )
+    # Artifacts: files a program writes under /workspace/out/ (sandfleet/core/artifacts.py). The caps
+    # are the operator's ceilings; a job may ask for less (JobSpec.artifacts).
+    artifact_max_file_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        DEFAULT_ARTIFACT_MAX_FILE_BYTES, ge=0, description="the largest artifact file kept (bytes; 32M)"
+    )
+    artifact_max_job_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        DEFAULT_ARTIFACT_MAX_JOB_BYTES, ge=0, description="artifact bytes kept per job (bytes; 64M)"
+    )
+    artifact_max_files: int = Field(DEFAULT_ARTIFACT_MAX_FILES, ge=0, description="artifact files per job")
+    artifact_store: str = Field(
+        "redis",
+        description="where artifacts are kept: redis (with the records' retention) or filesystem "
+        "(artifact_dir, e.g. a shared volume, for large files)",
+    )
+    artifact_dir: str = Field(
+        "~/.sandfleet/artifacts", description="the filesystem store's folder, shared by workers and readers"
+    )
+
+    @field_validator("artifact_store")
+    @classmethod
+    def _known_store(cls, v: str) -> str:
+        if v not in ARTIFACT_STORES:
+            raise ValueError(f"unknown artifact store {v!r}: use {' or '.join(ARTIFACT_STORES)}")
+        return v
 
     # Bounds on model use (JobSpec.model_limits; sandfleet/core/model_limits.py).
     model_max_completion_tokens: int = Field(

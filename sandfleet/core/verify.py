@@ -8,11 +8,15 @@ Redis at all. What holds when :func:`verify_job` says ``verified``:
   signed by a key of the set that is not revoked, by a worker that started the job (its ``running``
   event, signed by its own key, naming it and the same spec);
 - a record with a final result has exactly one seal, last, signed by the worker the record names,
-  committing to the record's bytes, status and worker; a record without one has no seal.
+  committing to the record's bytes, status and worker; a record without one has no seal;
+- the artifacts the record lists are the ones the chain's ``artifacts`` event recorded, and, when
+  the evidence carries the digests of the stored bytes (``artifact_digests``), each file's stored
+  bytes hash to the SHA-256 the record lists (a file changed or removed at rest shows).
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -82,6 +86,8 @@ class JobEvidence:
     job_id: str
     record: dict[str, str]
     entries: list[ChainEntry] = field(default_factory=list)
+    # listed SHA-256 -> SHA-256 of the bytes stored for it (None: nothing stored); None: not checked
+    artifact_digests: dict[str, str | None] | None = None
 
 
 def verify_job(evidence: JobEvidence, ring: KeyRing) -> Verdict:
@@ -94,6 +100,7 @@ class _Check:
         self.job_id = evidence.job_id
         self.record = evidence.record
         self.entries = evidence.entries
+        self.artifact_digests = evidence.artifact_digests
         self.ring = ring
         self.problems: list[str] = []
         self.bad_index: int | None = None
@@ -115,6 +122,7 @@ class _Check:
         self.check_entries()
         self.check_tip()
         self.check_seal()
+        self.check_artifacts(evidence_digests=self.artifact_digests)
         if self.problems:
             return self.verdict(VerdictState.MISMATCHED)
         final = self.record.get("status") in FINAL_VALUES
@@ -254,6 +262,40 @@ class _Check:
         signer = self.signers.get(self.entries[index].key)
         if signer is not None and signer != seal.data.get("worker"):
             self.fail(f"the seal names worker {seal.data.get('worker')!r} but is signed by {signer!r}", index)
+
+    # -- the artifacts ------------------------------------------------------------------------------
+    def check_artifacts(self, evidence_digests: dict[str, str | None] | None) -> None:
+        listed = listed_artifacts(self.record.get("result"))
+        recorded: list[dict[str, object]] = []
+        for event in self.events:
+            if event is not None and event.kind == AuditKind.ARTIFACTS:
+                files = event.data.get("files")
+                recorded = files if isinstance(files, list) else []
+        in_chain = sorted((str(f.get("name")), str(f.get("sha256"))) for f in recorded if isinstance(f, dict))
+        if sorted(listed) != in_chain:
+            self.fail("the record's artifacts are not the ones the audit chain recorded")
+        if evidence_digests is None:
+            return
+        for name, digest in listed:
+            stored = evidence_digests.get(digest)
+            if stored is None:
+                self.fail(f"artifact {name!r}: its stored bytes are missing (expired, pruned or deleted)")
+            elif stored != digest:
+                self.fail(
+                    f"artifact {name!r}: its stored bytes are not the ones the chain commits to "
+                    f"(sha256 {stored[:16]}..., committed {digest[:16]}...)"
+                )
+
+
+def listed_artifacts(result_json: str | None) -> list[tuple[str, str]]:
+    """(name, sha256) of each artifact a stored JobResult lists; empty when it lists none or does not parse."""
+    if not result_json:
+        return []
+    try:
+        data = json.loads(result_json)
+        return [(str(a["name"]), str(a["sha256"])) for a in data.get("artifacts") or []]
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return []
 
 
 def _is_seal(event: AuditEvent) -> bool:

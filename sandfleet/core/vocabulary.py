@@ -79,6 +79,9 @@ class AuditKind(StrEnum):
     FUNCTION_CALL = "function_call"  # a tool call the model asked for in a tool-calling loop, before it runs
     FUNCTION_RESULT = "function_result"  # what that call returned to the model (or why it was refused)
     SESSION = "session"  # the session sandbox of a shell job: started, died, destroyed (and why)
+    ARTIFACTS = (
+        "artifacts"  # the files kept from /workspace/out/ (name, size, media type, sha256) and those skipped
+    )
     WEBHOOK = "webhook"  # the completion webhook's delivery: sent (status, tries) or given up
 
 
@@ -95,4 +98,6 @@ class Limit(StrEnum):
     WALL_TIME = "wall_time"  # the tool-calling loop's wall-clock cap per job
     IDLE = "idle"  # a session sandbox destroyed after its idle cap (no sandbox tool call for that long)
     LIFETIME = "lifetime"  # a session sandbox destroyed at its lifetime cap (its sandbox timeout)
+    NETWORK = "network"  # the egress proxy refused a connection (network "restricted": network_denied)
+    ARTIFACTS = "artifacts"  # files in /workspace/out/ past the per-file, per-job or file-count cap (skipped)
     MODEL_TIME = "model_time"  # the job's model-time budget (model_limits.max_model_time) ran out

@@ -54,7 +54,7 @@ def test_system_prompt_states_the_rules(tools_text: str) -> None:
 
 def test_data_science_image_allows_numpy_and_pandas(tools_text: str) -> None:
     text = system_message(tools_text, max_tool_calls=50, data_science=True)
-    assert "the standard library, numpy and pandas" in text
+    assert "the standard library, numpy, pandas and matplotlib" in text
     assert "standard library only" not in text
 
 

@@ -26,6 +26,7 @@ OPTIONS = (
     "allow_sudo",
     "runtime",
     "read_only_rootfs",
+    "allow_hosts",
 )
 OWNER = Owner("testhost", 4242, 99)
 GiB = 1024**3
@@ -288,7 +289,7 @@ def test_spec_main_process_is_the_boot_loader_started_as_programs_are() -> None:
         ({"backend": "gvisor"}, {"network_disabled": True}),  # runsc, registered with --network=none
         ({"runtime": "kata"}, {"network_mode": "none"}),  # not proven: the engine's "none" network
         ({"runtime": "runsc-net"}, {"network_mode": "none"}),
-        ({"network": "restricted"}, {"network_mode": "bridge"}),
+        ({"network": "restricted", "allow_hosts": ["pypi.org"]}, {"network_mode": "sandfleet-egress"}),
         ({"network": "full"}, {"network_mode": "bridge"}),
         ({"network": "full", "backend": "gvisor"}, {"network_mode": "bridge"}),
     ],

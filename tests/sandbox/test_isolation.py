@@ -44,8 +44,11 @@ def test_anything_more_or_unknown_is_refused(view: Any, why: str) -> None:
 
 def test_restricted_and_full_are_not_held_to_none() -> None:
     bridged = {"netns": "net:[1]", "interfaces": ["eth0", "lo"], "routes": ["eth0", "lo"]}
-    for network in ("restricted", "full"):
-        assert network_refusal(SandboxConfig(network=network), bridged, WORKER_NS) is None  # type: ignore[arg-type]
+    for config in (
+        SandboxConfig(network="restricted", allow_hosts=["pypi.org"]),
+        SandboxConfig(network="full"),
+    ):
+        assert network_refusal(config, bridged, WORKER_NS) is None
 
 
 def test_describe_network_says_what_was_asked_made_and_seen() -> None:

@@ -272,6 +272,8 @@ def result_fields(fleet: TamperFleet) -> list[str]:
 
 
 RESULT_FIELDS = [
+    "artifacts",
+    "artifacts_skipped",
     "attempts",
     "error",
     "final_program",

@@ -217,7 +217,7 @@ WORKER_REFUSES = {
         "sandbox network 'full' is not allowed by the operator (allowed: none)",
     ),
     "network restricted": (
-        {"sandbox": {"network": "restricted"}},
+        {"sandbox": {"network": "restricted", "allow_hosts": ["pypi.org"]}},
         "sandbox network 'restricted' is not allowed by the operator (allowed: none)",
     ),
     "memory_limit 16G": (

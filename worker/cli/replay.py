@@ -50,6 +50,7 @@ def replay(
     Exit 0 when every replayable job matched; 1 on a difference, a record its chain does not prove, or
     a replay that could not run; 3 when some jobs have not ended.
     """
+    from sandfleet.core.artifacts import open_artifact_store, with_artifact_digests
     from sandfleet.core.key_registry import KeyRegistry, verification_ring
     from sandfleet.core.keys import FleetKeys
     from sandfleet.core.queue import redis_errors
@@ -69,7 +70,11 @@ def replay(
             job_ids = reader.batch_job_ids(batch_id) if batch_id else [job_id]
             if not job_ids:
                 raise click.ClickException(f"no batch {batch_id!r} (never submitted, or past retention)")
-            evidences = reader.evidence_many(job_ids)  # type: ignore[arg-type]
+            store = open_artifact_store(settings, reader.redis)
+            evidences = [
+                with_artifact_digests(e, store)
+                for e in reader.evidence_many(job_ids)  # type: ignore[arg-type]
+            ]
             ring = verification_ring(settings, KeyRegistry(reader.redis, FleetKeys(settings.key_prefix)))
         if job_id is not None and not evidences[0].record:
             raise click.ClickException(f"no record for job {job_id!r} (never submitted, or past retention)")

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from sandfleet.core.chain import canonical_json, sha256_hex
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import (
+    ArtifactInfo,
     AttemptRecord,
     AuditKind,
     ErrorInfo,
@@ -33,10 +34,12 @@ from sandfleet.core.contracts import (
     JobSpec,
     JobStatus,
     Limit,
+    SkippedArtifact,
     TokenUsage,
     ToolCallRecord,
 )
 from sandfleet.core.errors import InvalidSpecError, ModelError, SandboxError
+from sandfleet.worker.artifacts import ArtifactCaps, keep_artifacts
 from sandfleet.worker.bridge.host import call_key
 from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
@@ -84,6 +87,7 @@ def run_job(
     try:
         config = SandboxConfig.model_validate(spec.sandbox)
         check_sandbox_policy(config, settings)
+        caps = ArtifactCaps.for_job(settings, spec.artifacts)
         allowed = services.registry.subset(spec.tools)
         model = services.job_model(spec, job_id, base_url)
         services.pool.backend.preflight(config)
@@ -98,13 +102,14 @@ def run_job(
             timings={"total_s": time.perf_counter() - began},
         )
     with services.pool.expecting(config):  # this job will want a sandbox: the pool warms one ahead
-        return _answer(spec, job_id, config, allowed, model, model_name, services, audit, began)
+        return _answer(spec, job_id, config, caps, allowed, model, model_name, services, audit, began)
 
 
 def _answer(
     spec: JobSpec,
     job_id: str,
     config: SandboxConfig,
+    caps: ArtifactCaps,
     allowed: ToolRegistry,
     model: ModelClient,
     model_name: str,
@@ -125,6 +130,8 @@ def _answer(
     memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call_key -> results
     last_failure = ""
     timed_out = agent_killed = False
+    last_run: tuple[int, RunResult] | None = None  # the latest attempt that ran: its artifacts are kept
+    kept = functools.partial(_keep, services, job_id, audit)
     for number in range(1, spec.code_action.max_repairs + 2):
         try:
             reply = model.complete(messages)
@@ -142,6 +149,7 @@ def _answer(
                 began,
                 model_name,
                 audit,
+                kept(last_run),
                 limits_hit=[limit] if limit is not None else [],
             )
         usage = usage + TokenUsage(
@@ -193,10 +201,23 @@ def _answer(
                 job_id=job_id,
                 side_effect_memo={key: list(results) for key, results in memo.items()},
                 on_call=functools.partial(_emit_tool_call, audit, number),
+                artifacts=caps,
             )
         except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
             error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
-            return _finish(job_id, JobStatus.FAILED, error, attempts, usage, phase, began, model_name, audit)
+            return _finish(
+                job_id,
+                JobStatus.FAILED,
+                error,
+                attempts,
+                usage,
+                phase,
+                began,
+                model_name,
+                audit,
+                kept(last_run),
+            )
+        last_run = (number, run)
         _account(phase, run)
         log.debug(
             "attempt %d exit %s%s\nstdout:\n%s\nstderr:\n%s",
@@ -212,6 +233,7 @@ def _answer(
         failure = run.failure()
         attempts.append(_attempt(number, program, reply.text, run, failure))
         if failure is None:
+            artifacts, skipped, cap_hit = kept(last_run)
             result = JobResult(
                 job_id=job_id,
                 status=JobStatus.SUCCEEDED,
@@ -223,6 +245,9 @@ def _answer(
                 usage=usage,
                 timings={**phase, "total_s": time.perf_counter() - began},
                 model=model_name,
+                artifacts=artifacts,
+                artifacts_skipped=skipped,
+                limits_hit=[Limit.ARTIFACTS] if cap_hit else [],
             )
             return result
         _remember_side_effects(memo, run.tool_calls, services)
@@ -258,6 +283,7 @@ def _answer(
         began,
         model_name,
         audit,
+        kept(last_run),
     )
 
 
@@ -271,10 +297,12 @@ def _finish(
     began: float,
     model: str,
     audit: AuditSink,
+    artifacts: tuple[list[ArtifactInfo], list[SkippedArtifact], bool] = ([], [], False),
     *,
     limits_hit: list[Limit] | None = None,
 ) -> JobResult:
     audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
+    kept, skipped, cap_hit = artifacts
     return JobResult(
         job_id=job_id,
         status=status,
@@ -286,8 +314,21 @@ def _finish(
         usage=usage,
         timings={**phase, "total_s": time.perf_counter() - began},
         model=model,
-        limits_hit=limits_hit or [],
+        artifacts=kept,
+        artifacts_skipped=skipped,
+        limits_hit=(limits_hit or []) + ([Limit.ARTIFACTS] if cap_hit else []),
     )
+
+
+def _keep(
+    services: EngineServices, job_id: str, audit: AuditSink, last_run: tuple[int, RunResult] | None
+) -> tuple[list[ArtifactInfo], list[SkippedArtifact], bool]:
+    """Store the artifacts of the latest run (its number, its result) and audit their digests."""
+    if last_run is None:
+        return [], [], False
+    number, run = last_run
+    kept, skipped = keep_artifacts(services.artifacts, job_id, run.artifacts, audit, number)
+    return kept, skipped, run.artifacts.cap_hit
 
 
 def _account(phase: dict[str, float], run: RunResult) -> None:
@@ -315,6 +356,7 @@ def _attempt(number: int, program: str, reply: str, run: RunResult, failure: str
         stderr_tail=run.stderr[-TAIL_CHARS:],
         tool_calls=run.tool_calls,
         limits_hit=run.limits_hit,
+        network_denied=run.network_denied,
         failure=failure,
         container_id=run.container_id,
         runtime=run.runtime,
@@ -337,6 +379,7 @@ def _run_event(run: RunResult) -> dict[str, Any]:
         "stdout_truncated": run.stdout_truncated,
         "stderr_truncated": run.stderr_truncated,
         "limits_hit": run.limits_hit,
+        "network_denied": run.network_denied,
         "oom_killed": run.oom_killed,
         "agent_killed": run.agent_killed,
         "error": run.error,

@@ -14,13 +14,17 @@ STDERR_TAIL_CHARS = 2000
 STDOUT_TAIL_CHARS = 1000
 
 
+# What the data-science image (deploy/images/sandbox-ds) adds to the standard library.
+DATA_SCIENCE_LIBRARIES = "the standard library, numpy, pandas and matplotlib"
+
+
 @cache
 def template(name: str) -> str:
     return resources.files("sandfleet.worker.engine").joinpath("prompts", f"{name}.txt").read_text()
 
 
 def system_message(tools_description: str, *, max_tool_calls: int, data_science: bool) -> str:
-    libraries = "the standard library, numpy and pandas" if data_science else "the standard library only"
+    libraries = DATA_SCIENCE_LIBRARIES if data_science else "the standard library only"
     tools = tools_description.strip() or template("no_tools").strip()
     return template("system").format(libraries=libraries, max_tool_calls=max_tool_calls, tools=tools)
 
@@ -56,7 +60,7 @@ def tool_loop_system(
 ) -> str:
     """The system prompt of a shell or chat job (prompts/tool_loop.txt with shell.txt or chat.txt)."""
     if shell:
-        libraries = "the standard library, numpy and pandas" if data_science else "the standard library"
+        libraries = DATA_SCIENCE_LIBRARIES if data_science else "the standard library"
         access = "no network" if network == "none" else f"network access ({network})"
         mode = template("shell").format(libraries=libraries, network=access).strip()
     else:

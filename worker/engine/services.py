@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from sandfleet.core.artifacts import ArtifactStore, MemoryArtifactStore
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import JobSpec
 from sandfleet.core.settings import Settings
@@ -29,7 +30,8 @@ class EngineServices:
     builds it from settings, connects the MCP servers and begins warming the default sandbox config.
 
     ``registry`` is every tool offered right now: the Python tools given, plus the tools of the MCP
-    servers in ``mcp`` that are up.
+    servers in ``mcp`` that are up. ``artifacts`` keeps the files programs hand back (a worker's is
+    the fleet's store, sandfleet/core/artifacts.py; by default they are kept in memory).
     """
 
     def __init__(
@@ -41,8 +43,10 @@ class EngineServices:
         mcp: McpSessions | None = None,
         *,
         owns_mcp: bool = False,
+        artifacts: ArtifactStore | None = None,
     ) -> None:
         self.settings = settings
+        self.artifacts: ArtifactStore = artifacts if artifacts is not None else MemoryArtifactStore()
         self.pool = pool
         self.mcp = mcp
         self._owns_mcp = owns_mcp
@@ -70,6 +74,7 @@ class EngineServices:
         policy: CallPolicy = allow_all,
         warm: bool = True,
         mcp: McpSessions | None = None,
+        artifacts: ArtifactStore | None = None,
     ) -> EngineServices:
         """Services from settings. With ``settings.mcp_config`` (and no ``mcp`` given) its servers are
         started here and stopped by :meth:`close`.
@@ -89,7 +94,7 @@ class EngineServices:
             max_live=max_sandboxes or settings.max_sandboxes,
             follow_demand=settings.pool_follows_demand,
         )
-        services = cls(settings, pool, registry, policy, mcp, owns_mcp=owns_mcp)
+        services = cls(settings, pool, registry, policy, mcp, owns_mcp=owns_mcp, artifacts=artifacts)
         if owns_mcp and mcp is not None:
             mcp.start()
         if warm and pool.pool_size:

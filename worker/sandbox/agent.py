@@ -8,6 +8,9 @@ under python3 with the standard library only. It waits for frames from the host 
     instead of ~13 ms for a new interpreter, out of ~45 ms a trivial job costs inside its sandbox;
   - for programs, relays tool calls between the program (two pipes) and the host;
   - writes, reads and lists files from inside (Docker's archive API cannot, on read-only roots);
+  - collects the artifacts a program left under a folder (``collect``): regular files only, read
+    with O_NOFOLLOW, symlinks, devices, fifos and sockets skipped, caps applied (the host checks
+    every cap and size again);
   - kills everything it started when told to, or when its own copy of the deadline passes.
 
 The frames, both ways, are defined in protocol.py, which the host ships with this file (with
@@ -62,6 +65,18 @@ def send(kind, header=None, body=b""):
     view = memoryview(protocol.agent_frame(kind, header, body))
     while view:
         view = view[os.write(1, view) :]
+
+
+def send_parts(kind, header, parts):
+    """Write one frame whose body is ``parts`` one after another, without joining them first (a
+    collection of artifacts is tens of MiB: each copy costs the sandbox's one CPU)."""
+    text = protocol.agent_frame(kind, header)[protocol.HEAD.size :]  # the encoded header
+    for view in (
+        memoryview(protocol.HEAD.pack(kind, len(text), sum(len(p) for p in parts)) + text),
+        *map(memoryview, parts),
+    ):
+        while view:
+            view = view[os.write(1, view) :]
 
 
 def not_dumpable():
@@ -275,6 +290,8 @@ class Agent:
                 self.read_file(header)
             elif kind == protocol.LIST:
                 self.list_files(header)
+            elif kind == protocol.COLLECT:
+                self.collect(header)
             elif kind == protocol.PING:
                 send(protocol.ANSWER, {"ok": True})
             elif kind in (protocol.KILL, protocol.TOOL_REPLY):
@@ -315,6 +332,21 @@ class Agent:
             files.extend(os.path.relpath(os.path.join(base, n), root) for n in sorted(names))
         send(protocol.ANSWER, {"ok": True, "files": files})
 
+    def collect(self, header):
+        """The artifacts under ``header["path"]``: one ANSWER whose body is the listing, then the
+        bytes of the files kept (protocol.COLLECT)."""
+        listing, data = collect_tree(
+            header["path"],
+            header.get("max_file", 0),
+            header.get("max_total", 0),
+            header.get("max_files", 0),
+            header.get("max_depth", 8),
+        )
+        text = to_json(listing).encode("utf-8", "backslashreplace")
+        if sum(len(d) for d in data) > PIPE_BYTES:
+            widen_stdout()
+        send_parts(protocol.ANSWER, {"ok": True, "listing_len": len(text)}, [text, *data])
+
     def execute(self, req, stdin):
         started = time.monotonic()
         ooms_before = oom_kills()
@@ -328,6 +360,8 @@ class Agent:
         env = dict(req.get("env", {}))
         if bridge:
             env["SANDFLEET_BRIDGE_FDS"] = f"{call_w},{reply_r}"
+        for folder in req.get("mkdirs", ()):  # e.g. the artifacts folder, made before the program starts
+            os.makedirs(folder, exist_ok=True)
         script = req.get("python_script")
         in_place = bool(script) and starts_like_me(env)
         try:
@@ -457,6 +491,118 @@ class Agent:
             },
             bytes(out.kept) + bytes(err.kept) + result + bytes(out.tail) + bytes(err.tail),
         )
+
+
+PIPE_BYTES = 1 << 20  # the stdout pipe's size for large answers (Linux's default pipe-max-size)
+
+
+def widen_stdout():
+    """Grow the stdout pipe to PIPE_BYTES: a 10 MiB answer then crosses in 1 MiB steps, not 64 KiB ones."""
+    try:
+        import fcntl
+
+        fcntl.fcntl(1, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_BYTES)
+    except (ImportError, OSError):
+        pass  # not a pipe, or not allowed: the default size works, only slower
+
+
+MAX_SKIPPED_LISTED = 100  # skipped files named in a listing; the rest are counted
+
+
+def collect_tree(root, max_file, max_total, max_files, max_depth):
+    """(listing, [bytes of each kept file]) of the tree under ``root``, sorted by name.
+
+    Nothing is followed: a symlink (the root itself included) is skipped as one, devices, fifos and
+    sockets are skipped by type (lstat), and each file is opened with O_NOFOLLOW | O_NONBLOCK and
+    checked again with fstat, so what is read is the regular file that was listed. A file past a cap
+    is skipped with ``cap`` set; a file that changes size while read keeps the bytes read.
+    """
+    import stat
+
+    files, skipped, data = [], [], []
+    listing = {"files": files, "skipped": skipped, "skipped_more": 0}
+    total = 0
+
+    def skip(name, reason, size=None, cap=False):
+        if len(skipped) < MAX_SKIPPED_LISTED:
+            skipped.append({"name": name, "size": size, "reason": reason, "cap": cap})
+        else:
+            listing["skipped_more"] += 1
+
+    try:
+        top = os.lstat(root)
+    except FileNotFoundError:
+        return listing, data
+    if not stat.S_ISDIR(top.st_mode):
+        skip(".", "the artifacts folder is not a folder (a symbolic link is never followed)")
+        return listing, data
+    stack = [("", 0)]
+    while stack:
+        rel, depth = stack.pop()
+        try:
+            with os.scandir(os.path.join(root, rel) if rel else root) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as e:
+            skip(rel or ".", f"cannot list it: {e.strerror}")
+            continue
+        folders = []
+        for entry in entries:
+            name = f"{rel}/{entry.name}" if rel else entry.name
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError as e:
+                skip(name, f"cannot read it: {e.strerror}")
+                continue
+            mode = st.st_mode
+            if stat.S_ISLNK(mode):
+                skip(name, "a symbolic link (never followed)")
+            elif stat.S_ISDIR(mode):
+                if depth >= max_depth:
+                    skip(name, f"a folder more than {max_depth} levels deep")
+                else:
+                    folders.append((name, depth + 1))
+            elif not stat.S_ISREG(mode):
+                kind = "a fifo" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+                skip(name, f"{kind}, not a regular file")
+            elif st.st_size > max_file:
+                skip(name, f"larger than the cap of {max_file} bytes per file", st.st_size, True)
+            elif total + st.st_size > max_total:
+                skip(name, f"past the cap of {max_total} bytes per job", st.st_size, True)
+            elif len(files) >= max_files:
+                skip(name, f"past the cap of {max_files} files per job", st.st_size, True)
+            else:
+                body = read_regular(os.path.join(root, name), st.st_size)
+                if body is None:
+                    skip(name, "not a regular file when opened")
+                    continue
+                files.append({"name": name, "size": len(body)})
+                data.append(body)
+                total += len(body)
+        stack.extend(reversed(folders))  # depth first, in name order
+    return listing, data
+
+
+def read_regular(path, size):
+    """At most ``size`` bytes of the regular file at ``path`` (not through a symlink), or None."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, left = [], size
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 # What CPython reads from the environment as it starts (PYTHON* but PYTHON_*, which is not its own,

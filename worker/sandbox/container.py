@@ -194,6 +194,7 @@ class SandboxContainer:
         max_request: int = 1024**2,
         python_script: str | None = None,
         tail: int = 0,
+        mkdirs: list[str] | None = None,
     ) -> ExecResult:
         """Run one command to completion (or its deadline) and return what it did.
 
@@ -203,6 +204,8 @@ class SandboxContainer:
         With ``python_script`` (``argv`` being ``python3 -s`` of it) the agent may run the script
         in a fork of its own interpreter instead, when the environment would start Python the
         same way; the result says ``forked``. It behaves as ``argv`` would, for less CPU.
+
+        ``mkdirs`` are folders the agent makes (as the sandbox's user) before the command starts.
 
         With ``on_call`` the command gets the tool bridge: each call is handed to ``on_call`` and
         its reply sent back, calls from the program's threads side by side (calls.py: the thread
@@ -225,6 +228,7 @@ class SandboxContainer:
                 "max_request": max_request,
                 "python_script": python_script,
                 "tail": tail,
+                **({"mkdirs": mkdirs} if mkdirs else {}),
             },
             stdin,
         )
@@ -386,6 +390,27 @@ class SandboxContainer:
             protocol.READ, {"path": self._abs(path), "max_bytes": max_bytes}, max_body=max_bytes
         )
         return body
+
+    def collect(
+        self,
+        path: str,
+        *,
+        max_file: int,
+        max_total: int,
+        max_files: int,
+        max_depth: int,
+        max_body: int,
+    ) -> tuple[dict[str, Any], bytes]:
+        """The agent's answer to COLLECT for ``path`` (protocol.py): its header and body, unchecked
+        (worker/artifacts.py checks them). ``max_body`` bounds what the host reads."""
+        header = {
+            "path": path,
+            "max_file": max_file,
+            "max_total": max_total,
+            "max_files": max_files,
+            "max_depth": max_depth,
+        }
+        return self._ask(protocol.COLLECT, header, max_body=max_body)
 
     def list_files(self, path: str | None = None) -> list[str]:
         header, _ = self._ask(protocol.LIST, {"path": self._abs(path or self.config.workdir)})

@@ -5,7 +5,7 @@ check before a sandbox starts (runtime registered, image present, network mode p
 sandbox's life on the engine (create, attach, start, how it ended, remove: DockerBackend and
 DockerSandbox) and the engine's facts for the doctor. Everything else receives Sandfleet errors
 that say what to do. The modules this backend owns use no SDK themselves: attach.py (the attach
-stream), network.py (the restricted-network filter), reaper.py (leftovers), spec.py (what a
+stream), worker/egress/ (network "restricted"), reaper.py (leftovers), spec.py (what a
 container is asked for).
 """
 
@@ -19,6 +19,7 @@ from typing import Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
+from sandfleet.worker.egress.gateway import EgressLease, egress_gateway
 from sandfleet.worker.sandbox.attach import AttachStream
 from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
 from sandfleet.worker.sandbox.container import SandboxContainer, SandboxEnd
@@ -27,7 +28,6 @@ from sandfleet.worker.sandbox.labels import LABEL_JOB as LABEL_JOB
 from sandfleet.worker.sandbox.labels import LABEL_OWNER as LABEL_OWNER
 from sandfleet.worker.sandbox.labels import LABEL_PERSISTENT as LABEL_PERSISTENT
 from sandfleet.worker.sandbox.labels import LABEL_ROLE as LABEL_ROLE
-from sandfleet.worker.sandbox.network import install_restricted_filter
 from sandfleet.worker.sandbox.spec import Owner, container_kwargs
 
 try:  # the producer-only install has no docker SDK; fail closed with the install hint
@@ -243,10 +243,10 @@ def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any
             f"Docker runtime {config.docker_runtime!r} is not registered with the engine; registered "
             f"runtimes: {', '.join(sorted(info['runtimes']))}. Run deploy/bootstrap.sh to register gVisor."
         )
-    if config.network == "restricted" and config.docker_runtime.startswith("runsc"):
+    if config.network == "restricted" and config.is_gvisor and config.docker_runtime != "runsc-egress":
         raise SandboxError(
-            "network 'restricted' is not supported under gVisor: its filter cannot be installed from "
-            "the host; use network 'none' or the runc runtime"
+            f"network 'restricted' under gVisor needs the runtime 'runsc-egress' (runsc --network=host, "
+            f"whose sockets the sandbox's filter holds), not {config.docker_runtime!r}"
         )
     if config.image not in info["images"]:
         try:
@@ -328,6 +328,8 @@ class DockerBackend:
         began = time.monotonic()
         client = self.client
         info = preflight(config, client)
+        if config.network == "restricted":
+            egress_gateway().prepare(client)  # network, host rules, proxy: or EgressError
         kwargs = container_kwargs(
             config,
             owner=owner or Owner.current(),
@@ -350,7 +352,7 @@ class DockerBackend:
             channel = AgentChannel(AttachStream(raw_socket(sock)))
             client.api.start(container_id)
             if config.network == "restricted":
-                install_restricted_filter(client, container_id)
+                sandbox.egress = egress_gateway().attach(client, container_id, config)
             return SandboxContainer.boot(config, sandbox, channel, began)
         except BaseException as e:
             if channel:
@@ -374,6 +376,7 @@ class DockerSandbox:
         self.id = container_id
         self.runtime = runtime
         self._created_wall = time.time()
+        self.egress: EgressLease | None = None  # network "restricted": its registration with the proxy
 
     def ended(self) -> SandboxEnd:
         """How the container ended, once the engine has recorded its exit (waits up to ~1 s).
@@ -443,6 +446,8 @@ class DockerSandbox:
 
     def remove(self) -> None:
         """Kill and remove the container. Never raises: the reaper finds what is left."""
+        if self.egress is not None:
+            self.egress.release()
         try:
             self._client.api.remove_container(self.id, force=True)
         except NotFoundError:

@@ -33,16 +33,21 @@ EXECUTE = b"E"  # run a command. Header: argv, env, cwd, timeout, caps, bridge. 
 WRITE = b"W"  # write a file. Header: path, mode. Body: the bytes
 READ = b"R"  # read a file. Header: path, max_bytes
 LIST = b"L"  # list the files under a folder. Header: path
+# collect the artifacts under a folder, symlinks never followed, only regular files read. Header:
+# path, max_file, max_total, max_files, max_depth. Answered with ANSWER {"ok", "listing_len"}, whose
+# body is the listing (JSON: {"files": [{name, size}], "skipped": [{name, size, reason, cap}]}) then
+# the kept files' bytes, in listing order.
+COLLECT = b"O"
 PING = b"P"  # answered with ANSWER {"ok": true}
 KILL = b"K"  # kill the running command and everything it started
 TOOL_REPLY = b"T"  # body: the reply to the program's oldest unanswered tool call
 # Frame kinds, agent -> host.
 HELLO = b"H"  # once, when the agent starts: pid, uid, python, whether its syscall filter is on
-ANSWER = b"A"  # to WRITE, READ, LIST or PING; {"ok": false, "error": ...} refuses a frame
+ANSWER = b"A"  # to WRITE, READ, LIST, COLLECT or PING; {"ok": false, "error": ...} refuses a frame
 CALL = b"C"  # a tool call of the running program. Body: its request
 DONE = b"D"  # the command ended: exit code, limits, lengths. Body: stdout, stderr, RESULT line
 
-HOST_KINDS = frozenset((EXECUTE, WRITE, READ, LIST, PING, KILL, TOOL_REPLY))
+HOST_KINDS = frozenset((EXECUTE, WRITE, READ, LIST, COLLECT, PING, KILL, TOOL_REPLY))
 AGENT_KINDS = frozenset((HELLO, ANSWER, CALL, DONE))
 
 

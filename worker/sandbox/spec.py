@@ -226,8 +226,12 @@ def container_kwargs(
 
 def network_kwargs(config: SandboxConfig) -> dict[str, Any]:
     """How the container's network is asked for: disabled, "none" or the default bridge (see above)."""
+    if config.network == "restricted":  # the egress network; its filter comes after the start
+        from sandfleet.worker.egress.gateway import egress_gateway
+
+        return egress_gateway().container_options()
     if config.network != "none":
-        return {"network_mode": "bridge"}  # restricted adds its filter after the start (network.py)
+        return {"network_mode": "bridge"}
     if config.docker_runtime in NETWORK_DISABLED_RUNTIMES:
         return {"network_disabled": True}
     return {"network_mode": "none"}
@@ -241,8 +245,15 @@ def host_pids_limit(config: SandboxConfig) -> int:
 
 
 def base_env(config: SandboxConfig) -> dict[str, str]:
-    """The minimal environment of the agent, and of every command before the configured env."""
+    """The minimal environment of the agent, and of every command before the configured env
+    (restricted adds the egress proxy's variables)."""
+    proxy: dict[str, str] = {}
+    if config.network == "restricted":
+        from sandfleet.worker.egress.gateway import egress_gateway, proxy_environment
+
+        proxy = proxy_environment(egress_gateway().network)
     return {
+        **proxy,
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": config.workdir,
         "LANG": "C.UTF-8",

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.core.contracts import Limit, SessionRecord
+from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.sandbox.channel import ChannelError
 from sandfleet.worker.sandbox.container import ExecResult, SandboxContainer
 from sandfleet.worker.sandbox.spec import command_env
@@ -63,6 +64,7 @@ class SessionSandbox:
         self.ended: str | None = None
         self.ended_at: float | None = None
         self.limits_hit: list[Limit] = []
+        self.network_denied: list[dict[str, Any]] = []  # refused by the egress proxy, every command
         self._lock = threading.Lock()
 
     # -- state ----------------------------------------------------------------------------------
@@ -84,6 +86,7 @@ class SessionSandbox:
             lifetime_s=ended_at - self.started_at,
             ended=self.ended or "",
             limits_hit=list(self.limits_hit),
+            network_denied=list(self.network_denied),
         )
 
     # -- operations -----------------------------------------------------------------------------
@@ -106,10 +109,18 @@ class SessionSandbox:
             except ChannelError as e:
                 self._end(f"the session sandbox stopped answering ({e})")
                 raise SessionGoneError.because(self.ended or "") from e
+            self._note_denials()
             if self.container.destroyed:  # the container died, or overran its deadline and was destroyed
                 self._end(_death(done))
                 raise SessionGoneError.because(self.ended or "")
             return done
+
+    def _note_denials(self) -> None:
+        denied = take_denials(self.container)
+        if denied:
+            self.network_denied += denied
+            if Limit.NETWORK not in self.limits_hit:
+                self.limits_hit.append(Limit.NETWORK)
 
     def file_operation(self, op: str, path: str, *, limit: int = 0, stdin: bytes = b"") -> dict[str, Any]:
         """Run the in-container file helper (files_helper.py) for one operation; its JSON answer.

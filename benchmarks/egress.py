@@ -1,0 +1,156 @@
+"""Egress proxy cost: HTTPS through Squid (worker/egress/) against the same request made directly.
+
+A test HTTPS service runs in a network namespace of its own (tests/egress/service.py); the proxy is
+the worker's own (EgressGateway.prepare: egress network, host rules, Squid), with this host's address
+on the egress bridge registered as a client allowed ``api.egress.test``. Both paths run from this
+process, interleaved, so the figures are side by side in one run.
+
+    flock /work/bench.lock .venv/bin/python benchmarks/egress.py [--requests 300] [--megabytes 200]
+
+Latency: a new TCP connection, TLS handshake and ``GET /hello`` per request (through the proxy: the
+CONNECT first). Throughput: one connection reading ``/bytes`` to the end. Needs root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import ssl
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
+NAME = "api.egress.test"
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def open_tls(ctx: ssl.SSLContext, service_ip: str, proxy: tuple[str, int] | None) -> ssl.SSLSocket:
+    if proxy is None:
+        sock = socket.create_connection((service_ip, 443), timeout=10)
+    else:
+        sock = socket.create_connection(proxy, timeout=10)
+        sock.sendall(f"CONNECT {NAME}:443 HTTP/1.1\r\nHost: {NAME}:443\r\n\r\n".encode())
+        reply = b""
+        while b"\r\n\r\n" not in reply:
+            chunk = sock.recv(4096)
+            if not chunk:
+                raise RuntimeError(f"the proxy closed the CONNECT: {reply!r}")
+            reply += chunk
+        if not reply.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"the proxy refused: {reply[:80]!r}")
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return ctx.wrap_socket(sock, server_hostname=NAME)
+
+
+def get(tls: ssl.SSLSocket, path: str, bufsize: int = 262144) -> int:
+    """Send GET and read the whole answer; returns the body's bytes."""
+    tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {NAME}\r\nConnection: close\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += tls.recv(bufsize)
+    header, body = head.split(b"\r\n\r\n", 1)
+    length = int(
+        next(
+            line.split(b":")[1]
+            for line in header.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+    )
+    got = len(body)
+    while got < length:
+        chunk = tls.recv(bufsize)
+        if not chunk:
+            break
+        got += len(chunk)
+    return got
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--megabytes", type=int, default=200)
+    parser.add_argument("--transfers", type=int, default=3)
+    args = parser.parse_args()
+
+    base = Path(tempfile.mkdtemp(prefix="sfeg-bench-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    os.environ.update(
+        SANDFLEET_EGRESS_NETWORK="sfeg-bench", SANDFLEET_EGRESS_BRIDGE="sfegbench0",
+        SANDFLEET_EGRESS_SUBNET="10.213.77.0/24", SANDFLEET_EGRESS_STATE_DIR=str(base / "state"),
+    )  # fmt: skip
+    from egress.service import TestService
+
+    service = TestService.start(base / "service", "bench", 77)
+    os.environ["SANDFLEET_EGRESS_HOSTS_FILE"] = str(service.hosts_file)
+    from sandfleet.worker.egress.gateway import egress_gateway
+    from sandfleet.worker.egress.network import remove_host_rules
+    from sandfleet.worker.egress.squid import stop_proxy
+    from sandfleet.worker.sandbox.engine import docker_client
+
+    gateway = egress_gateway()
+    client = docker_client()
+    try:
+        gateway.prepare(client)
+        proxy = (gateway.network.gateway, gateway.network.proxy_port)
+        # This host reaches the proxy from the bridge's own address: register it like a sandbox.
+        (gateway.state_dir / "clients" / proxy[0]).write_text(
+            json.dumps({"sandbox": "benchmark", "allow": [NAME]})
+        )
+        ctx = ssl.create_default_context(cafile=str(service.ca))
+        for route in (None, proxy):  # warm both paths
+            with open_tls(ctx, service.address, route) as tls:
+                get(tls, "/hello")
+        latency: dict[str, list[float]] = {"direct": [], "proxy": []}
+        for _ in range(args.requests):
+            for label, route in (("direct", None), ("proxy", proxy)):
+                began = time.perf_counter()
+                with open_tls(ctx, service.address, route) as tls:
+                    get(tls, "/hello")
+                latency[label].append((time.perf_counter() - began) * 1000)
+        size = args.megabytes * 1024 * 1024
+        throughput: dict[str, list[float]] = {"direct": [], "proxy": []}
+        for _ in range(args.transfers):
+            for label, route in (("direct", None), ("proxy", proxy)):
+                with open_tls(ctx, service.address, route) as tls:
+                    began = time.perf_counter()
+                    got = get(tls, f"/bytes?n={size}")
+                    throughput[label].append(got / (time.perf_counter() - began) / 1e6)
+    finally:
+        stop_proxy(gateway.proxy)
+        remove_host_rules(gateway.network)
+        try:
+            client.api.remove_network(gateway.network.name)
+        except Exception:
+            pass
+        service.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+    p50 = {k: statistics.median(v) for k, v in latency.items()}
+    p95 = {k: percentile(v, 0.95) for k, v in latency.items()}
+    mbps = {k: statistics.median(v) for k, v in throughput.items()}
+    print(f"HTTPS request (new connection + TLS + GET), {args.requests} each, interleaved, ms")
+    print(f"  direct  p50 {p50['direct']:.2f}  p95 {p95['direct']:.2f}")
+    print(f"  proxy   p50 {p50['proxy']:.2f}  p95 {p95['proxy']:.2f}")
+    print(
+        f"  added   p50 {p50['proxy'] - p50['direct']:.2f}  p95 {p95['proxy'] - p95['direct']:.2f}  (target: p50 <= 2 ms)"
+    )
+    print(f"Transfer of {args.megabytes} MB on one connection, median of {args.transfers}, MB/s")
+    print(
+        f"  direct {mbps['direct']:.0f}  proxy {mbps['proxy']:.0f}  ratio {mbps['proxy'] / mbps['direct']:.2f}  (target >= 0.8)"
+    )
+
+
+if __name__ == "__main__":
+    main()

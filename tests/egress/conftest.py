@@ -1,0 +1,89 @@
+"""Fixtures of the egress tests: a test HTTPS service in its own network namespace, and settings that
+give this test run an egress network, bridge, subnet and proxy of its own (removed afterwards)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .service import TestService
+
+
+@pytest.fixture(scope="session")
+def egress_env(tmp_path_factory: pytest.TempPathFactory, docker_engine: Any) -> Iterator[dict[str, Any]]:
+    """The service, and SANDFLEET_EGRESS_* set for this process (the worker's settings)."""
+    from sandbox.helpers import skip_or_fail
+
+    from sandfleet.core.settings import get_settings
+    from sandfleet.worker.egress import gateway as gateway_module
+
+    if os.geteuid() != 0:
+        skip_or_fail("the egress tests need root (network namespaces, iptables)")
+    for tool in ("squid", "ip", "iptables", "nsenter", "openssl"):
+        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
+            skip_or_fail(f"{tool} is missing; run deploy/bootstrap.sh")
+    if "runsc-egress" not in docker_engine.runtimes:
+        skip_or_fail("runtime runsc-egress is not registered; run deploy/bootstrap.sh")
+    tag = f"{os.getpid() % 100000}"
+    octet = 100 + os.getpid() % 100
+    # Squid runs as its own user: its folders must be reachable by it (pytest's are mode 0700).
+    base = Path(tempfile.mkdtemp(prefix="sfeg-test-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    folder = base / "service"
+    service = TestService.start(folder, tag, octet)
+    env = {
+        "SANDFLEET_EGRESS_NETWORK": f"sfeg-test-{tag}",
+        "SANDFLEET_EGRESS_BRIDGE": f"sfegt{tag}"[:15],
+        "SANDFLEET_EGRESS_SUBNET": f"10.213.{octet}.0/24",
+        "SANDFLEET_EGRESS_STATE_DIR": str(base / "state"),
+        "SANDFLEET_EGRESS_HOSTS_FILE": str(service.hosts_file),
+        "SANDFLEET_POLICY_NETWORKS": "none,restricted",
+        "SANDFLEET_POLICY_ALLOW_HOSTS": "api.egress.test,other.egress.test,*.egress.test:8443,"
+        "pypi.org,files.pythonhosted.org",
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    get_settings.cache_clear()
+    gateway_module._gateway.cache_clear()
+    try:
+        yield {"service": service, "env": env, "octet": octet}
+    finally:
+        _tear_down(gateway_module.egress_gateway())
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        get_settings.cache_clear()
+        gateway_module._gateway.cache_clear()
+        service.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _tear_down(gateway: Any) -> None:
+    from sandfleet.worker.egress.network import remove_host_rules
+    from sandfleet.worker.egress.squid import stop_proxy
+    from sandfleet.worker.sandbox.engine import docker_client
+
+    stop_proxy(gateway.proxy)
+    remove_host_rules(gateway.network)
+    try:
+        docker_client().api.remove_network(gateway.network.name)
+    except Exception:
+        pass
+
+
+@pytest.fixture(scope="session")
+def service(egress_env: dict[str, Any]) -> TestService:
+    return egress_env["service"]
+
+
+@pytest.fixture
+def ca_pem(service: TestService) -> str:
+    return Path(service.ca).read_text()

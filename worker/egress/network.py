@@ -1,0 +1,241 @@
+"""The egress network: a Docker network whose only way out is the proxy, enforced in three places.
+
+1. The Docker network is ``internal`` (no NAT, Docker drops what leaves its subnet) with
+   inter-container traffic off (``enable_icc=false``: one sandbox cannot reach another).
+2. The host's INPUT chain lets the bridge reach the proxy's port on the gateway address and rejects
+   everything else (the host itself: Redis, the Docker API over TCP, SSH, any service); IPv6 from
+   the bridge is dropped and the bridge has no IPv6 address.
+3. Each sandbox's own network namespace gets an OUTPUT filter (nsenter + iptables-restore from the
+   host, as the program has no capabilities to change it): TCP to the proxy only, Docker's embedded
+   DNS (127.0.0.11) rejected, every other packet rejected at once (a clean ECONNREFUSED, never a
+   hang), all IPv6 rejected. Under gVisor the sandbox runs with ``--network=host`` (runtime
+   ``runsc-egress``): its sockets are the host kernel's in that namespace, so the same filter holds.
+
+Every rule is checked after it is written; one that is not there refuses the sandbox (EgressError).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Any
+
+from sandfleet.worker.egress.squid import EgressError
+
+DOCKER_DNS = "127.0.0.11"
+NETWORK_LABEL = "sandfleet.egress"
+
+
+@dataclass(frozen=True)
+class EgressNetwork:
+    """One egress network: Docker's name, the host bridge's name, its subnet and the proxy's port."""
+
+    name: str
+    bridge: str
+    subnet: str
+    proxy_port: int
+
+    @property
+    def gateway(self) -> str:
+        return str(next(ipaddress.ip_network(self.subnet).hosts()))
+
+    @property
+    def chain(self) -> str:
+        return f"SFEG-{self.bridge}"[:28]
+
+
+def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=20)
+
+
+def require_tools() -> None:
+    for tool in ("nsenter", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore"):
+        if shutil.which(tool) is None:
+            raise EgressError(
+                f"network 'restricted' needs {tool} on the worker host (run deploy/bootstrap.sh: "
+                "apt-get install iptables util-linux)"
+            )
+
+
+def ensure_docker_network(client: Any, net: EgressNetwork) -> None:
+    """The internal, no-ICC Docker network of ``net`` (created once; an existing one is checked)."""
+    from sandfleet.worker.sandbox.engine import DockerError, NotFoundError
+
+    try:
+        try:
+            attrs = client.api.inspect_network(net.name)
+        except NotFoundError:
+            ipam = {"Driver": "default", "Config": [{"Subnet": net.subnet, "Gateway": net.gateway}]}
+            client.api.create_network(
+                net.name,
+                driver="bridge",
+                internal=True,
+                enable_ipv6=False,
+                ipam=ipam,
+                labels={NETWORK_LABEL: "1"},
+                options={
+                    "com.docker.network.bridge.name": net.bridge,
+                    "com.docker.network.bridge.enable_icc": "false",
+                    "com.docker.network.bridge.enable_ip_masquerade": "false",
+                },
+                check_duplicate=True,
+            )
+            attrs = client.api.inspect_network(net.name)
+    except DockerError as e:
+        raise EgressError(f"cannot create the egress network {net.name!r}: {e}") from e
+    options = attrs.get("Options") or {}
+    configs = (attrs.get("IPAM") or {}).get("Config") or [{}]
+    problems = []
+    if not attrs.get("Internal"):
+        problems.append("it is not internal")
+    if options.get("com.docker.network.bridge.enable_icc") != "false":
+        problems.append("containers on it can reach each other (enable_icc is not false)")
+    if options.get("com.docker.network.bridge.name") != net.bridge:
+        problems.append(f"its bridge is not {net.bridge}")
+    if configs[0].get("Subnet") != net.subnet:
+        problems.append(f"its subnet is {configs[0].get('Subnet')}, not {net.subnet}")
+    if attrs.get("EnableIPv6"):
+        problems.append("it has IPv6")
+    if problems:
+        raise EgressError(
+            f"the Docker network {net.name!r} cannot be the egress network: {'; '.join(problems)}. "
+            "Remove it (docker network rm) or set SANDFLEET_EGRESS_NETWORK to another name"
+        )
+
+
+def host_rules(net: EgressNetwork) -> list[list[str]]:
+    """The host's rules of this network, as ``iptables`` arguments after ``-A``/``-C``."""
+    return [
+        [net.chain, "-p", "tcp", "-d", net.gateway, "--dport", str(net.proxy_port), "-j", "ACCEPT"],
+        [net.chain, "-p", "tcp", "-j", "REJECT", "--reject-with", "tcp-reset"],
+        [net.chain, "-j", "REJECT", "--reject-with", "icmp-admin-prohibited"],
+    ]
+
+
+def install_host_rules(net: EgressNetwork) -> None:
+    """Write the host's rules for ``net`` where missing, then check every one.
+
+    Raises:
+        EgressError: a rule cannot be written or is not there afterwards.
+    """
+    require_tools()
+    if _run(["iptables", "-n", "-L", net.chain]).returncode != 0:
+        _run(["iptables", "-N", net.chain])
+    for rule in host_rules(net):
+        if _run(["iptables", "-C", *rule]).returncode != 0:
+            _run(["iptables", "-A", *rule])
+    jump = ["INPUT", "-i", net.bridge, "-j", net.chain]
+    if _run(["iptables", "-C", *jump]).returncode != 0:
+        _run(["iptables", "-I", *jump[:1], "1", *jump[1:]])
+    for chain in ("INPUT", "FORWARD"):
+        drop6 = [chain, "-i", net.bridge, "-j", "DROP"]
+        if _run(["ip6tables", "-C", *drop6]).returncode != 0:
+            _run(["ip6tables", "-I", chain, "1", *drop6[1:]])
+    try:
+        with open(f"/proc/sys/net/ipv6/conf/{net.bridge}/disable_ipv6", "w") as f:
+            f.write("1")
+    except OSError:
+        pass  # no IPv6 on this host at all, or the bridge has no interface yet (no container)
+    verify_host_rules(net)
+
+
+def verify_host_rules(net: EgressNetwork) -> None:
+    missing = [" ".join(rule) for rule in host_rules(net) if _run(["iptables", "-C", *rule]).returncode]
+    if _run(["iptables", "-C", "INPUT", "-i", net.bridge, "-j", net.chain]).returncode:
+        missing.append(f"INPUT -i {net.bridge} -j {net.chain}")
+    for chain in ("INPUT", "FORWARD"):
+        if _run(["ip6tables", "-C", chain, "-i", net.bridge, "-j", "DROP"]).returncode:
+            missing.append(f"ip6tables {chain} -i {net.bridge} -j DROP")
+    if missing:
+        raise EgressError(f"the host's egress rules are not in place: {'; '.join(missing)}")
+
+
+def remove_host_rules(net: EgressNetwork) -> None:
+    """Undo install_host_rules (tests, and an operator retiring a network)."""
+    _run(["iptables", "-D", "INPUT", "-i", net.bridge, "-j", net.chain])
+    _run(["iptables", "-F", net.chain])
+    _run(["iptables", "-X", net.chain])
+    for chain in ("INPUT", "FORWARD"):
+        _run(["ip6tables", "-D", chain, "-i", net.bridge, "-j", "DROP"])
+
+
+def sandbox_rules_v4(net: EgressNetwork) -> str:
+    return "\n".join(
+        [
+            "*filter",
+            ":INPUT ACCEPT [0:0]",
+            ":FORWARD DROP [0:0]",
+            ":OUTPUT DROP [0:0]",
+            f"-A OUTPUT -d {DOCKER_DNS}/32 -p tcp -j REJECT --reject-with tcp-reset",
+            f"-A OUTPUT -d {DOCKER_DNS}/32 -j REJECT --reject-with icmp-port-unreachable",
+            "-A OUTPUT -o lo -j ACCEPT",
+            f"-A OUTPUT -d {net.gateway}/32 -p tcp -m tcp --dport {net.proxy_port} -j ACCEPT",
+            "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
+            "-A OUTPUT -j REJECT --reject-with icmp-port-unreachable",
+            "COMMIT",
+            "",
+        ]
+    )
+
+
+def sandbox_rules_v6() -> str:
+    return "\n".join(
+        [
+            "*filter",
+            ":INPUT DROP [0:0]",
+            ":FORWARD DROP [0:0]",
+            ":OUTPUT DROP [0:0]",
+            "-A INPUT -i lo -j ACCEPT",
+            "-A OUTPUT -o lo -j ACCEPT",
+            "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
+            "-A OUTPUT -j REJECT --reject-with icmp6-port-unreachable",
+            "COMMIT",
+            "",
+        ]
+    )
+
+
+def _rule_lines(rules: str) -> list[str]:
+    return [line for line in rules.splitlines() if line.startswith("-A ")]
+
+
+def install_sandbox_filter(pid: int, net: EgressNetwork) -> None:
+    """Load and check the sandbox's own filter in the network namespace of process ``pid``.
+
+    Raises:
+        EgressError: it cannot be loaded, or ``iptables -S`` there does not show every rule.
+    """
+    require_tools()
+    for restore, save, rules in (
+        ("iptables-restore", "iptables", sandbox_rules_v4(net)),
+        ("ip6tables-restore", "ip6tables", sandbox_rules_v6()),
+    ):
+        done = _run(["nsenter", "-t", str(pid), "-n", restore], stdin=rules)
+        if done.returncode != 0:
+            raise EgressError(
+                f"cannot install the sandbox's egress filter ({restore}): {done.stderr.strip()}"
+            )
+        shown = _run(["nsenter", "-t", str(pid), "-n", save, "-S"])
+        present = set(shown.stdout.splitlines())
+        missing = [line for line in _rule_lines(rules) if line not in present]
+        if shown.returncode != 0 or missing or "-P OUTPUT DROP" not in present:
+            raise EgressError(f"the sandbox's egress filter did not verify ({save}): missing {missing}")
+
+
+def rule_counters(pid: int) -> dict[str, int]:
+    """Packets each OUTPUT rule of a sandbox's filter matched (``iptables -S`` text -> count)."""
+    counters: dict[str, int] = {}
+    for save in ("iptables", "ip6tables"):
+        shown = _run(["nsenter", "-t", str(pid), "-n", save, "-S", "OUTPUT", "-v"])
+        for line in shown.stdout.splitlines():
+            if not line.startswith("-A OUTPUT"):
+                continue
+            parts = line.split()
+            if "-c" in parts:
+                at = parts.index("-c")
+                packets = int(parts[at + 1])
+                del parts[at : at + 3]
+                counters[f"{save} {' '.join(parts)}"] = packets
+    return counters
