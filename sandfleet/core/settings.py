@@ -213,6 +213,11 @@ class Settings(BaseSettings):
     webhook_secret: str | None = Field(
         None, description="HMAC-SHA256 key signing completion webhooks; unset: webhooks are not sent"
     )
+    policy_webhook_hosts: CommaList = Field(
+        default_factory=list,
+        description="hosts completion webhooks may be sent to (names, *.suffix, optional :port); "
+        "empty: none",
+    )
     webhook_timeout_s: float = Field(DEFAULT_WEBHOOK_TIMEOUT_S, gt=0, description="per POST")
     webhook_retries: int = Field(DEFAULT_WEBHOOK_RETRIES, ge=0, description="further POSTs after a failure")
     webhook_backoff_s: float = Field(

@@ -117,11 +117,13 @@ def api_tasks(fleet: Fleet) -> dict[str, dict]:  # type: ignore[type-arg]
 
 
 def rows_shown(driver) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    """uuid -> the row's text, of the rows the tasks table shows now."""
-    from selenium.webdriver.common.by import By
-
-    rows = driver.find_elements(By.CSS_SELECTOR, "#tasks-table tbody tr[id]")
-    return {row.get_attribute("id"): row.text for row in rows}
+    """uuid -> the row's text, of the rows the tasks table shows now (read in one script, so a redraw
+    of the table between two reads cannot leave a stale element)."""
+    rows = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#tasks-table tbody tr[id]'))"
+        ".map(function (row) { return [row.id, row.innerText]; });"
+    )
+    return {row_id: text for row_id, text in rows}
 
 
 def test_failed_filter_lists_exactly_the_failed_jobs(fleet: Fleet, selenium_driver) -> None:  # type: ignore[no-untyped-def]

@@ -16,6 +16,7 @@ from sandfleet.core.model_limits import ModelLimits
 from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
 from sandfleet.core.webhook_signing import signature_header, verify_signature
+from sandfleet.core.webhook_url import webhook_host_allowed
 from sandfleet.worker.flower_report import flower_outcome
 from sandfleet.worker.llm.bounds import resolve_limits
 from sandfleet.worker.metrics import WorkerMetrics
@@ -98,3 +99,17 @@ def test_the_dashboard_names_only_served_metrics() -> None:
         for m in re.findall(r"sandfleet_[a-z_]+", t["expr"])
     }
     assert used and used <= exposed, used - exposed
+
+
+def test_webhook_hosts_policy() -> None:
+    allowed = ["hooks.example.com", "*.corp.example:8443", "127.0.0.1:9000"]
+    assert webhook_host_allowed("https://hooks.example.com/x", allowed)
+    assert webhook_host_allowed("https://ci.corp.example:8443/x", allowed)
+    assert not webhook_host_allowed("https://ci.corp.example/x", allowed)  # port 443, not 8443
+    assert not webhook_host_allowed(
+        "https://corp.example:8443/x", allowed
+    )  # the suffix itself is not a subdomain
+    assert webhook_host_allowed("http://127.0.0.1:9000/", allowed)
+    assert not webhook_host_allowed("http://127.0.0.1:6379/", allowed)  # the worker's Redis, say
+    assert not webhook_host_allowed("http://169.254.169.254/latest/meta-data", allowed)
+    assert not webhook_host_allowed("https://hooks.example.com/x", [])  # empty: nothing

@@ -4,7 +4,7 @@ Docker sandboxes, and a real HTTP server started here that receives the POSTs.
 Checked: one POST per job and one for the whole batch, each signature verified with the secret (and
 refused with another one); the body matches the job's final record, which was already written when
 the POST arrived; a POST answered 500 is retried; a receiver that never answers is given up after
-the retries; every POST is committed in the job's audit chain (its body's SHA-256), which verifies.
+the retries; a host the operator did not list gets nothing (the audit says why); every POST is committed in the job's audit chain (its body's SHA-256), which verifies.
 """
 
 from __future__ import annotations
@@ -99,6 +99,7 @@ def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[tuple[ob
     env = {
         "SANDFLEET_MODEL": f"replay:{path}",
         "SANDFLEET_WEBHOOK_SECRET": SECRET,
+        "SANDFLEET_POLICY_WEBHOOK_HOSTS": "127.0.0.1",
         "SANDFLEET_WEBHOOK_BACKOFF_S": "0.2",
         "SANDFLEET_WEBHOOK_RETRIES": "2",
         "SANDFLEET_WEBHOOK_TIMEOUT_S": "2",
@@ -183,3 +184,15 @@ def test_unreachable_receiver_is_given_up_after_the_retries(fleet) -> None:  # t
     record = worker.client.redis.hgetall(key)
     assert record["webhook_status"] == "failed" and record["webhook_tries"] == "3", record
     assert "ConnectionRefused" in record["webhook_error"] or "URLError" in record["webhook_error"]
+
+
+def test_a_host_outside_the_policy_gets_nothing(fleet) -> None:  # type: ignore[no-untyped-def]
+    worker, receiver = fleet
+    port = receiver.url.rsplit(":", 1)[1]
+    job = worker.client.submit({"question": "good question", "webhook": f"http://localhost:{port}/jobs"})
+    assert job.result(timeout=120).status == JobStatus.SUCCEEDED
+    time.sleep(1.0)
+    assert receiver.posts == []  # the same server, by a name the policy (127.0.0.1) does not list
+    events = [e for e in job.audit() if e.kind == AuditKind.WEBHOOK]
+    assert len(events) == 1 and events[0].data["sent"] is False
+    assert "SANDFLEET_POLICY_WEBHOOK_HOSTS" in events[0].data["reason"]

@@ -17,12 +17,14 @@ from sandfleet.core.keys import FleetKeys
 from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
 from sandfleet.core.webhook_signing import signature_header
+from sandfleet.core.webhook_url import webhook_host_allowed
 from sandfleet.worker.webhooks.payloads import BATCH_EVENT, JOB_EVENT, batch_body, encode, job_body
 from sandfleet.worker.webhooks.sender import Delivery, Outcome, WebhookSender
 
 log = logging.getLogger("sandfleet.worker.webhooks")
 
 NO_SECRET = "not sent: the worker has no SANDFLEET_WEBHOOK_SECRET"
+NOT_ALLOWED = "not sent: its host is not in SANDFLEET_POLICY_WEBHOOK_HOSTS"
 
 
 class Webhooks:
@@ -79,9 +81,14 @@ class Webhooks:
             "delivery": delivery_id,
             "body_sha256": hashlib.sha256(body).hexdigest(),
         }
+        reason = None
         if not secret:
-            audit.emit(AuditKind.WEBHOOK, {**data, "sent": False, "reason": NO_SECRET})
-            log.warning("webhook for %s %s", delivery_id, NO_SECRET)
+            reason = NO_SECRET
+        elif not webhook_host_allowed(url, self.settings.policy_webhook_hosts):
+            reason = NOT_ALLOWED
+        if reason is not None or not secret:
+            audit.emit(AuditKind.WEBHOOK, {**data, "sent": False, "reason": reason})
+            log.warning("webhook for %s to %s %s", delivery_id, url, reason)
             return None
         timestamp = int(now)
         audit.emit(AuditKind.WEBHOOK, {**data, "sent": True, "timestamp": timestamp})
