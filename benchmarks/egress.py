@@ -5,7 +5,7 @@ the worker's own (EgressGateway.prepare: egress network, host rules, Squid), wit
 on the egress bridge registered as a client allowed ``api.egress.test``. Both paths run from this
 process, interleaved, so the figures are side by side in one run.
 
-    flock /work/bench.lock .venv/bin/python benchmarks/egress.py [--requests 300] [--megabytes 200]
+    flock /work/bench.lock .venv/bin/python benchmarks/egress.py [--requests 300] [--megabytes 500]
 
 Latency: a new TCP connection, TLS handshake and ``GET /hello`` per request (through the proxy: the
 CONNECT first). Throughput: one connection reading ``/bytes`` to the end. Needs root.
@@ -77,11 +77,24 @@ def get(tls: ssl.SSLSocket, path: str, bufsize: int = 262144) -> int:
     return got
 
 
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU seconds of a process so far (/proc/PID/stat fields 14 and 15)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu_seconds() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--megabytes", type=int, default=200)
-    parser.add_argument("--transfers", type=int, default=3)
+    parser.add_argument("--megabytes", type=int, default=500)
+    parser.add_argument("--transfers", type=int, default=5)
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="sfeg-bench-", dir="/tmp"))
@@ -96,7 +109,7 @@ def main() -> None:
     os.environ["SANDFLEET_EGRESS_HOSTS_FILE"] = str(service.hosts_file)
     from sandfleet.worker.egress.gateway import egress_gateway
     from sandfleet.worker.egress.network import remove_host_rules
-    from sandfleet.worker.egress.squid import stop_proxy
+    from sandfleet.worker.egress.squid import running_pid, stop_proxy
     from sandfleet.worker.sandbox.engine import docker_client
 
     gateway = egress_gateway()
@@ -121,12 +134,18 @@ def main() -> None:
                 latency[label].append((time.perf_counter() - began) * 1000)
         size = args.megabytes * 1024 * 1024
         throughput: dict[str, list[float]] = {"direct": [], "proxy": []}
+        squid_pid = running_pid(gateway.state_dir)
+        cpu = {"squid": 0.0, "client": 0.0}  # CPU seconds during the proxy transfers
         for _ in range(args.transfers):
             for label, route in (("direct", None), ("proxy", proxy)):
                 with open_tls(ctx, service.address, route) as tls:
+                    squid_before, client_before = cpu_seconds(squid_pid), client_cpu_seconds()
                     began = time.perf_counter()
                     got = get(tls, f"/bytes?n={size}")
                     throughput[label].append(got / (time.perf_counter() - began) / 1e6)
+                    if route is not None:
+                        cpu["squid"] += cpu_seconds(squid_pid) - squid_before
+                        cpu["client"] += client_cpu_seconds() - client_before
     finally:
         stop_proxy(gateway.proxy)
         remove_host_rules(gateway.network)
@@ -149,6 +168,11 @@ def main() -> None:
     print(f"Transfer of {args.megabytes} MB on one connection, median of {args.transfers}, MB/s")
     print(
         f"  direct {mbps['direct']:.0f}  proxy {mbps['proxy']:.0f}  ratio {mbps['proxy'] / mbps['direct']:.2f}  (target >= 0.8)"
+    )
+    relayed_gb = args.transfers * size / 1e9
+    print(
+        f"  CPU per GB through the proxy: Squid {cpu['squid'] / relayed_gb:.2f} s, "
+        f"the client {cpu['client'] / relayed_gb:.2f} s (the service, on this host too, is not counted)"
     )
 
 

@@ -16,6 +16,7 @@ import argparse
 import json
 from collections import Counter
 
+from sandfleet.core.priority import queue_length
 from sandfleet.core.queue import queue_name
 from sandfleet.core.settings import Settings
 from sandfleet.fleet.loadtest.churn import TRIVIAL_PROGRAM
@@ -90,7 +91,7 @@ def main() -> None:
             sampler = FleetSampler(owners=fleet.owner_labels(), worker_pids=fleet.worker_pids())
             data = run_load(client, make_plan(opts, fleet.model, warmup=0), sampler=sampler)
             tallies = check_jobs(client, data.batch_id)
-            queue_left = client.redis.llen(queue_name(settings))
+            queue_left = queue_length(client.redis, queue_name(settings))
             unacked_left = client.redis.hlen("unacked")
         report = build_report(data, {"local": True, "redis_url": fleet.redis_url, "workers": args.workers})
 

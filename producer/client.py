@@ -24,8 +24,10 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
+from sandfleet.core.approvals import ApprovalRequest
 from sandfleet.core.artifacts import ArtifactStore, open_artifact_store, with_artifact_digests
 from sandfleet.core.bundle import write_bundle
+from sandfleet.core.cancel import CancelRequests
 from sandfleet.core.contracts import (
     FINAL_STATUSES,
     ArtifactInfo,
@@ -42,6 +44,7 @@ from sandfleet.core.errors import (
 )
 from sandfleet.core.key_registry import KeyRegistry, verification_ring
 from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.priority import DEFAULT_BATCH_PRIORITY, DEFAULT_JOB_PRIORITY
 from sandfleet.core.publish import JobPublisher, PublishError
 from sandfleet.core.queue import check_time_limits, describe_redis_error, make_app, redis_errors
 from sandfleet.core.records import JobRecord, RecordReader
@@ -57,7 +60,9 @@ from sandfleet.core.verify import (
     verify_jobs,
 )
 from sandfleet.producer.artifacts import fetch_artifact, write_artifacts
+from sandfleet.producer.cancelling import BatchCancelReport, CancelReport, requester
 from sandfleet.producer.checked import CheckedResult, checked_result, unverified_error
+from sandfleet.producer.defaults import apply_defaults, check_defaults, spec_fields
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
 # Waiting for results: BLPOP in slices this long, re-reading the record between slices.
@@ -227,6 +232,12 @@ class JobHandle:
         """Write an audit bundle of this job to ``path``; returns its verdict at export time."""
         return self.client.export_bundle([self.job_id], path).verdicts[0]
 
+    def cancel(self) -> CancelReport:
+        """Ask for this job to stop: a queued job never starts, a running one has its sandbox killed and
+        ends ``cancelled``; a job that had ended is left as it was (the report says so)."""
+        [report] = self.client.cancel([self.job_id])
+        return report
+
 
 class BatchHandle:
     """Jobs submitted together; progress is one read of the batch's counts."""
@@ -286,6 +297,10 @@ class BatchHandle:
     def export(self, path: Path) -> BatchVerdict:
         """Write an audit bundle of the batch's jobs to ``path``; returns their verdicts."""
         return self.client.export_bundle(self.job_ids, path)
+
+    def cancel(self) -> BatchCancelReport:
+        """Ask for every job of the batch that has not ended to stop (see :meth:`JobHandle.cancel`)."""
+        return BatchCancelReport(self.batch_id, self.client.cancel(self.job_ids))
 
     def wait(
         self, timeout: float | None = None, on_progress: Callable[[BatchProgress], None] | None = None
@@ -362,7 +377,7 @@ class Client:
             InvalidSpecError: the spec is invalid (field and reason named); nothing was enqueued.
             QueueUnavailableError: Redis is unreachable or full; nothing was enqueued.
         """
-        spec = build_spec(spec_or_question, **fields)
+        spec = with_priority(build_spec(spec_or_question, **fields), DEFAULT_JOB_PRIORITY)
         check_time_limits(self.settings, spec)
         job_id = new_job_id()
         self._record_queued([(job_id, spec)])
@@ -370,40 +385,31 @@ class Client:
         return JobHandle(self, job_id)
 
     def submit_batch(
-        self,
-        specs: Iterable[JobSpec | dict[str, Any] | str],
-        batch_id: str | None = None,
-        *,
-        webhook: str | None = None,
+        self, specs: Iterable[JobSpec | dict[str, Any] | str], batch_id: str | None = None, **defaults: Any
     ) -> BatchHandle:
         """Validate every spec, then record and enqueue them all as one batch.
 
-        ``webhook``: an http(s) URL that gets one signed POST when the whole batch has ended (it is
-        each job's ``batch_webhook``; the worker that ends the last job sends it).
+        ``defaults`` are JobSpec fields for every spec that does not set them itself (``tools``,
+        ``model``, ``mode``, ``sandbox``, ``code_action``, ``priority``, ``metadata`` ...; mappings
+        merged key by key: producer/defaults.py). A job of a batch has priority 3 unless set.
 
         Raises:
             InvalidSpecError: a spec is invalid (its index, field and reason named); nothing enqueued.
             QueueUnavailableError: Redis is unreachable or full (the message says what was enqueued).
         """
         batch_id = check_id(batch_id, "batch id") if batch_id else new_batch_id()
-        if webhook is not None:
-            from sandfleet.core.webhook_url import check_webhook_url
-
-            try:
-                check_webhook_url(webhook)
-            except ValueError as e:
-                raise InvalidSpecError(f"webhook: {e}; nothing enqueued") from None
+        check_defaults(defaults)
         validated, errors = [], []
         for index, item in enumerate(specs):
             try:
-                spec = build_spec(item)
+                spec = with_priority(
+                    build_spec(apply_defaults(spec_fields(item), defaults)), DEFAULT_BATCH_PRIORITY
+                )
                 if spec.batch_id not in (None, batch_id):
                     raise InvalidSpecError(
                         f"batch_id: {spec.batch_id!r} differs from the batch's {batch_id!r}"
                     )
                 spec = spec.model_copy(update={"batch_id": batch_id})
-                if webhook is not None:
-                    spec = JobSpec.model_validate({**spec.model_dump(), "batch_webhook": webhook})
                 check_time_limits(self.settings, spec)
                 validated.append((new_job_id(), spec))
             except InvalidSpecError as e:
@@ -445,6 +451,60 @@ class Client:
         """Job records, newest first (a batch's in submission order), filtered by batch and status."""
         with self.redis_errors():
             return self.reader.records(self.reader.job_ids(batch, status, limit))
+
+    # -- cancelling ---------------------------------------------------------------------------
+    def cancel(self, job_ids: list[str], by: str | None = None) -> list[CancelReport]:
+        """Ask for each job to stop (``by``: who asks, default ``user@host``); a report per job, in order.
+
+        A worker ends each job ``cancelled`` (a queued one never starts; a running one has its sandboxes
+        killed and its model call abandoned); jobs that had ended are left as they were.
+        """
+        requests = CancelRequests(self.redis, self.keys, self.settings.retention_s)
+        who = by or requester()
+        reports = []
+        with self.redis_errors():
+            for job_id in job_ids:
+                outcome, status = requests.request(job_id, who)
+                reports.append(CancelReport(job_id, outcome, status))
+        return reports
+
+    # -- approvals ----------------------------------------------------------------------------
+    def approvals(
+        self, *, pending_only: bool = True, job_id: str | None = None, limit: int = 100
+    ) -> list[ApprovalRequest]:
+        """Approval requests, oldest first: the pending ones (default), or all, or one job's."""
+        from sandfleet.producer.approvals import approval_store
+
+        with self.redis_errors():
+            return approval_store(self).requests(pending_only=pending_only, job_id=job_id, limit=limit)
+
+    def approval(self, request_id: str) -> ApprovalRequest:
+        """One request (ApprovalNotFoundError if there is none)."""
+        from sandfleet.producer.approvals import approval_store
+
+        with self.redis_errors():
+            return approval_store(self).get(request_id)
+
+    def approve(self, request_id: str, *, by: str | None = None, call_sha256: str = "") -> ApprovalRequest:
+        """Approve the request's call, once (``call_sha256``: refuse unless it is the call you saw).
+
+        Raises:
+            ApprovalNotFoundError, ApprovalDecidedError (decided before, or timed out),
+            ApprovalWithdrawnError (its job ended), ApprovalMismatchError.
+        """
+        from sandfleet.core.approvals import ApprovalStatus
+        from sandfleet.producer.approvals import decide
+
+        return decide(self, request_id, ApprovalStatus.APPROVED, by=by, call_sha256=call_sha256)
+
+    def deny(self, request_id: str, reason: str, *, by: str | None = None) -> ApprovalRequest:
+        """Deny the request's call: the program gets ToolDeniedError with ``reason``. Errors as approve."""
+        from sandfleet.core.approvals import ApprovalStatus
+        from sandfleet.producer.approvals import decide
+
+        if not reason.strip():
+            raise InvalidSpecError("a denial needs a reason (the program and the audit show it)")
+        return decide(self, request_id, ApprovalStatus.DENIED, by=by, reason=reason)
 
     # -- verifying ----------------------------------------------------------------------------
     def key_ring(self) -> KeyRing:
@@ -501,6 +561,11 @@ class Client:
             )
             cause = e.__cause__ or e
             raise QueueUnavailableError(f"{describe_redis_error(self.redis_url, cause)}; {what}") from cause
+
+
+def with_priority(spec: JobSpec, default: int) -> JobSpec:
+    """``spec`` with its priority set (``default`` when it has none), so its record shows it."""
+    return spec if spec.priority is not None else spec.model_copy(update={"priority": default})
 
 
 def new_job_id() -> str:

@@ -39,9 +39,17 @@ COMMANDS = {
         "Workers' public signing keys: list, export, rotate, revoke.",
     ),
     "jobs": ("sandfleet.producer.cli.jobs:jobs", "List jobs, newest first (a batch's in submission order)."),
+    "approvals": (
+        "sandfleet.producer.cli.approvals:approvals",
+        "Approval requests of gated tool calls: list, show, approve, deny.",
+    ),
     "artifacts": (
         "sandfleet.producer.cli.artifacts:artifacts",
         "List the files JOB's program wrote under /workspace/out/, or write them under --out DIR.",
+    ),
+    "cancel": (
+        "sandfleet.producer.cli.cancel:cancel",
+        "Cancel jobs: a queued job never starts, a running one has its sandbox killed; both end `cancelled`.",
     ),
     # worker side (needs the worker extra)
     "doctor": (

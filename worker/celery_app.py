@@ -22,6 +22,7 @@ from typing import Any
 from celery import Celery, signals
 from kombu.transport import redis as kombu_redis
 
+from sandfleet.core.priority import BROKER_PRIORITY_OPTIONS
 from sandfleet.core.queue import check_time_limits, job_time_limits, make_app
 from sandfleet.core.settings import DEFAULT_CONCURRENCY, Settings, get_settings
 from sandfleet.worker.state import WorkerState, current_state
@@ -84,6 +85,7 @@ def worker_config(settings: Settings) -> dict[str, object]:
         "broker_transport_options": {
             "visibility_timeout": settings.visibility_timeout_s,
             "socket_connect_timeout": 5.0,
+            **BROKER_PRIORITY_OPTIONS,  # the BRPOP names each priority step's list, most urgent first
         },
         "task_soft_time_limit": soft,
         "task_time_limit": hard,

@@ -18,13 +18,18 @@ Retries (transient failures) still go through ``self.retry`` and show as RETRY.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 from celery.exceptions import Ignore
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.records import JobRecord
+from sandfleet.core.store import JobStore
+
+log = logging.getLogger(__name__)
 
 PREVIEW_CHARS = 200
 EXCEPTION_CHARS = 1000
@@ -84,3 +89,14 @@ def report_outcome(task: Any, outcome: FlowerOutcome) -> dict[str, Any]:
         result=json.dumps(outcome.summary, ensure_ascii=False),
     )
     raise Ignore()
+
+
+def report_delivery(task: Any, store: JobStore, job_id: str, status: JobStatus | None) -> dict[str, Any]:
+    """After a delivery: read the job's record once and tell Flower its outcome (the task's return
+    value, or ``Ignore`` raised after a task-failed event)."""
+    try:
+        record = store.record(job_id)
+    except redis.RedisError as e:  # the final record is written; only Flower's view of it is missing
+        log.warning("job %s: cannot read its record back for Flower (%s)", job_id, e)
+        return {"job_id": job_id, "status": status.value if status else None}
+    return report_outcome(task, flower_outcome(job_id, record))

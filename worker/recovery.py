@@ -33,6 +33,7 @@ import redis
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.keys import HEARTBEAT_TTL_S, FleetKeys
+from sandfleet.core.priority import priority_lists, queue_length
 from sandfleet.core.replies import text, text_list
 
 log = logging.getLogger("sandfleet.recovery")
@@ -45,8 +46,6 @@ RECOVERY_LOCK_MS = 15_000
 RECOVERED_STREAM_MAXLEN = 10_000
 KOMBU_UNACKED = "unacked"
 KOMBU_UNACKED_INDEX = "unacked_index"
-KOMBU_PRIORITY_SEP = "\x06\x16"
-KOMBU_PRIORITY_STEPS = (3, 6, 9)
 SCAN_CHUNK = 1000
 RECONCILE_INTERVAL_S = 300.0
 LOST_AFTER_S = 10.0
@@ -204,7 +203,7 @@ class WorkerPresence:
         self._redis_run_id = run_id
         if restarted or time.monotonic() - self._last_reconcile >= RECONCILE_INTERVAL_S:
             return True
-        messages = self._redis.llen(self._queue) + self._redis.hlen(KOMBU_UNACKED)
+        messages = queue_length(self._redis, self._queue) + self._redis.hlen(KOMBU_UNACKED)
         unfinished = self._redis.zcard(self._keys.status_index(JobStatus.QUEUED)) + self._redis.zcard(
             self._keys.status_index(JobStatus.RUNNING)
         )
@@ -291,7 +290,7 @@ def sweep(
 def message_job_ids(client: redis.Redis, queue: str) -> set[str]:
     """Job ids of every message of ``queue`` on the broker: waiting in the queue or unacknowledged."""
     ids: set[str] = set()
-    for key in (queue, *(f"{queue}{KOMBU_PRIORITY_SEP}{p}" for p in KOMBU_PRIORITY_STEPS)):
+    for key in priority_lists(queue):
         length = client.llen(key)
         for start in range(0, length, SCAN_CHUNK):
             for raw in client.lrange(key, start, start + SCAN_CHUNK - 1):

@@ -25,6 +25,7 @@ from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.worker.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -74,6 +75,7 @@ class RunResult:
     forked: bool = False  # run in a fork of the sandbox agent's interpreter, not a new python3
     timings: dict[str, float] = field(default_factory=dict)
     artifacts: Collection = field(default_factory=Collection)  # what it left in /workspace/out/
+    suspended_for: list[str] = field(default_factory=list)  # stopped to wait for these approval requests
 
     @property
     def ok(self) -> bool:
@@ -125,6 +127,8 @@ class ProgramRuntime:
         side_effect_memo: dict[str, list[Any]] | None = None,
         on_call: Callable[[ToolCallRecord], None] | None = None,
         artifacts: ArtifactCaps | None = None,
+        gate: Any = None,
+        resume: list[ToolCallRecord] | None = None,
     ) -> RunResult:
         """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
         or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
@@ -133,6 +137,9 @@ class ProgramRuntime:
         (call_key -> results, consumed one per call) serves repeated calls of side-effecting tools from an earlier attempt.
         ``artifacts``: the caps on the files collected from ``/workspace/out/`` (default: the defaults
         of the settings; ``max_files=0`` collects nothing).
+        ``gate`` (worker/approval/gate.py) is asked before each gated call; a call still undecided after
+        the grace stops the program (``suspended_for`` says for which requests). ``resume`` serves the
+        calls a suspended run had completed again from their records.
         """
         caps = artifacts or ArtifactCaps()
         config = config or SandboxConfig()
@@ -151,10 +158,15 @@ class ProgramRuntime:
             side_effect_memo=side_effect_memo,
             on_call=on_call,
             call_timeout_s=settings.tool_timeout,
+            gate=gate,
+            resume=resume,
         )
         began = time.monotonic()
+        raise_if_cancelled("the program's run")
         lease = self.pool.acquire(config)
         container = lease.container
+        untrack = track_container(container)  # a cancel of the job destroys it mid-run
+        bridge.on_suspend = container.kill_command
         try:
             files_began = time.monotonic()
             base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
@@ -180,6 +192,8 @@ class ProgramRuntime:
             collection = collect_artifacts(container, caps)
             collected = time.monotonic()
         finally:
+            untrack()
+            bridge.close()
             self.pool.release(container)
         found, payload = parse_result_line(done.result_line)
         limits = list(done.limits_hit)
@@ -227,4 +241,5 @@ class ProgramRuntime:
                 "artifacts_s": collected - ended,
                 "exec_timeout_s": min(settings.exec_timeout, config.timeout),
             },
+            suspended_for=list(bridge.suspended_for),
         )

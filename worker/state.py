@@ -9,8 +9,10 @@ in globals; the Celery app made by :func:`sandfleet.worker.celery_app.create_app
 calls :meth:`WorkerState.start` when the worker is ready and :meth:`WorkerState.stop` when it
 shuts down (after its pool drained), like arq's ``on_startup``/``on_shutdown``.
 
-Start order: store, signing key (loaded, or made, and registered), presence. Stop order, the reverse of what was started: engine services
-(drain the sandbox pool) first, then presence (withdraw the heartbeat: a clean exit).
+Start order: store, signing key (loaded, or made, and registered), presence, cancel watcher. Stop
+order, the reverse of what was started: cancel watcher, engine services (drain the sandbox pool),
+then presence (withdraw the heartbeat: a clean exit). Every final record goes through ``job_end``
+(worker/jobend.py), whose hooks (``on_job_end``) run when a job ends for any reason.
 """
 
 from __future__ import annotations
@@ -23,16 +25,20 @@ from contextlib import contextmanager
 from typing import Any
 
 from sandfleet.core.audit import RedisAuditSink
-from sandfleet.core.contracts import JobResult, JobSpec
+from sandfleet.core.cancel import CancelRequest, CancelRequests
+from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.key_registry import KeyRegistry, start_signer
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.publish import JobPublisher
 from sandfleet.core.queue import queue_name
-from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import FileSigner
 from sandfleet.core.store import JobStore
+from sandfleet.worker.cancel.scope import RunningScopes
+from sandfleet.worker.cancel.watcher import CancelWatcher
+from sandfleet.worker.jobend import JobEnd, JobEndHook
 from sandfleet.worker.recovery import SweepReport, WorkerPresence
+from sandfleet.worker.reporting import JobReporting
 
 log = logging.getLogger("sandfleet.worker")
 
@@ -89,21 +95,16 @@ class WorkerState:
         self.app = app
         self.max_sandboxes = max_sandboxes or settings.max_sandboxes
         self.running = RunningJobs()
+        self.job_end = JobEnd()  # every final record this process writes, and the on-job-end hooks
+        self.scopes = RunningScopes()  # the cancel tokens of the deliveries running here
+        self._cancel_watcher: CancelWatcher | None = None
         self._lock = threading.Lock()
         self._store: JobStore | None = None
         self._presence: WorkerPresence | None = None
         self._services: Any = None  # EngineServices, imported on first use
         self._last_reap = 0.0
-        # Called with the record of every job a delivery here ended (metrics, webhooks).
-        self.reporters: list[Callable[[JobRecord], None]] = []
-        self.metrics: Any = None  # WorkerMetrics when settings.metrics_port is set
-        self.webhooks: Any = None  # Webhooks, made when the worker starts
-        self._metrics_server: Any = None
-        if settings.metrics_port:
-            from sandfleet.worker.metrics import WorkerMetrics
-
-            self.metrics = WorkerMetrics(self.pool_stats)
-            self.reporters.append(self.metrics.job_ended)
+        self._publisher: JobPublisher | None = None
+        self.reporting = JobReporting(settings, self.pool_stats)  # metrics and completion webhooks
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -140,6 +141,7 @@ class WorkerState:
         self.load_signer(name)
         store = self.store
         publisher = JobPublisher(self.app, self.settings)
+        self._publisher = publisher
         presence = WorkerPresence(
             store.redis,
             FleetKeys(self.settings.key_prefix),
@@ -147,49 +149,35 @@ class WorkerState:
             self.app,
             queue_name(self.settings),
             owner_label=Owner.current().label(),
-            on_sweep=self.reap_local_leftovers,
+            on_sweep=self.after_sweep,
             republish=lambda job_id: publisher.republish(store.reader, job_id),
         )
+        requests = CancelRequests(store.redis, store.keys, self.settings.retention_s)
+        watcher = CancelWatcher(store, requests, self.scopes, end_queued=self._end_cancelled_queued)
+        self.job_end.on_job_end(lambda job_id, _status: requests.settle(job_id))
         global _current
         with self._lock:
             self._presence = presence
+            self._cancel_watcher = watcher
         _current = self
         presence.start()
+        watcher.start()
         log.info("worker %s announced (heartbeat every few seconds)", name)
-        self._start_metrics()
-        self._start_webhooks(store)
-
-    def _start_webhooks(self, store: JobStore) -> None:
-        if self.webhooks is not None:
-            return
-        from sandfleet.worker.webhooks import Webhooks
-
-        on_sent = self.metrics.webhook_sent if self.metrics is not None else None
-        self.webhooks = Webhooks(self.settings, store.redis, on_sent=on_sent)
-        self.reporters.append(self.webhooks.job_ended)
-
-    def before_seal(self, record: JobRecord, result: JobResult, audit: RedisAuditSink) -> None:
-        """Just before a job's final record is written here: the webhooks commit what they will send."""
-        if self.webhooks is not None:
-            self.webhooks.before_seal(record, result, audit)
-
-    def _start_metrics(self) -> None:
-        if self.metrics is None or self._metrics_server is not None:
-            return
-        from sandfleet.worker.metrics import start_metrics
-
-        try:
-            self._metrics_server = start_metrics(self.settings, self.metrics)
-        except OSError as e:
-            log.error(
-                "metrics: cannot listen on %s:%d (%s); set SANDFLEET_METRICS_PORT to a free port",
-                self.settings.metrics_address, self.settings.metrics_port, e,
-            )  # fmt: skip
+        self.reporting.start(store, self.job_end)
 
     def pool_stats(self) -> dict[str, Any] | None:
         """The sandbox pool's figures (None before the first job started the engine's services)."""
         services = self._services
         return services.pool.stats() if services is not None else None
+
+    def on_job_end(self, hook: JobEndHook) -> JobEndHook:
+        """Call ``hook(job_id, status)`` whenever this process ends a job, for any reason (worker/jobend.py)."""
+        return self.job_end.on_job_end(hook)
+
+    def _end_cancelled_queued(self, job_id: str, request: CancelRequest) -> None:
+        """End a queued job this worker claimed the cancel request of: it never starts."""
+        message = f"{request.describe()} before it started"
+        self.job_end.finish_with_error(self.store, job_id, JobStatus.CANCELLED, ErrorKind.CANCELLED, message)
 
     def engine(self) -> JobRunner:
         """``run_job`` bound to this process's EngineServices, started on first use."""
@@ -197,7 +185,8 @@ class WorkerState:
         from sandfleet.core.usage_ledger import RedisUsageLedger
         from sandfleet.worker.engine import EngineServices, run_job
 
-        store = self.store  # before the lock: the property takes it too
+        store = self.store
+        approvals = self.approvals()  # before the lock: it reads the store, which takes it too
         with self._lock:
             if self._services is None:
                 self._services = EngineServices.start(
@@ -205,6 +194,7 @@ class WorkerState:
                     max_sandboxes=self.max_sandboxes,
                     artifacts=open_artifact_store(self.settings, store.redis),
                 )
+                self._services.approvals = approvals
                 self._services.usage_ledger = RedisUsageLedger(
                     store.redis, FleetKeys(self.settings.key_prefix)
                 )
@@ -215,7 +205,36 @@ class WorkerState:
 
         return run
 
+    def approvals(self) -> Any:
+        """The worker's ApprovalService (worker/approval/gate.py): its store, policy and webhook."""
+        from sandfleet.core.approvals import ApprovalStore
+        from sandfleet.worker.approval.gate import ApprovalService
+
+        store = self.store
+        worker = store.signer.worker if store.signer else ""
+        return ApprovalService(
+            ApprovalStore(store.redis, store.keys, self.settings.retention_s), self.settings, worker
+        )
+
     # -- while running --------------------------------------------------------------------------
+
+    def republish(self, job_id: str) -> bool:
+        """Publish a queued job's message again (a decision freed a suspended job); False if it ended."""
+        publisher = self._publisher or JobPublisher(self.app, self.settings)
+        try:
+            return publisher.republish(self.store.reader, job_id)
+        except Exception as e:  # the reconciliation finds a queued job without a message and publishes it
+            log.warning("could not publish job %s again: %s", job_id, e)
+            return False
+
+    def after_sweep(self, report: SweepReport | None = None) -> None:
+        """After each recovery sweep: time out overdue approval requests (their jobs resume with a
+        denial), then reap dead owners' containers."""
+        try:
+            self.approvals().expire(self.republish)
+        except Exception as e:
+            log.warning("timing out approval requests failed: %s", e)
+        self.reap_local_leftovers(report)
 
     def running_elsewhere(self, job_id: str, worker: str) -> bool:
         """Whether ``job_id`` runs right now on ``worker`` (another live worker, or another delivery here)."""
@@ -251,14 +270,6 @@ class WorkerState:
         if pruned.removed:
             log.warning("removed %d sandbox container(s) left by dead workers", len(pruned.removed))
 
-    def job_ended(self, record: JobRecord) -> None:
-        """A delivery here ended ``record``'s job: tell the reporters (metrics, webhooks). Never raises."""
-        for reporter in self.reporters:
-            try:
-                reporter(record)
-            except Exception:
-                log.exception("job %s: reporting its end failed", record.job_id)
-
     # -- stop -----------------------------------------------------------------------------------
 
     def stop(self) -> None:
@@ -270,8 +281,11 @@ class WorkerState:
         with self._lock:
             services, self._services = self._services, None
             presence, self._presence = self._presence, None
+            watcher, self._cancel_watcher = self._cancel_watcher, None
         if _current is self:
             _current = None
+        if watcher is not None:
+            watcher.stop()
         if services is not None:
             try:
                 services.close()
@@ -279,9 +293,4 @@ class WorkerState:
                 log.exception("closing the engine services failed")
         if presence is not None:
             presence.stop(clean=True)
-        server, self._metrics_server = self._metrics_server, None
-        if server is not None:
-            server.stop()
-        webhooks = self.webhooks
-        if webhooks is not None:
-            webhooks.close()
+        self.reporting.stop()

@@ -28,8 +28,8 @@ from sandfleet.core.errors import (
     SigningKeyError,
     UnverifiedResultError,
 )
-from sandfleet.core.options import parse_options, sandbox_option
-from sandfleet.core.vocabulary import JobMode, JobStatus
+from sandfleet.core.vocabulary import JobStatus
+from sandfleet.producer.cli.job_options import job_fields, job_options
 
 if TYPE_CHECKING:  # the client (redis, celery, the pydantic contracts) loads when a command runs,
     # so that `--help` and bad input cost only click
@@ -48,15 +48,6 @@ JSON_COLUMNS = ("history", "sandbox", "code_action", "tool_loop", "metadata")
 
 class BadInputError(click.ClickException):
     exit_code = EXIT_BAD_INPUT
-
-
-mode_option = click.option(
-    "--mode",
-    type=click.Choice([m.value for m in JobMode]),
-    default=None,
-    help="code-action (default: one program per attempt, in a fresh sandbox), shell (a tool loop with a "
-    "session sandbox) or chat (a tool loop, no sandbox: the baseline).",
-)
 
 
 @contextmanager
@@ -120,54 +111,18 @@ def show_result(result: JobResult, as_json: bool) -> None:
 # -- submit -----------------------------------------------------------------------------------------
 @click.command()
 @click.argument("question")
-@click.option("--tools", default="", help="Comma-separated names of the tools the job may call.")
-@click.option("--model", default=None, help="provider:model (default: the worker's).")
-@mode_option
-@sandbox_option
-@click.option("--exec-timeout", type=float, default=None, help="Seconds one program may run.")
-@click.option("--max-repairs", type=int, default=None, help="Programs rewritten after a failure.")
-@click.option("--max-tool-calls", type=int, default=None, help="Tool calls per program run.")
+@job_options
 @click.option("--batch-id", default=None, help="Add the job to this batch.")
-@click.option("--webhook", default=None, metavar="URL", help="POST a signed notice here when the job ends.")
 @click.option("--wait", is_flag=True, help="Wait for the job and print its RESULT payload.")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait with --wait (default: no limit).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON: {job_id}, or the JobResult with --wait.")
 def submit(
-    question: str,
-    tools: str,
-    model: str | None,
-    mode: str | None,
-    options: tuple[str, ...],
-    exec_timeout: float | None,
-    max_repairs: int | None,
-    max_tool_calls: int | None,
-    batch_id: str | None,
-    webhook: str | None,
-    wait: bool,
-    timeout: float | None,
-    as_json: bool,
+    question: str, batch_id: str | None, wait: bool, timeout: float | None, as_json: bool, **options: Any
 ) -> None:
     """Submit QUESTION to the fleet; print the job id, or with --wait the RESULT payload."""
-    code_action = {
-        k: v
-        for k, v in (
-            ("exec_timeout", exec_timeout),
-            ("max_repairs", max_repairs),
-            ("max_tool_calls", max_tool_calls),
-        )
-        if v is not None
-    }
-    fields: dict[str, Any] = {"tools": split_list(tools), "sandbox": parse_options(options)}
-    if model:
-        fields["model"] = model
-    if mode:
-        fields["mode"] = mode
-    if code_action:
-        fields["code_action"] = code_action
+    fields = job_fields(**options)
     if batch_id:
         fields["batch_id"] = batch_id
-    if webhook:
-        fields["webhook"] = webhook
     from sandfleet.producer.client import Client
 
     with cli_errors(), Client() as client:
@@ -242,9 +197,15 @@ def _csv_rows(f: Any) -> Iterator[tuple[int, dict[str, Any] | str]]:
 def load_specs(path: Path, defaults: dict[str, Any] | None = None) -> list[tuple[int, JobSpec]]:
     """Every row validated; BadInputError listing each bad row by line number (field and reason).
 
-    ``defaults`` are fields for every row that lacks them (a row's own columns win).
+    ``defaults`` are fields for every row that lacks them (a row's own columns win; producer/defaults.py).
     """
     from sandfleet.producer.client import build_spec
+    from sandfleet.producer.defaults import apply_defaults, check_defaults
+
+    try:
+        check_defaults(defaults or {})
+    except InvalidSpecError as e:
+        raise BadInputError(str(e)) from None
 
     specs, errors = [], []
     for number, row in read_rows(path):
@@ -252,7 +213,7 @@ def load_specs(path: Path, defaults: dict[str, Any] | None = None) -> list[tuple
             errors.append(f"line {number}: {row}")
             continue
         try:
-            specs.append((number, build_spec({**(defaults or {}), **row})))
+            specs.append((number, build_spec(apply_defaults(row, defaults or {}))))
         except InvalidSpecError as e:
             errors.append(f"line {number}: {str(e).removeprefix('invalid job spec: ')}")
     if errors:
@@ -309,6 +270,7 @@ def _row_status(checked: CheckedResult) -> str:
 
 @click.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@job_options
 @click.option(
     "--out",
     type=click.Path(path_type=Path),
@@ -318,24 +280,16 @@ def _row_status(checked: CheckedResult) -> str:
 @click.option("--wait", is_flag=True, help="Wait for every job, showing progress.")
 @click.option("--timeout", type=float, default=None, help="Seconds to wait (default: no limit).")
 @click.option("--batch-id", default=None, help="The batch id (default: a new one).")
-@click.option(
-    "--webhook", default=None, metavar="URL", help="POST a signed notice here when the whole batch has ended."
-)
-@mode_option
 def batch(
-    file: Path,
-    out: Path | None,
-    wait: bool,
-    timeout: float | None,
-    batch_id: str | None,
-    webhook: str | None,
-    mode: str | None,
+    file: Path, out: Path | None, wait: bool, timeout: float | None, batch_id: str | None, **options: Any
 ) -> None:
     """Submit every row of FILE (JSONL: a JobSpec per line; CSV: a `question` column) as one batch.
 
     Every row is validated first: a bad row is reported by line number and nothing is enqueued.
     CSV columns are JobSpec fields: `tools` comma-separated, history/sandbox/code_action/tool_loop/metadata
-    as JSON. --mode applies to the rows that name no mode of their own.
+    as JSON. The job options (--tools, --model, --mode, -o, --exec-timeout, --max-repairs,
+    --max-tool-calls, --priority, --metadata) apply to every row; a row's own columns override them
+    (sandbox, code_action and metadata key by key). Batch jobs have priority 3 unless set.
     """
     from sandfleet.producer.cli.batch_out import BATCH_RESULTS_NAME, is_folder_target, save_batch_artifacts
 
@@ -345,9 +299,10 @@ def batch(
     from sandfleet.core.verify import VerdictState
     from sandfleet.producer.client import BatchProgress, Client
 
-    rows = load_specs(file, {"mode": mode} if mode else None)
+    defaults = job_fields(**options)
+    rows = load_specs(file, defaults)
     with cli_errors(), Client() as client:
-        handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id, webhook=webhook)
+        handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id)
         click.echo(handle.batch_id)
         click.echo(f"{len(handle)} jobs enqueued in batch {handle.batch_id}", err=True)
         if not (wait or out):
@@ -442,10 +397,12 @@ def jobs(batch_id: str | None, status: str | None, limit: int, as_json: bool) ->
             summary = record.model_dump(
                 mode="json", include={"job_id", "status", "batch_id", "timestamps", "attempts"}
             )
-            click.echo(
-                json.dumps({**summary, "mode": mode, "deliveries": record.deliveries, "question": question})
-            )
+            extra = {"mode": mode, "priority": record.priority, "deliveries": record.deliveries}
+            click.echo(json.dumps({**summary, **extra, "question": question}))
         else:
             queued = format_time(record.timestamps["queued"]) if "queued" in record.timestamps else "-"
             line = " ".join(question.split())
-            click.echo(f"{record.job_id}  {record.status.value:<9}  {mode:<11}  {queued}  {line[:60]}")
+            priority = "-" if record.priority is None else str(record.priority)
+            click.echo(
+                f"{record.job_id}  {record.status.value:<9}  {mode:<11}  p{priority}  {queued}  {line[:60]}"
+            )

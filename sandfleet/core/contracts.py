@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
 from sandfleet.core.model_limits import ModelLimits
+from sandfleet.core.priority import MAX_PRIORITY, MIN_PRIORITY
 
 # The words of the records live in vocabulary.py; re-exported here, where the models use them.
 from sandfleet.core.vocabulary import FINAL_STATUSES as FINAL_STATUSES
@@ -29,6 +30,7 @@ MAX_METADATA_CHARS = 10_000
 MAX_TOOLS = 100
 
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+_TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!]{1,100}$")  # a tool name or an fnmatch glob of names
 _MODEL_NAME = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
 ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
@@ -64,6 +66,10 @@ class JobSpec(_Strict):
     history: list[Turn] = Field(default_factory=list)
     mode: JobMode = JobMode.CODE_ACTION
     tools: list[str] = Field(default_factory=list, description="allow-list of tool names")
+    approval_tools: list[str] = Field(
+        default_factory=list,
+        description="tools (names, globs) this job adds to the operator's approval policy; it cannot remove any",
+    )
     model: str | None = Field(None, description="provider:model; the worker's default when unset")
     sandbox: dict[str, Any] = Field(default_factory=dict, description="SandboxConfig options to override")
     code_action: CodeActionSettings = Field(default_factory=CodeActionSettings)
@@ -74,6 +80,12 @@ class JobSpec(_Strict):
     metadata: dict[str, str | int | float | bool | None] = Field(default_factory=dict)
     artifacts: ArtifactLimits = Field(
         default_factory=ArtifactLimits, description="caps on the files kept from /workspace/out/"
+    )
+    priority: int | None = Field(
+        None,
+        ge=MIN_PRIORITY,
+        le=MAX_PRIORITY,
+        description="0 (lowest) to 9 (highest); unset: 5 for a single job, 3 in a batch (core/priority.py)",
     )
     model_limits: ModelLimits = Field(
         default_factory=ModelLimits, description="completion tokens per call, tokens and model time per job"
@@ -112,6 +124,16 @@ class JobSpec(_Strict):
         for name in v:
             if not _TOOL_NAME.match(name):
                 raise ValueError(f"tool names are Python identifiers, got {name!r}")
+        return list(dict.fromkeys(v))
+
+    @field_validator("approval_tools")
+    @classmethod
+    def _approval_patterns(cls, v: list[str]) -> list[str]:
+        if len(v) > MAX_TOOLS:
+            raise ValueError(f"{len(v)} approval tools named; the limit is {MAX_TOOLS}")
+        for pattern in v:
+            if not _TOOL_PATTERN.match(pattern):
+                raise ValueError(f"approval tools are tool names or globs like send_*, got {pattern!r}")
         return list(dict.fromkeys(v))
 
     @field_validator("model")
@@ -203,6 +225,7 @@ class ToolCallRecord(_Strict):
     result_size: int = 0
     duration_ms: float = 0.0
     replayed: bool = False
+    approval_id: str | None = Field(None, description="the approval request that let this call run")
 
 
 def _field_of(item: Any, name: str) -> list[Any]:
@@ -324,7 +347,8 @@ class JobResult(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _network_denied_of_runs(cls, data: Any) -> Any:
-        """Filled from the attempts (or the session) when not given: every refusal of the job."""
+        """Filled from the attempts (or the session) when not given: every refusal of the job; any
+        refusal puts ``network`` in ``limits_hit``."""
         if isinstance(data, dict) and "network_denied" not in data:
             found: list[Any] = []
             for attempt in data.get("attempts") or []:
@@ -332,6 +356,10 @@ class JobResult(_Strict):
             found += _field_of(data.get("session"), "network_denied")
             if found:
                 data = {**data, "network_denied": found}
+        if isinstance(data, dict) and data.get("network_denied"):  # a refusal is a limit hit, every mode
+            limits = list(data.get("limits_hit") or [])
+            if Limit.NETWORK not in limits:
+                data = {**data, "limits_hit": [*limits, Limit.NETWORK]}
         return data
 
 

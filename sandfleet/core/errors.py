@@ -17,6 +17,12 @@
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     │   └── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
+    ├── JobCancelledError         a cancel request stopped the job (the engine unwinds on it)
+    ├── ApprovalError             an approval decision that cannot be made
+    │   ├── ApprovalNotFoundError     no request with that id
+    │   ├── ApprovalDecidedError      decided already (approved, denied, timed out): decisions are once
+    │   ├── ApprovalWithdrawnError    the request's job ended: it can never run
+    │   └── ApprovalMismatchError     the call's hash is not the one the approver was shown
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -101,8 +107,36 @@ class ArtifactIntegrityError(UnverifiedResultError):
     """An artifact's stored bytes are missing or differ from the SHA-256 its verified record lists."""
 
 
+class JobCancelledError(SandfleetError):
+    """A cancel request stopped the job: raised inside the engine (a model call, a sandbox start) so
+    that it unwinds at once; the delivery records the job ``cancelled``."""
+
+
 class JobNotFoundError(SandfleetError, KeyError):
     """No record exists for the job id."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "job not found"
+
+
+class ApprovalError(SandfleetError):
+    """An approval decision that cannot be made (the message says why)."""
+
+
+class ApprovalNotFoundError(ApprovalError, KeyError):
+    """No approval request has that id (never made, or past retention)."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "approval request not found"
+
+
+class ApprovalDecidedError(ApprovalError):
+    """The request was decided already (approved, denied or timed out): a request is decided once."""
+
+
+class ApprovalWithdrawnError(ApprovalError):
+    """The request's job ended (finished, failed, timed out, cancelled): the call can never run."""
+
+
+class ApprovalMismatchError(ApprovalError):
+    """The approver named a call hash other than the request's: the arguments are not the ones shown."""

@@ -27,6 +27,16 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
 ``{p}:job:{id}:artifact:{sha256}`` string, the bytes of one artifact (a file the program wrote under
                                   /workspace/out/), by its SHA-256; written by the worker before the
                                   final record, with the same retention (sandfleet/core/artifacts.py).
+``{p}:job:{id}:cancel``           string, the job's cancel request (JSON: ``requested_at``, ``by``);
+                                  a worker that sees it never starts the job, or stops it
+                                  (sandfleet/core/cancel.py). Only once requested; it expires with
+                                  the retention from the request.
+``{p}:job:{id}:approvals``        hash, ``{attempt}:{call sha256}:{occurrence}`` -> approval request id:
+                                  the requests of the job's gated calls (sandfleet/core/approvals.py).
+``{p}:job:{id}:checkpoint``       string, the suspended job's engine state (JSON) while it awaits a
+                                  decision; its digest is in the chain's ``awaiting_approval`` event.
+                                  (These two exist only for jobs with gated calls, each written with
+                                  the retention as its TTL; not in ``job_keys``.)
 
 Per batch (expire like the jobs):
 
@@ -43,6 +53,10 @@ Fleet-wide:
 ``{p}:jobs:{status}``             sorted set per status, job ids scored by when they entered it.
 ``{p}:rejected``                  stream (capped), messages the workers discarded: not JSON, unknown
                                   task, no job record.
+``{p}:cancels``                   set, ids of jobs with a cancel request that have not ended yet:
+                                  every worker sweeps it (a pub/sub message can be missed).
+``{p}:cancel``                    pub/sub channel (not a key): a job id per cancel request, so the
+                                  worker running it stops it at once.
 ``{p}:worker:{name}:heartbeat``   string with a TTL, refreshed by a live worker (worker/recovery.py).
 ``{p}:workers``                   set, names of workers that have announced themselves.
 ``{p}:worker:{name}:info``        hash, a worker's host, pid and sandbox owner label.
@@ -51,6 +65,11 @@ Fleet-wide:
 ``{p}:recovery:lock``             string with a short TTL: one recovery sweep at a time.
 ``{p}:recovered``                 stream (capped), jobs handed back after their worker died.
 ``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
+``{p}:approval:{id}``             hash, one approval request: ``request`` (its JSON: job, question,
+                                  program, tool, redacted arguments, call hash), ``status``,
+                                  ``deadline``, ``decided_by``/``decided_at``/``reason``, ``outcome``.
+``{p}:approvals``                 sorted set, every request id scored by when it was asked.
+``{p}:approvals:pending``         sorted set, undecided request ids scored by their deadline.
 ``{p}:signing_keys``              hash, key id -> KeyInfo JSON (worker, Ed25519 public key, status):
                                   every worker's public keys, active, retired and revoked. Never
                                   expires: old chains stay checkable (sandfleet/core/key_registry.py).
@@ -96,6 +115,15 @@ class FleetKeys:
     def artifact(self, job_id: str, sha256: str) -> str:
         return f"{self.job(job_id)}:artifact:{sha256}"
 
+    def cancel(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:cancel"
+
+    def job_approvals(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:approvals"
+
+    def checkpoint(self, job_id: str) -> str:
+        return f"{self.job(job_id)}:checkpoint"
+
     def job_keys(self, job_id: str) -> tuple[str, ...]:
         """Every key of one job (what retention expires and what cleanup deletes)."""
         return (
@@ -117,6 +145,18 @@ class FleetKeys:
         """Hash: the batch's completion webhook (set once, by the worker that sends it; its outcome)."""
         return f"{self.prefix}:batch:{batch_id}:webhook"
 
+    # -- approvals ----------------------------------------------------------------------------
+    def approval(self, request_id: str) -> str:
+        return f"{self.prefix}:approval:{request_id}"
+
+    @property
+    def approvals(self) -> str:
+        return f"{self.prefix}:approvals"
+
+    @property
+    def approvals_pending(self) -> str:
+        return f"{self.prefix}:approvals:pending"
+
     # -- fleet-wide ---------------------------------------------------------------------------
     @property
     def all_jobs(self) -> str:
@@ -132,6 +172,14 @@ class FleetKeys:
     @property
     def rejected(self) -> str:
         return f"{self.prefix}:rejected"
+
+    @property
+    def cancels(self) -> str:
+        return f"{self.prefix}:cancels"
+
+    @property
+    def cancel_channel(self) -> str:
+        return f"{self.prefix}:cancel"
 
     def heartbeat(self, worker: str) -> str:
         return f"{self.prefix}:worker:{worker}:heartbeat"

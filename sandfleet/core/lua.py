@@ -86,3 +86,23 @@ redis.call('HINCRBY', KEYS[1], 'audit_count', 1)
 redis.call('EXPIRE', KEYS[2], tonumber(ARGV[6]))
 return {1, ARGV[3]}
 """
+
+# A cancel request for one job, unless it has ended: the request (kept with the record's retention),
+# its time in the record (``cancel_requested_at``), the fleet's set of pending requests and a pub/sub
+# message to the workers, in one step.
+# KEYS: 1 record, 2 final guard, 3 cancel request, 4 pending set. ARGV: 1 job id, 2 request JSON,
+# 3 ttl (s), 4 channel, 5 now (epoch s).
+# Returns {outcome, status}: "requested" (first request), "again" (one was already pending),
+# "final" (the job had ended: nothing written) or "missing" (no record).
+REQUEST_CANCEL = """
+local cur = redis.call('HGET', KEYS[1], 'status')
+if not cur then return {'missing', ''} end
+if redis.call('EXISTS', KEYS[2]) == 1 then return {'final', cur} end
+local first = redis.call('SET', KEYS[3], ARGV[2], 'NX', 'EX', tonumber(ARGV[3]))
+if first then redis.call('HSET', KEYS[1], 'cancel_requested_at', ARGV[5]) end
+redis.call('SADD', KEYS[4], ARGV[1])
+redis.call('EXPIRE', KEYS[4], tonumber(ARGV[3]))
+redis.call('PUBLISH', ARGV[4], ARGV[1])
+if first then return {'requested', cur} end
+return {'again', cur}
+"""

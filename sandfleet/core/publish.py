@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sandfleet.core.contracts import JobSpec
+from sandfleet.core.priority import broker_priority, effective_priority
 from sandfleet.core.queue import TASK_NAME, check_time_limits, queue_name
 from sandfleet.core.records import RecordReader
 from sandfleet.core.settings import Settings
@@ -26,12 +27,14 @@ class JobPublisher:
         self.settings = settings
 
     def send(self, job_id: str, spec: JobSpec, producer: Any = None) -> None:
-        """One task message: the job id as task id, the spec as JSON; Flower shows the question and mode.
+        """One task message: the job id as task id, the spec as JSON, the job's priority as the broker's
+        (core/priority.py); Flower shows the question and mode, and the priority.
 
         Raises:
             InvalidSpecError: the job's time limits do not nest inside the visibility timeout.
         """
         soft, hard = check_time_limits(self.settings, spec)
+        priority = effective_priority(spec.priority, spec.batch_id)
         self.app.send_task(
             TASK_NAME,
             args=[job_id, spec.model_dump(mode="json")],
@@ -40,7 +43,8 @@ class JobPublisher:
             soft_time_limit=soft,
             time_limit=hard,
             argsrepr=repr([spec.mode.value, spec.question[:QUESTION_SHOWN_CHARS]]),
-            kwargsrepr=repr({"job_id": job_id}),
+            kwargsrepr=repr({"job_id": job_id, "priority": priority}),
+            priority=broker_priority(priority),
             producer=producer,
         )
 

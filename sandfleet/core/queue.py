@@ -26,6 +26,7 @@ import redis
 from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import JobSpec
 from sandfleet.core.errors import InvalidSpecError, QueueUnavailableError
+from sandfleet.core.priority import BROKER_PRIORITY_OPTIONS
 from sandfleet.core.settings import Settings
 
 if TYPE_CHECKING:
@@ -59,6 +60,7 @@ def celery_config(settings: Settings) -> dict[str, Any]:
         "broker_transport_options": {
             "visibility_timeout": settings.visibility_timeout_s,
             "socket_connect_timeout": BROKER_CONNECT_TIMEOUT_S,
+            **BROKER_PRIORITY_OPTIONS,
         },
         "task_serializer": "json",
         "accept_content": ["json"],

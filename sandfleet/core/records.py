@@ -16,6 +16,7 @@ from sandfleet.core.chain import ChainEntry
 from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import JobNotFoundError
 from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.priority import effective_priority
 from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
 from sandfleet.core.verify import JobEvidence
@@ -37,6 +38,11 @@ class JobRecord(BaseModel):
     spec: JobSpec | None = None
     result: JobResult | None = None
     audit_count: int = 0
+
+    @property
+    def priority(self) -> int | None:
+        """The job's priority (0-9, 9 first; core/priority.py), None without a spec."""
+        return None if self.spec is None else effective_priority(self.spec.priority, self.spec.batch_id)
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> JobRecord:

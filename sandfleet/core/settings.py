@@ -6,6 +6,7 @@ The model's key and base URL also come from the names every OpenAI-compatible to
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
@@ -36,6 +37,8 @@ DEFAULT_ARTIFACT_MAX_FILE_BYTES = 32 * 1024**2
 DEFAULT_ARTIFACT_MAX_JOB_BYTES = 64 * 1024**2
 DEFAULT_ARTIFACT_MAX_FILES = 100
 ARTIFACT_STORES = ("redis", "filesystem")
+DEFAULT_APPROVAL_TIMEOUT_S = 3600.0  # a request nobody decides is denied after an hour
+DEFAULT_APPROVAL_GRACE_S = 3.0  # how long a program waits for a decision before its job is suspended
 DEFAULT_MODEL_MAX_COMPLETION_TOKENS = 4096  # per model reply, when the job sets none
 DEFAULT_POLICY_MAX_COMPLETION_TOKENS = 32_768
 DEFAULT_MODEL_TIME_BUDGET_S = 600.0  # model time per job (every delivery), when the job sets none
@@ -155,6 +158,26 @@ class Settings(BaseSettings):
     egress_hosts_file: str = Field(
         "/etc/hosts", description="names the proxy resolves before DNS (a private mirror, a test service)"
     )
+    egress_pip_index_url: str | None = Field(
+        None,
+        description="PIP_INDEX_URL of restricted sandboxes, e.g. a private mirror's https://HOST/simple "
+        "(its host must be allowed); unset: pip's default, pypi.org and files.pythonhosted.org",
+    )
+    egress_ca_file: str | None = Field(
+        None,
+        description="a PEM bundle on the worker host, mounted read-only into restricted sandboxes and "
+        "trusted by pip (PIP_CERT), requests and Python's ssl (SSL_CERT_FILE) instead of the image's CAs",
+    )
+
+    @field_validator("egress_pip_index_url")
+    @classmethod
+    def _index_url(cls, v: str | None) -> str | None:
+        if v and not re.fullmatch(r"https?://[^/\s:]+(:\d+)?(/\S*)?", v):
+            raise ValueError(
+                f"give the index as https://HOST[:PORT]/PATH (a PEP 503 simple index), not {v!r}"
+            )
+        return v or None
+
     # Artifacts: files a program writes under /workspace/out/ (sandfleet/core/artifacts.py). The caps
     # are the operator's ceilings; a job may ask for less (JobSpec.artifacts).
     artifact_max_file_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
@@ -179,6 +202,29 @@ class Settings(BaseSettings):
         if v not in ARTIFACT_STORES:
             raise ValueError(f"unknown artifact store {v!r}: use {' or '.join(ARTIFACT_STORES)}")
         return v
+
+    # Human approval of bridged calls (sandfleet/core/approvals.py, worker/approval/).
+    approval_tools: CommaList = Field(
+        default_factory=list,
+        description="tools whose calls need a person's approval: names and globs (fnmatch), MCP tools included",
+    )
+    approval_timeout_s: float = Field(
+        DEFAULT_APPROVAL_TIMEOUT_S, gt=0, description="a request not decided in this long is denied (seconds)"
+    )
+    approval_grace_s: float = Field(
+        DEFAULT_APPROVAL_GRACE_S,
+        ge=0,
+        description="seconds a program waits for a decision before its container is destroyed and the job suspended",
+    )
+    approval_redact: CommaList = Field(
+        default_factory=list, description="argument field names shown as *** to approvers and webhooks"
+    )
+    approval_webhook_url: str | None = Field(
+        None, description="POSTed (JSON, HMAC-signed) when a request starts waiting"
+    )
+    approval_webhook_secret: str | None = Field(
+        None, description="the HMAC-SHA256 key of the webhook's X-Sandfleet-Signature header"
+    )
 
     # Bounds on model use (JobSpec.model_limits; sandfleet/core/model_limits.py).
     model_max_completion_tokens: int = Field(
@@ -215,8 +261,7 @@ class Settings(BaseSettings):
     )
     policy_webhook_hosts: CommaList = Field(
         default_factory=list,
-        description="hosts completion webhooks may be sent to (names, *.suffix, optional :port); "
-        "empty: none",
+        description="hosts completion webhooks may be sent to (names, *.suffix, optional :port); empty: none",
     )
     webhook_timeout_s: float = Field(DEFAULT_WEBHOOK_TIMEOUT_S, gt=0, description="per POST")
     webhook_retries: int = Field(DEFAULT_WEBHOOK_RETRIES, ge=0, description="further POSTs after a failure")

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
+from sandfleet.core.approvals import withdraw_job_approvals
 from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, key_info_json, signed_entry
 from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, record_commitment, sha256_hex
 from sandfleet.core.contracts import (
@@ -194,6 +195,11 @@ class JobStore:
         data: dict[str, Any] = {"status": result.status.value, "worker": signer.worker}
         if result.error is not None:
             data["error"] = result.error.model_dump(mode="json")
+        # Nothing runs late: the job's approval requests are withdrawn before its final write, and the
+        # seal names them (the final guard refuses any use of them after that).
+        withdrawn = withdraw_job_approvals(self.redis, self.keys, job_id)
+        if withdrawn:
+            data["approvals_withdrawn"] = withdrawn
         data["record"] = record_commitment(result_json)
         seal_json = encode_event(AuditEvent(ts=time.time(), job_id=job_id, kind=AuditKind.STATE, data=data))
         head = text_or_none(self.redis.hget(self.keys.job(job_id), "audit_head")) or GENESIS_HASH

@@ -16,13 +16,17 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     TIMED_OUT = "timed_out"
     REFUSED = "refused"
+    CANCELLED = "cancelled"  # someone asked for it to stop (`sandfleet cancel`): final, like the others
+    AWAITING_APPROVAL = "awaiting_approval"  # suspended for a decision: no container, no slot, not final
 
     @property
     def is_final(self) -> bool:
         return self in FINAL_STATUSES
 
 
-FINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.REFUSED})
+FINAL_STATUSES = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.TIMED_OUT, JobStatus.REFUSED, JobStatus.CANCELLED}
+)
 
 
 class JobMode(StrEnum):
@@ -64,6 +68,7 @@ class ErrorKind(StrEnum):
     INTERNAL = "internal_error"  # a bug: the engine raised
     LIMIT = "limit"  # a cap of the tool-calling loop ended the job (turns, tool calls, tokens, wall time)
     NO_ANSWER = "no_answer"  # the tool-calling loop's last reply held no answer (empty text)
+    CANCELLED = "cancelled"  # a cancel request ended the job (before it started, or while it ran)
 
 
 class AuditKind(StrEnum):
@@ -82,6 +87,10 @@ class AuditKind(StrEnum):
     ARTIFACTS = (
         "artifacts"  # the files kept from /workspace/out/ (name, size, media type, sha256) and those skipped
     )
+    CANCEL = (
+        "cancel"  # a running job was stopped by a cancel request: its sandboxes killed, model call dropped
+    )
+    APPROVAL = "approval"  # a gated call's request: requested, decided, resumed (core/approvals.py)
     WEBHOOK = "webhook"  # the completion webhook's delivery: sent (status, tries) or given up
 
 

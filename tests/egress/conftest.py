@@ -1,5 +1,6 @@
 """Fixtures of the egress tests: a test HTTPS service in its own network namespace, and settings that
-give this test run an egress network, bridge, subnet and proxy of its own (removed afterwards)."""
+give this test run an egress network, bridge, subnet and proxy of its own (removed afterwards), with
+the service's mirror as restricted sandboxes' package index and its CA as their trusted bundle."""
 
 from __future__ import annotations
 
@@ -44,8 +45,11 @@ def egress_env(tmp_path_factory: pytest.TempPathFactory, docker_engine: Any) -> 
         "SANDFLEET_EGRESS_STATE_DIR": str(base / "state"),
         "SANDFLEET_EGRESS_HOSTS_FILE": str(service.hosts_file),
         "SANDFLEET_POLICY_NETWORKS": "none,restricted",
-        "SANDFLEET_POLICY_ALLOW_HOSTS": "api.egress.test,other.egress.test,*.egress.test:8443,"
-        "pypi.org,files.pythonhosted.org",
+        "SANDFLEET_POLICY_ALLOW_HOSTS": "api.egress.test,other.egress.test,mirror.egress.test,"
+        "*.egress.test:8443,pypi.org,files.pythonhosted.org",
+        # The private mirror (a PEP 503 index on the test service) and the CA restricted sandboxes trust.
+        "SANDFLEET_EGRESS_PIP_INDEX_URL": "https://mirror.egress.test/simple",
+        "SANDFLEET_EGRESS_CA_FILE": str(service.ca),
     }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -76,13 +76,14 @@ class TestService:
         _run("ip", "netns", "exec", self.netns, "ip", "link", "set", inner, "up")
         _run("ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up")
         self.ca, cert, key = make_ca(self.folder)
+        self.index.mkdir(exist_ok=True)
         self.hosts_file = self.folder / "hosts"
         self.hosts_file.write_text("".join(f"{self.address} {name}\n" for name in self.names))
         os.chmod(self.folder, 0o755)
         os.chmod(self.hosts_file, 0o644)
         python = shutil.which("python3") or sys.executable
         self.process = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns, python, "-I", str(SERVER), str(cert), str(key)],
+            ["ip", "netns", "exec", self.netns, python, "-I", str(SERVER), str(cert), str(key), str(self.index)],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         assert self.process.stdout is not None
@@ -96,6 +97,12 @@ class TestService:
             except OSError:
                 time.sleep(0.05)
         raise RuntimeError("the test service does not answer on 443")
+
+    @property
+    def index(self) -> Path:
+        """The private mirror's folder: wheels in ``index/<name>/`` are served at
+        ``https://mirror.egress.test/simple/<name>/`` (PEP 503)."""
+        return self.folder / "index"
 
     def stop(self) -> None:
         if self.process is not None:

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from sandfleet.cli import main
 from sandfleet.core.contracts import JobResult, JobStatus
+from sandfleet.core.priority import priority_lists, queue_length
 from sandfleet.core.queue import queue_name
 from sandfleet.core.settings import Settings
 from sandfleet.core.store import JobStore
@@ -63,7 +64,7 @@ def test_submit_prints_the_job_id(
         record.spec.tools == ["load_orders", "send_mail"]
         and record.spec.sandbox["memory_limit"] == 512 * 1024**2
     )
-    assert raw_redis.llen(queue_name(settings)) == 1
+    assert queue_length(raw_redis, queue_name(settings)) == 1
 
 
 def test_submit_refuses_a_bad_option_and_enqueues_nothing(
@@ -226,7 +227,8 @@ def test_submit_and_batch_take_a_mode_and_jobs_shows_it(
 ) -> None:
     code, out, _ = run("submit", "Chat about it", "--mode", "chat", "--tools", "load_orders")
     assert code == 0 and client.get(out.strip()).record().spec.mode == "chat"
-    (message,) = [json.loads(m) for m in raw_redis.lrange(queue_name(settings), 0, -1)]
+    lists = priority_lists(queue_name(settings))
+    (message,) = [json.loads(m) for key in lists for m in raw_redis.lrange(key, 0, -1)]
     assert message["headers"]["argsrepr"] == "['chat', 'Chat about it']"  # what Flower shows
 
     source = tmp_path / "jobs.jsonl"
@@ -237,7 +239,7 @@ def test_submit_and_batch_take_a_mode_and_jobs_shows_it(
     assert modes == {"row one": "shell", "row two": "code-action"}  # a row's own mode wins
 
     code, out, _ = run("jobs")
-    assert "  queued     chat         " in out and "  queued     shell        " in out
+    assert "  queued     chat         p5" in out and "  queued     shell        p3" in out
     code, out, _ = run("jobs", "--json")
     assert sorted(json.loads(line)["mode"] for line in out.splitlines()) == ["chat", "code-action", "shell"]
 

@@ -13,6 +13,7 @@ import redis
 
 from sandfleet.core.contracts import JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import InvalidSpecError, JobNotFoundError, QueueUnavailableError
+from sandfleet.core.priority import priority_lists, queue_length
 from sandfleet.core.queue import TASK_NAME, make_app, queue_name
 from sandfleet.core.settings import Settings
 from sandfleet.core.store import JobStore
@@ -22,7 +23,7 @@ from .helpers import fleet_settings_for, free_port, keys_under
 
 
 def queued_messages(r: redis.Redis, settings: Settings) -> list[dict]:
-    return [json.loads(m) for m in r.lrange(queue_name(settings), 0, -1)]
+    return [json.loads(m) for key in priority_lists(queue_name(settings)) for m in r.lrange(key, 0, -1)]
 
 
 def test_submit_records_the_job_and_enqueues_it_by_task_name(
@@ -51,7 +52,8 @@ def test_the_message_carries_the_spec_as_json_and_nested_time_limits(
     import base64
 
     args, kwargs, _embed = json.loads(base64.b64decode(message["body"]))
-    assert args == [job.job_id, spec.model_dump(mode="json")] and kwargs == {}
+    stored = spec.model_copy(update={"priority": 5})  # a single job's default priority, written in
+    assert args == [job.job_id, stored.model_dump(mode="json")] and kwargs == {}
     soft, hard = message["headers"]["timelimit"][1], message["headers"]["timelimit"][0]
     assert 30 < soft < hard < settings.visibility_timeout_s
 
@@ -167,7 +169,9 @@ def test_submit_fails_clearly_when_redis_is_full_and_nothing_is_half_written(
         with pytest.raises(QueueUnavailableError, match=r"is full.*; nothing was enqueued"):
             client.submit_batch(["y" * 5000 for _ in range(5)])
         r.config_set("maxmemory", 0)
-        assert r.llen(queue_name(settings)) == 1  # nothing queued was evicted, nothing new was half-written
+        assert (
+            queue_length(r, queue_name(settings)) == 1
+        )  # nothing queued was evicted, nothing new was half-written
         assert r.zcard(client.keys.all_jobs) == 1 and kept.status() == JobStatus.QUEUED
     r.close()
 

@@ -62,6 +62,7 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         ["--jobs", "6", "--rounds", "1", "--idle", "1", "--latency", "0.3"],
         r"spread latency, pool fixed pool_size: warm leases \d+/6",
     ),
+    "cancel": (["--rounds", "2", "--busy", "1"], r"cancel -> container gone: +median +[\d.]+ ms"),
     "metrics_overhead": (
         ["--rounds", "1", "--jobs", "4"],
         r"ratio on/off \d+\.\d{3}[\s\S]*jobs not succeeded: 0[\s\S]*metrics work per job: [\d.]+ us",

@@ -15,7 +15,7 @@ from sandfleet.core.errors import PolicyViolationError
 from sandfleet.core.model_limits import ModelLimits
 from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
-from sandfleet.core.webhook_signing import signature_header, verify_signature
+from sandfleet.core.webhook_signing import sign, verify_signature
 from sandfleet.core.webhook_url import webhook_host_allowed
 from sandfleet.worker.flower_report import flower_outcome
 from sandfleet.worker.llm.bounds import resolve_limits
@@ -26,14 +26,20 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "sandfl
 
 def test_signature_round_trip_and_refusals() -> None:
     body = b'{"job_id":"j1"}'
-    header = signature_header("s3cret", 1_000, body)
-    assert verify_signature("s3cret", header, body, now=1_010) == 1_000
+    signature = sign("s3cret", 1_000, body)
+    assert verify_signature("s3cret", signature, "1000", body, now=1_010) == 1_000
     with pytest.raises(ValueError, match="does not match"):
-        verify_signature("other", header, body, now=1_010)
+        verify_signature("other", signature, "1000", body, now=1_010)
     with pytest.raises(ValueError, match="away from now"):
-        verify_signature("s3cret", header, body, now=1_000 + 3600)
+        verify_signature("s3cret", signature, "1000", body, now=1_000 + 3600)
     with pytest.raises(ValueError, match="malformed"):
-        verify_signature("s3cret", "v1=abc", body, now=1_000)
+        verify_signature("s3cret", "abc", "1000", body, now=1_000)
+
+
+def test_the_same_scheme_as_the_approval_webhook() -> None:
+    from sandfleet.worker.approval.webhook import signature as approval_signature
+
+    assert sign("k", 1234, b"{}") == approval_signature("k", "1234", b"{}")
 
 
 def test_model_limits_against_the_policy() -> None:

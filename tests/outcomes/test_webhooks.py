@@ -22,7 +22,13 @@ import redis
 from fleet.helpers import fleet_settings_for, free_port, start_worker, stop_worker
 
 from sandfleet.core.contracts import AuditKind, JobStatus
-from sandfleet.core.webhook_signing import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, verify_signature
+from sandfleet.core.webhook_signing import (
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    verify_signature,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -120,7 +126,7 @@ def test_job_and_batch_webhooks(fleet) -> None:  # type: ignore[no-untyped-def]
         {"question": "good question 2", "webhook": f"{receiver.url}/jobs"},
         {"question": "bad question", "webhook": f"{receiver.url}/jobs", "code_action": {"max_repairs": 0}},
     ]
-    batch = client.submit_batch(specs, webhook=f"{receiver.url}/batch")
+    batch = client.submit_batch(specs, batch_webhook=f"{receiver.url}/batch")
     results = {r.job_id: r for r in batch.wait(timeout=180)}
     posts = receiver.wait_for(5)  # 3 jobs (one retried after a 500) + 1 batch
     time.sleep(1.0)  # nothing more arrives
@@ -133,11 +139,14 @@ def test_job_and_batch_webhooks(fleet) -> None:  # type: ignore[no-untyped-def]
 
     now = time.time()
     for post in posts:
-        verify_signature(SECRET, post["headers"][SIGNATURE_HEADER], post["body"], now=now)
+        signature, timestamp = post["headers"][SIGNATURE_HEADER], post["headers"][TIMESTAMP_HEADER]
+        verify_signature(SECRET, signature, timestamp, post["body"], now=now)
         with pytest.raises(ValueError, match="does not match"):
-            verify_signature("another secret", post["headers"][SIGNATURE_HEADER], post["body"], now=now)
+            verify_signature("another secret", signature, timestamp, post["body"], now=now)
         with pytest.raises(ValueError, match="does not match"):
-            verify_signature(SECRET, post["headers"][SIGNATURE_HEADER], post["body"] + b" ", now=now)
+            verify_signature(SECRET, signature, timestamp, post["body"] + b" ", now=now)
+        with pytest.raises(ValueError, match="does not match"):
+            verify_signature(SECRET, signature, str(int(timestamp) + 1), post["body"], now=now)
     by_job = {p["headers"][DELIVERY_HEADER]: p for p in job_posts}
     assert set(by_job) == set(results)
     for job_id, result in results.items():

@@ -46,7 +46,7 @@ def reliability_fleet(redis_url: str, folder: Path, **env: str) -> LocalFleet:
 
 def final_state_events(client: Client, job_id: str) -> int:
     """How many final ``state`` events the job's audit holds (exactly one when nothing ran twice to the end)."""
-    finals = {"succeeded", "failed", "timed_out", "refused"}
+    finals = {"succeeded", "failed", "timed_out", "refused", "cancelled"}
     return sum(1 for e in client.get(job_id).audit() if e.kind == "state" and e.data.get("status") in finals)
 
 

@@ -281,6 +281,7 @@ RESULT_FIELDS = [
     "limits_hit",
     "mode",
     "model",
+    "network_denied",
     "repairs",
     "result",
     "schema_version",

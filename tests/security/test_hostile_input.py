@@ -23,6 +23,7 @@ import redis
 
 from sandfleet.core.contracts import MAX_HISTORY_CHARS, MAX_HISTORY_TURNS, MAX_QUESTION_CHARS, JobStatus
 from sandfleet.core.errors import InvalidSpecError
+from sandfleet.core.priority import queue_length
 from sandfleet.core.queue import queue_name
 
 from .helpers import record
@@ -112,7 +113,7 @@ def snapshot(fleet: Any) -> tuple[list[str], int]:
 
     r = fleet.client.redis
     keys = [k for k in keys_under(r, fleet.settings.key_prefix) if ":worker" not in k and ":reaper" not in k]
-    return keys, r.llen(queue_name(fleet.settings))
+    return keys, queue_length(r, queue_name(fleet.settings))
 
 
 # ---- refused by the producer: nothing enqueued ----------------------------------------------------------

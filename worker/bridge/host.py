@@ -25,10 +25,12 @@ from typing import Any, Protocol
 
 from sandfleet.core.contracts import ToolCallRecord
 from sandfleet.worker.tools.registry import ToolRegistry
+from sandfleet.worker.tools.tool import Tool
 
 STUB_SOURCE = Path(__file__).with_name("stub.py")
 MAX_RECORDED_RESULT_BYTES = 8 * 1024**2
 BUDGET_ERROR = "ToolBudgetExceededError"
+DENIED_ERROR = "ToolDeniedError"  # a gated call a person denied (or did not approve in time)
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,10 @@ class _AlreadyAnswered(Exception):
     """The call was answered with a TimeoutError while its function ran: its result is dropped."""
 
 
+class _Unanswered(Exception):
+    """The run is being suspended (or has ended) while the call waited for a decision: no reply, no record."""
+
+
 @dataclass(frozen=True)
 class _Running:
     """A Python tool call in progress, for :meth:`ToolBridge.overdue`."""
@@ -101,6 +107,9 @@ class ToolBridge:
     side_effect_memo: dict[str, list[Any]] | None = None
     on_call: Callable[[ToolCallRecord], None] | None = None
     call_timeout_s: float | None = None
+    gate: Any = None  # worker/approval/gate.py RunGate: asked before a gated call runs
+    resume: list[ToolCallRecord] | None = None  # a resumed run: calls completed before, served again
+    on_suspend: Callable[[], None] | None = None  # stops the program when a call waits past the grace
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_time_s: float = 0.0
     budget_exceeded: bool = False
@@ -110,6 +119,19 @@ class ToolBridge:
     _record_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _running: dict[int, _Running] = field(default_factory=dict, init=False, repr=False)
     _replayed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
+    suspended_for: list[str] = field(default_factory=list, init=False)  # requests the run stopped for
+    _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _quiet: set[int] = field(default_factory=set, init=False, repr=False)  # resumed: not audited again
+    _resumed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
+    _approvals: dict[int, str] = field(default_factory=dict, init=False, repr=False)
+
+    def close(self) -> None:
+        """The run ended: calls still waiting for a decision give up (unanswered, unrecorded)."""
+        self._closed.set()
+
+    @property
+    def suspended(self) -> bool:
+        return bool(self.suspended_for)
 
     def __call__(self, header: dict[str, Any], body: bytes, arrival: int | None = None) -> bytes | None:
         return self.handle(header, body, arrival)
@@ -176,7 +198,7 @@ class ToolBridge:
                 seq, tool, args, kwargs, began, ok=True, value=value, size=len(reply), replayed=replayed
             )
             return reply
-        except _AlreadyAnswered:
+        except (_AlreadyAnswered, _Unanswered):
             return None
         except _Refusal as e:
             return self._fail(seq, request_id, tool, args, kwargs, began, e.error_type, e.message)
@@ -215,12 +237,90 @@ class ToolBridge:
     ) -> tuple[Any, bool]:
         if self.replay is not None:
             return self._replayed(seq, tool, args, kwargs), True
+        if self.suspended:
+            raise _Unanswered()  # the program is being stopped: nothing more runs
+        if self.resume:
+            resumed = self._from_checkpoint(seq, tool, args, kwargs)
+            if resumed is not None:  # the same call, as it was recorded before the suspension
+                return resumed.result, resumed.replayed
         if self.side_effect_memo and self.registry.get(tool).side_effects:
             key = call_key(tool, args, kwargs)
             with self._lock:
                 earlier = self.side_effect_memo.get(key)
                 if earlier:  # each earlier call stands in for one repeat, no more
                     return earlier.pop(0), True
+        approval = None
+        if self.gate is not None and self.gate.gates(tool):
+            approval = self._admit(seq, tool, args, kwargs)
+            if approval is None:
+                raise _Unanswered()
+            if approval[0] == "served":  # the approved call ran once already: its reply, not a second run
+                return approval[1], False
+        try:
+            value, replayed = self._execute(seq, request_id, began, tool, args, kwargs)
+        except _AlreadyAnswered:
+            raise
+        except Exception as e:
+            if approval is not None:
+                self.gate.executed(
+                    approval[1], {"ok": False, "type": type(e).__name__, "message": _message(e)}
+                )
+            raise
+        if approval is not None:
+            self.gate.executed(approval[1], {"ok": True, "value": value})
+        return value, replayed
+
+    def _admit(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any] | None:
+        """Ask the gate about a gated call: ("run", request id), ("served", value), or None (unanswered:
+        the run suspends or ended). Raises _Refusal(ToolDeniedError) for a denial."""
+        tool_obj = self.registry.get(tool)
+        try:
+            bound = tool_obj.bind(args, kwargs)
+        except TypeError:
+            if type(tool_obj).call is Tool.call:  # a plain function: a bad call fails before a person sees it
+                raise
+            bound = None  # MCP tools also take the server's own names: checked when called
+        admission = self.gate.admit(call_key(tool, args, kwargs), tool, bound, args, kwargs, self._closed)
+        with self._lock:
+            self._approvals[seq] = admission.request_id
+        if admission.kind == "run":
+            return ("run", admission.request_id)
+        if admission.kind == "served":
+            outcome = admission.outcome or {}
+            if not outcome.get("ok"):
+                raise _Refusal(outcome.get("type") or "ToolError", outcome.get("message") or "failed")
+            return ("served", outcome.get("value"))
+        if admission.kind == "denied":
+            raise _Refusal(DENIED_ERROR, admission.message)
+        if admission.kind == "suspend":
+            with self._lock:
+                first = not self.suspended_for
+                self.suspended_for.append(admission.request_id)
+            if first and self.on_suspend is not None:
+                self.on_suspend()
+        return None
+
+    def _from_checkpoint(
+        self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> ToolCallRecord | None:
+        """The record of the same call completed before the job was suspended, not yet served again."""
+        with self._lock:
+            candidates = [r for r in self.resume or [] if r.seq not in self._resumed_seqs]
+            same = [r for r in candidates if r.tool == tool and r.args == args and r.kwargs == kwargs]
+            recorded = next((r for r in same if r.seq == seq), same[0] if same else None)
+            if recorded is None:
+                return None
+            self._resumed_seqs.add(recorded.seq)
+            self._quiet.add(seq)
+            if recorded.approval_id:
+                self._approvals[seq] = recorded.approval_id
+        if not recorded.ok:
+            raise _Refusal(recorded.error_type or "ToolError", recorded.error or "failed")
+        return recorded
+
+    def _execute(
+        self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[Any, bool]:
         timeout = self.call_timeout_s
         watched = timeout is not None and not self.registry.get(tool).stops_at_timeout
         if watched:
@@ -322,10 +422,11 @@ class ToolBridge:
             result_size=size,
             duration_ms=(time.perf_counter() - began) * 1000,
             replayed=replayed,
+            approval_id=self._approvals.get(seq),
         )
         with self._record_lock:  # the audit sees calls in the order their records are kept
             self.records.append(record)
-            if self.on_call is not None:
+            if self.on_call is not None and seq not in self._quiet:
                 self.on_call(record)
 
 

@@ -31,10 +31,17 @@ class ToolError(Exception):
     error result arrives as ToolError itself; other such types as subclasses of it)."""
 
 
+class ToolDeniedError(ToolError, PermissionError):
+    """A call that needs a person's approval was denied, or not approved in time (the reason is the
+    message). The call did not run."""
+
+
 def _error(name, message):
     """The exception to raise for a failed call: the builtin of that name, else a ToolError subclass."""
     if name == "ToolError":
         return ToolError(message)
+    if name == "ToolDeniedError":
+        return ToolDeniedError(message)
     builtin = getattr(builtins, name, None)
     if isinstance(builtin, type) and issubclass(builtin, Exception):
         # Some builtins (UnicodeDecodeError: 5 arguments) cannot be made from a message alone: raise a

@@ -32,6 +32,7 @@ from sandfleet.worker.egress.squid import EgressError, ProxyConfig, ensure_proxy
 
 RECHECK_S = 5.0  # the network and host rules are checked again after this long
 MAX_DENIALS = 200  # refused connections kept per run (the count is always exact)
+CA_INSIDE = "/opt/sandfleet/egress/ca.pem"  # where SANDFLEET_EGRESS_CA_FILE is mounted read-only
 
 
 def proxy_environment(network: EgressNetwork) -> dict[str, str]:
@@ -45,6 +46,35 @@ def proxy_environment(network: EgressNetwork) -> dict[str, str]:
         "NO_PROXY": "",
         "no_proxy": "",
     }
+
+
+def sandbox_environment(settings: Settings, network: EgressNetwork) -> dict[str, str]:
+    """A restricted sandbox's variables: the proxy's, and the operator's package index and CA bundle
+    (SANDFLEET_EGRESS_PIP_INDEX_URL, SANDFLEET_EGRESS_CA_FILE) for pip, requests and Python's ssl."""
+    env = proxy_environment(network)
+    if settings.egress_pip_index_url:
+        env["PIP_INDEX_URL"] = settings.egress_pip_index_url
+    if settings.egress_ca_file:
+        env |= {"PIP_CERT": CA_INSIDE, "REQUESTS_CA_BUNDLE": CA_INSIDE, "SSL_CERT_FILE": CA_INSIDE}
+    return env
+
+
+def sandbox_mounts(settings: Settings) -> dict[str, str]:
+    """Host file -> path inside, mounted read-only into restricted sandboxes (the operator's CA bundle).
+
+    Raises:
+        EgressError: the configured bundle is not a readable PEM file (the sandbox does not start).
+    """
+    if not settings.egress_ca_file:
+        return {}
+    path = Path(settings.egress_ca_file).expanduser().resolve()
+    try:
+        text = path.read_text(errors="replace")
+    except OSError as e:
+        raise EgressError(f"SANDFLEET_EGRESS_CA_FILE {str(path)!r} cannot be read: {e.strerror}") from None
+    if "-----BEGIN CERTIFICATE-----" not in text:
+        raise EgressError(f"SANDFLEET_EGRESS_CA_FILE {str(path)!r} holds no PEM certificate")
+    return {str(path): CA_INSIDE}
 
 
 def network_of(settings: Settings) -> EgressNetwork:

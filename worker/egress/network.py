@@ -60,31 +60,27 @@ def require_tools() -> None:
 
 
 def ensure_docker_network(client: Any, net: EgressNetwork) -> None:
-    """The internal, no-ICC Docker network of ``net`` (created once; an existing one is checked)."""
-    from sandfleet.worker.sandbox.engine import DockerError, NotFoundError
+    """The internal, no-ICC Docker network of ``net`` (created once; an existing one is checked).
 
-    try:
-        try:
-            attrs = client.api.inspect_network(net.name)
-        except NotFoundError:
-            ipam = {"Driver": "default", "Config": [{"Subnet": net.subnet, "Gateway": net.gateway}]}
-            client.api.create_network(
-                net.name,
-                driver="bridge",
-                internal=True,
-                enable_ipv6=False,
-                ipam=ipam,
-                labels={NETWORK_LABEL: "1"},
-                options={
-                    "com.docker.network.bridge.name": net.bridge,
-                    "com.docker.network.bridge.enable_icc": "false",
-                    "com.docker.network.bridge.enable_ip_masquerade": "false",
-                },
-                check_duplicate=True,
-            )
-            attrs = client.api.inspect_network(net.name)
-    except DockerError as e:
-        raise EgressError(f"cannot create the egress network {net.name!r}: {e}") from e
+    The engine's own errors pass through: the caller (sandbox/engine.py) translates them.
+    """
+    if not any(found.get("Name") == net.name for found in client.api.networks(names=[net.name])):
+        ipam = {"Driver": "default", "Config": [{"Subnet": net.subnet, "Gateway": net.gateway}]}
+        client.api.create_network(
+            net.name,
+            driver="bridge",
+            internal=True,
+            enable_ipv6=False,
+            ipam=ipam,
+            labels={NETWORK_LABEL: "1"},
+            options={
+                "com.docker.network.bridge.name": net.bridge,
+                "com.docker.network.bridge.enable_icc": "false",
+                "com.docker.network.bridge.enable_ip_masquerade": "false",
+            },
+            check_duplicate=True,
+        )
+    attrs = client.api.inspect_network(net.name)
     options = attrs.get("Options") or {}
     configs = (attrs.get("IPAM") or {}).get("Config") or [{}]
     problems = []

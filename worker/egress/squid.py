@@ -169,6 +169,11 @@ def answers(ip: str, port: int, timeout: float = 1.0) -> bool:
         return False
 
 
+# The proxies this process started, kept so that the Popen object is not collected while Squid runs
+# (its __del__ would warn, and only a kept object can reap Squid when it is stopped). By state folder.
+_started: dict[Path, subprocess.Popen[bytes]] = {}
+
+
 def ensure_proxy(config: ProxyConfig) -> int:
     """A running proxy of this configuration (started if needed); returns its pid.
 
@@ -204,9 +209,11 @@ def ensure_proxy(config: ProxyConfig) -> int:
             tail = " ".join(p.read_text(errors="replace")[-600:] for p in logs if p.exists())
             raise EgressError(f"the egress proxy exited at start (code {process.returncode}): {tail}")
         if answers(config.listen_ip, config.port, timeout=0.2) and running_pid(state):
+            _started[state] = process
             return process.pid
         time.sleep(0.05)
     process.kill()
+    process.wait()
     raise EgressError(
         f"the egress proxy did not listen on {config.listen_ip}:{config.port} within {START_TIMEOUT_S:g} s"
     )
@@ -230,6 +237,9 @@ def stop_proxy(config: ProxyConfig, timeout: float = 10.0) -> None:
         time.sleep(0.05)
     if running_pid(config.state_dir) == pid:
         os.kill(pid, 9)
+    started = _started.pop(config.state_dir, None)
+    if started is not None and started.pid == pid:
+        started.wait(timeout)
 
 
 if __name__ == "__main__":  # pragma: no cover - print a configuration for reading

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -39,6 +40,8 @@ from sandfleet.core.contracts import (
     ToolCallRecord,
 )
 from sandfleet.core.errors import InvalidSpecError, ModelError, SandboxError
+from sandfleet.worker.approval.checkpoint import Checkpoint, CheckpointMismatchError, JobSuspended
+from sandfleet.worker.approval.policy import approval_patterns, is_gated
 from sandfleet.worker.artifacts import ArtifactCaps, keep_artifacts
 from sandfleet.worker.bridge.host import call_key
 from sandfleet.worker.engine.extract import extract_program
@@ -89,6 +92,7 @@ def run_job(
         check_sandbox_policy(config, settings)
         caps = ArtifactCaps.for_job(settings, spec.artifacts)
         allowed = services.registry.subset(spec.tools)
+        _check_approvals_possible(spec, allowed, services)
         model = services.job_model(spec, job_id, base_url)
         services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
@@ -132,51 +136,52 @@ def _answer(
     timed_out = agent_killed = False
     last_run: tuple[int, RunResult] | None = None  # the latest attempt that ran: its artifacts are kept
     kept = functools.partial(_keep, services, job_id, audit)
-    for number in range(1, spec.code_action.max_repairs + 2):
-        try:
-            reply = model.complete(messages)
-        except ModelError as e:
-            kind, limit = budget_outcome(e)
-            if limit is not None:
-                audit.emit(AuditKind.LIMIT, {"limits": [str(limit)], "message": str(e)}, number)
-            return _finish(
-                job_id,
-                JobStatus.FAILED,
-                ErrorInfo(kind=kind, message=str(e)),
-                attempts,
-                usage,
-                phase,
-                began,
-                model_name,
-                audit,
-                kept(last_run),
-                limits_hit=[limit] if limit is not None else [],
-            )
-        usage = usage + TokenUsage(
-            prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
-        )
-        phase["model_s"] += reply.latency_s
+    try:
+        resume = services.approvals.resume_point(job_id) if services.approvals is not None else None
+    except CheckpointMismatchError as e:
+        error = ErrorInfo(kind=ErrorKind.INTERNAL, message=str(e))
+        return _finish(job_id, JobStatus.FAILED, error, attempts, usage, phase, began, model_name, audit)
+    first = 1
+    if resume is not None:  # a suspended job resumes its attempt: no model call, the same program
+        messages, attempts, memo = list(resume.messages), list(resume.attempts), dict(resume.memo)
+        usage, phase, first = resume.usage, {**phase, **resume.phase}, resume.number
         audit.emit(
-            AuditKind.MODEL_CALL,
-            {
-                "messages": messages[-1:] if number > 1 else messages,
-                "reply": reply.text,
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "latency_s": reply.latency_s,
-                "model": reply.model,
-                "tries": reply.attempts,
-                "finish_reason": reply.finish_reason,
-            },
-            number,
+            AuditKind.APPROVAL,
+            {"event": "resumed", "waiting_for": resume.waiting_for, "calls_served": len(resume.calls)},
+            first,
         )
-        messages.append({"role": "assistant", "content": reply.text})
-        program = extract_program(reply.text)
+        assert services.approvals is not None  # a checkpoint comes only from the approval service
+        services.approvals.audit_decisions(job_id, audit, first)
+    program: str | None
+    for number in range(first, spec.code_action.max_repairs + 2):
+        resuming = resume is not None and number == resume.number
+        if resuming:
+            assert resume is not None
+            reply_text, program = resume.reply, resume.program
+        else:
+            outcome = _ask_model(model, messages, number, usage, phase, audit)
+            if isinstance(outcome, ModelFailure):
+                return _finish(
+                    job_id,
+                    JobStatus.FAILED,
+                    outcome.error,
+                    attempts,
+                    usage,
+                    phase,
+                    began,
+                    model_name,
+                    audit,
+                    kept(last_run),
+                    limits_hit=[outcome.limit] if outcome.limit is not None else [],
+                )
+            reply_text, usage = outcome
+            messages.append({"role": "assistant", "content": reply_text})
+            program = extract_program(reply_text)
         if program is None:
             last_failure, timed_out, agent_killed = "the reply contained no Python program", False, False
-            log.debug("attempt %d: no program in the reply:\n%s", number, reply.text)
+            log.debug("attempt %d: no program in the reply:\n%s", number, reply_text)
             attempts.append(
-                AttemptRecord(number=number, program=None, reply=reply.text, failure=last_failure)
+                AttemptRecord(number=number, program=None, reply=reply_text, failure=last_failure)
             )
             audit.emit(AuditKind.PROGRAM, {"program": None, "failure": last_failure}, number)
             messages.append(
@@ -190,8 +195,14 @@ def _answer(
                 )
             )
             continue
-        log.debug("attempt %d program:\n%s", number, program)
-        audit.emit(AuditKind.PROGRAM, {"program": program}, number)
+        if not resuming:
+            log.debug("attempt %d program:\n%s", number, program)
+            audit.emit(AuditKind.PROGRAM, {"program": program}, number)
+        gate = (
+            services.approvals.gate(job_id=job_id, spec=spec, attempt=number, program=program, audit=audit)
+            if services.approvals is not None
+            else None
+        )
         try:
             run = services.runtime.run(
                 program,
@@ -202,6 +213,8 @@ def _answer(
                 side_effect_memo={key: list(results) for key, results in memo.items()},
                 on_call=functools.partial(_emit_tool_call, audit, number),
                 artifacts=caps,
+                gate=gate,
+                resume=resume.calls if resuming and resume is not None else None,
             )
         except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
             error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
@@ -219,6 +232,26 @@ def _answer(
             )
         last_run = (number, run)
         _account(phase, run)
+        # A call waits for a person: the program was stopped, and no container is kept while they decide.
+        # (A program that answered, or ran out of time, on its own meanwhile is not suspended: its
+        # waiting call is left undecided, never runs, and is withdrawn when the job ends.)
+        if run.suspended_for and not run.timed_out and not run.ok:
+            audit.emit(AuditKind.SANDBOX_RUN, _run_event(run), number)
+            raise JobSuspended(
+                Checkpoint(
+                    number=number,
+                    program=program,
+                    reply=reply_text,
+                    messages=messages,
+                    attempts=attempts,
+                    usage=usage,
+                    phase=phase,
+                    memo=memo,
+                    calls=run.tool_calls,
+                    waiting_for=list(dict.fromkeys(run.suspended_for)),
+                    suspensions=(resume.suspensions + 1) if resume is not None else 1,
+                )
+            )
         log.debug(
             "attempt %d exit %s%s\nstdout:\n%s\nstderr:\n%s",
             number,
@@ -231,7 +264,7 @@ def _answer(
         if run.limits_hit:
             audit.emit(AuditKind.LIMIT, {"limits": [str(limit) for limit in run.limits_hit]}, number)
         failure = run.failure()
-        attempts.append(_attempt(number, program, reply.text, run, failure))
+        attempts.append(_attempt(number, program, reply_text, run, failure))
         if failure is None:
             artifacts, skipped, cap_hit = kept(last_run)
             result = JobResult(
@@ -285,6 +318,65 @@ def _answer(
         audit,
         kept(last_run),
     )
+
+
+def _ask_model(
+    model: ModelClient,
+    messages: list[dict[str, Any]],
+    number: int,
+    usage: TokenUsage,
+    phase: dict[str, float],
+    audit: AuditSink,
+) -> tuple[str, TokenUsage] | ModelFailure:
+    """One model call for attempt ``number``, audited: the reply's text and the usage so far, or the
+    error that ends the job (a spent budget of ``model_limits`` names its limit)."""
+    try:
+        reply = model.complete(messages)
+    except ModelError as e:
+        kind, limit = budget_outcome(e)
+        if limit is not None:
+            audit.emit(AuditKind.LIMIT, {"limits": [str(limit)], "message": str(e)}, number)
+        return ModelFailure(ErrorInfo(kind=kind, message=str(e)), limit)
+    usage = usage + TokenUsage(
+        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
+    )
+    phase["model_s"] += reply.latency_s
+    audit.emit(
+        AuditKind.MODEL_CALL,
+        {
+            "messages": messages[-1:] if number > 1 else messages,
+            "reply": reply.text,
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "latency_s": reply.latency_s,
+            "model": reply.model,
+            "tries": reply.attempts,
+            "finish_reason": reply.finish_reason,
+        },
+        number,
+    )
+    return reply.text, usage
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A model call that ends the job: the error, and the limit of ``model_limits`` it hit (if any)."""
+
+    error: ErrorInfo
+    limit: Limit | None = None
+
+
+def _check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: EngineServices) -> None:
+    """Fail closed: a job whose tools need approval runs only where approvals can be asked (a fleet)."""
+    if services.approvals is not None:
+        return
+    patterns = approval_patterns(services.settings.approval_tools, spec.approval_tools)
+    gated = [name for name in allowed.names() if is_gated(name, patterns)]
+    if gated:
+        raise InvalidSpecError(
+            f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval, which needs "
+            "the fleet (Redis and a worker); this process has no approval service"
+        )
 
 
 def _finish(

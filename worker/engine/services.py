@@ -13,6 +13,7 @@ from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import JobSpec
 from sandfleet.core.settings import Settings
 from sandfleet.worker.bridge.host import CallPolicy, allow_all
+from sandfleet.worker.cancel.model import cancellable
 from sandfleet.worker.llm.bounds import BoundedModelClient, MemoryLedger, UsageLedger, resolve_limits
 from sandfleet.worker.llm.client import ModelClient, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
@@ -21,6 +22,7 @@ from sandfleet.worker.shell.keeper import SessionKeeper
 from sandfleet.worker.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
+    from sandfleet.worker.approval.gate import ApprovalService
     from sandfleet.worker.mcp.catalog import ToolCatalog
     from sandfleet.worker.mcp.sessions import McpSessions
 
@@ -59,6 +61,9 @@ class EngineServices:
         self.runtime = ProgramRuntime(pool, registry, policy)
         self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None], ModelClient] = {}
+        # Human approval of gated calls (worker/approval/gate.py ApprovalService): set by a fleet
+        # worker, None elsewhere (``sandfleet ask``), where jobs with gated tools are refused.
+        self.approvals: ApprovalService | None = None
         self._lock = threading.Lock()
         # What each job spent on the model; the worker puts a ledger in the job records here.
         self.usage_ledger: UsageLedger = MemoryLedger()
@@ -123,10 +128,10 @@ class EngineServices:
             if client is None:
                 client = make_model_client(model, self.settings, base_url=base_url)
                 self._models[key] = client
-            return client
+        return cancellable(client)  # inside a delivery: a cancel abandons its calls (worker/cancel/)
 
     def job_model(self, spec: JobSpec, job_id: str, base_url: str | None = None) -> BoundedModelClient:
-        """The job's model client, within its ``model_limits`` (bounds.py).
+        """The job's model client, within its ``model_limits`` (worker/llm/bounds.py).
 
         Raises:
             InvalidSpecError: the model is unusable, or the limits are beyond the operator's policy.

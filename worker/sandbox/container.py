@@ -244,6 +244,11 @@ class SandboxContainer:
         )
         return conversation.run()
 
+    def kill_command(self) -> None:
+        """Tell the agent to kill the running command now (a job suspended to wait for an approval);
+        the command then ends as killed and ``execute`` returns."""
+        self._send_quietly(protocol.KILL, wait_s=KILL_GRACE_S)
+
     def _ended_early(
         self, began: float, timeout: float | None, deadline: float | None, why: str
     ) -> ExecResult:

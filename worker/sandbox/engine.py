@@ -15,11 +15,10 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
-from sandfleet.worker.egress.gateway import EgressLease, egress_gateway
 from sandfleet.worker.sandbox.attach import AttachStream
 from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
 from sandfleet.worker.sandbox.container import SandboxContainer, SandboxEnd
@@ -29,6 +28,9 @@ from sandfleet.worker.sandbox.labels import LABEL_OWNER as LABEL_OWNER
 from sandfleet.worker.sandbox.labels import LABEL_PERSISTENT as LABEL_PERSISTENT
 from sandfleet.worker.sandbox.labels import LABEL_ROLE as LABEL_ROLE
 from sandfleet.worker.sandbox.spec import Owner, container_kwargs
+
+if TYPE_CHECKING:
+    from sandfleet.worker.egress.gateway import EgressLease
 
 try:  # the producer-only install has no docker SDK; fail closed with the install hint
     import docker
@@ -329,7 +331,12 @@ class DockerBackend:
         client = self.client
         info = preflight(config, client)
         if config.network == "restricted":
-            egress_gateway().prepare(client)  # network, host rules, proxy: or EgressError
+            from sandfleet.worker.egress.gateway import egress_gateway  # settings: only when needed
+
+            try:
+                egress_gateway().prepare(client)  # network, host rules, proxy: or EgressError
+            except DockerError as e:
+                raise translate(e, "prepare the egress network") from e
         kwargs = container_kwargs(
             config,
             owner=owner or Owner.current(),

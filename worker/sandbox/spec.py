@@ -217,6 +217,11 @@ def container_kwargs(
         # by dockerd and written to the host's disk until removal (benchmarks/container_options.py).
         "log_config": {"type": "none", "config": {}},
     }
+    if config.network == "restricted":  # the operator's CA bundle for the package index (if any)
+        from sandfleet.core.settings import get_settings
+        from sandfleet.worker.egress.gateway import sandbox_mounts
+
+        read_only_mounts = {**(read_only_mounts or {}), **sandbox_mounts(get_settings())}
     if read_only_mounts:
         kwargs["volumes"] = {
             host: {"bind": inside, "mode": "ro"} for host, inside in read_only_mounts.items()
@@ -249,9 +254,10 @@ def base_env(config: SandboxConfig) -> dict[str, str]:
     (restricted adds the egress proxy's variables)."""
     proxy: dict[str, str] = {}
     if config.network == "restricted":
-        from sandfleet.worker.egress.gateway import egress_gateway, proxy_environment
+        from sandfleet.core.settings import get_settings
+        from sandfleet.worker.egress.gateway import egress_gateway, sandbox_environment
 
-        proxy = proxy_environment(egress_gateway().network)
+        proxy = sandbox_environment(get_settings(), egress_gateway().network)
     return {
         **proxy,
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",

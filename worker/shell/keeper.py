@@ -17,6 +17,7 @@ from pathlib import Path
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError
 from sandfleet.core.settings import Settings
+from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.sandbox.backend import SandboxBackend, backend_named
 from sandfleet.worker.sandbox.labels import LABEL_EXPIRES, LABEL_JOB, LABEL_ROLE, ROLE_SESSION
 from sandfleet.worker.shell.session import SessionSandbox
@@ -68,6 +69,7 @@ class SessionKeeper:
             SandboxError: no slot within ``wait_s``, a closed keeper, or the sandbox cannot be made.
             SandboxUnavailableError: no engine.
         """
+        raise_if_cancelled("the session sandbox")
         if not self._slots.acquire(timeout=max(0.0, wait_s)):
             raise SandboxError(
                 f"no session sandbox slot became free within {wait_s:g} s "
@@ -88,6 +90,7 @@ class SessionKeeper:
         except BaseException:
             self._slots.release()
             raise
+        track_container(container)  # a cancel of the job destroys it (destroying twice is harmless)
         session = SessionSandbox(container, job_id=job_id, lifetime_s=lifetime_s, idle_s=idle_s)
         with self._lock:
             self._open[id(session)] = session

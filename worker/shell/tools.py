@@ -7,7 +7,10 @@
     sandbox_write_file(path, content)  missing folders made; written atomically
     sandbox_list_files(path)           a folder's entries: name, kind, size
     sandbox_install_package(name)      pip from the operator's read-only wheelhouse, or from the
-                                       network when the sandbox has one; otherwise a clear refusal
+                                       network when the sandbox has one (restricted: the index of
+                                       SANDFLEET_EGRESS_PIP_INDEX_URL through the egress proxy, pip
+                                       itself from the wheelhouse, the proxy's refusals named in the
+                                       error); otherwise a clear refusal
 
 File paths are resolved inside the container (files_helper.py), never here: this module checks only
 types and sizes. Everything the tools do goes through the sandbox's agent (container.execute); a
@@ -171,6 +174,7 @@ class ShellTools:
             )
         command = self._install_command(name)
         timeout_s, _ = self._timeout(None)
+        denied_before = len(self.session.network_denied)
         done = self.session.execute(
             ["bash", "-c", command], timeout_s=timeout_s, max_output=self.caps.max_output_bytes, tail=4096
         )
@@ -180,8 +184,12 @@ class ShellTools:
             why = (done.stderr_end or done.stderr or done.stdout_end).strip()[-2000:]
             if "No module named pip" in why:
                 why = "this sandbox image has no pip, and the wheelhouse holds no pip wheel"
-            raise RuntimeError(f"pip could not install {name}: {why}")
-        source = "the operator's wheelhouse" if self.wheelhouse else "the package index"
+            refused = _refusals(self.session.network_denied[denied_before:])
+            raise RuntimeError(f"pip could not install {name}: {refused}{why}")
+        if self.network == "restricted":
+            source = "the package index through the egress proxy"
+        else:
+            source = "the operator's wheelhouse" if self.wheelhouse else "the package index"
         return (
             f"installed {name} from {source} into the user site-packages of /workspace: "
             "`python3` imports it (pure-Python packages only: the workspace is mounted noexec)"
@@ -193,9 +201,14 @@ class ShellTools:
         """The bash command that installs ``name``, or PermissionError saying why none can."""
         target = f'--target "{USER_SITE}"'
         common = f"install {target} --no-cache-dir --disable-pip-version-check --no-warn-script-location -q"
+        pip = "python3 -s -m pip"
         if self.wheelhouse is not None:
             pips = sorted(self.wheelhouse.glob("pip-*.whl"))
-            pip = f"python3 -s {WHEELHOUSE_INSIDE}/{pips[-1].name}/pip" if pips else "python3 -s -m pip"
+            pip = f"python3 -s {WHEELHOUSE_INSIDE}/{pips[-1].name}/pip" if pips else pip
+        if self.network == "restricted":  # the index (PIP_INDEX_URL) through the proxy, and the wheelhouse
+            links = f" --find-links {WHEELHOUSE_INSIDE}" if self.wheelhouse is not None else ""
+            return f"{pip} {common}{links} '{name}'"
+        if self.wheelhouse is not None:
             return f"{pip} {common} --no-index --find-links {WHEELHOUSE_INSIDE} '{name}'"
         if self.network != "none":
             return f"python3 -s -m pip {common} '{name}'"
@@ -238,3 +251,12 @@ class ShellTools:
             error = _OS_ERRORS.get(str(answer.get("error_type")), RuntimeError)
             raise error(str(answer.get("error", "the file operation failed")))
         return answer
+
+
+def _refusals(denials: list[dict[str, Any]]) -> str:
+    """``the egress proxy refused HOST:PORT (reason); `` for the refusals of one command, or ""."""
+    if not denials:
+        return ""
+    shown = ", ".join(f"{d.get('host')}:{d.get('port')} ({d.get('reason')})" for d in denials[:5])
+    more = f" and {len(denials) - 5} more" if len(denials) > 5 else ""
+    return f"the egress proxy refused {shown}{more}; pip said: "

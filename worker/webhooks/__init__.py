@@ -3,6 +3,8 @@
 
 Two steps, so the POST never delays the job's final record and the chain proves what was sent:
 
+Both are hooks of the worker's ``JobEnd`` (worker/jobend.py), the one path by which jobs end.
+
 1. :meth:`Webhooks.before_seal`, just before the final record is written: the body is built from the
    result about to be written, and a ``webhook`` audit event commits to it (URL, event, the body's
    SHA-256, the signing timestamp) in the job's chain, which the seal then closes. When this job is

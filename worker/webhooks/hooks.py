@@ -16,7 +16,8 @@ from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
-from sandfleet.core.webhook_signing import signature_header
+from sandfleet.core.store import JobStore
+from sandfleet.core.webhook_signing import sign
 from sandfleet.core.webhook_url import webhook_host_allowed
 from sandfleet.worker.webhooks.payloads import BATCH_EVENT, JOB_EVENT, batch_body, encode, job_body
 from sandfleet.worker.webhooks.sender import Delivery, Outcome, WebhookSender
@@ -44,7 +45,23 @@ class Webhooks:
         self._sender = sender or WebhookSender(settings)
         self._on_sent = on_sent
         self._lock = threading.Lock()
-        self._pending: dict[str, list[Delivery]] = {}  # job id -> committed, not yet sent
+        # job id -> (its batch id, the POSTs committed in its chain and not sent yet)
+        self._pending: dict[str, tuple[str | None, list[Delivery]]] = {}
+
+    def register(self, job_end: Any) -> None:
+        """Hook into the worker's ``JobEnd``: commit before each seal, send after each final record."""
+        job_end.before_seal(self.seal_hook)
+        job_end.on_recorded(lambda _store, job_id, _result: self.job_ended(job_id))
+
+    def seal_hook(self, store: JobStore, job_id: str, result: JobResult) -> None:
+        """``JobEnd``'s before-seal hook: read the job's spec, commit through a sink signed like the rest."""
+        record = store.record(job_id)
+        if (
+            record is not None
+            and record.spec is not None
+            and (record.spec.webhook or record.spec.batch_webhook)
+        ):
+            self.before_seal(record, result, store.audit_sink(job_id))
 
     # -- step 1: before the seal ------------------------------------------------------------------
 
@@ -67,7 +84,7 @@ class Webhooks:
             deliveries = [d for d in committed if d is not None]
             if deliveries:
                 with self._lock:
-                    self._pending[result.job_id] = deliveries
+                    self._pending[result.job_id] = (record.batch_id, deliveries)
         except Exception:
             log.exception("job %s: preparing its webhook failed", result.job_id)
 
@@ -92,7 +109,7 @@ class Webhooks:
             return None
         timestamp = int(now)
         audit.emit(AuditKind.WEBHOOK, {**data, "sent": True, "timestamp": timestamp})
-        return Delivery(url, event, delivery_id, body, signature_header(secret, timestamp, body))
+        return Delivery(url, event, delivery_id, body, sign(secret, timestamp, body), timestamp)
 
     def _ends_batch(self, batch_id: str, status: JobStatus) -> bool:
         """Whether every other job of the batch has ended, so this job's end ends the batch."""
@@ -114,24 +131,24 @@ class Webhooks:
 
     # -- step 2: after the final record -----------------------------------------------------------
 
-    def job_ended(self, record: JobRecord) -> None:
-        """Send what :meth:`before_seal` committed for this job (the final record is written)."""
+    def job_ended(self, job_id: str) -> None:
+        """Send what :meth:`before_seal` committed for this job (its final record is written)."""
         with self._lock:
-            deliveries = self._pending.pop(record.job_id, [])
+            batch_id, deliveries = self._pending.pop(job_id, (None, []))
         for delivery in deliveries:
-            if delivery.event == BATCH_EVENT and not self._claim_batch(delivery, record):
+            if delivery.event == BATCH_EVENT and not self._claim_batch(delivery, job_id, str(batch_id)):
                 continue
-            self._sender.send(delivery, functools.partial(self._record, delivery, record))
+            self._sender.send(delivery, functools.partial(self._record, delivery, job_id, batch_id))
 
-    def _claim_batch(self, delivery: Delivery, record: JobRecord) -> bool:
-        key = self._keys.batch_webhook(str(record.batch_id))
+    def _claim_batch(self, delivery: Delivery, job_id: str, batch_id: str) -> bool:
+        key = self._keys.batch_webhook(batch_id)
         claimed = self._redis.hsetnx(key, "url", delivery.url)
         if claimed:
-            self._redis.hset(key, mapping={"job_id": record.job_id, "status": "sending"})
+            self._redis.hset(key, mapping={"job_id": job_id, "status": "sending"})
             self._redis.expire(key, self.settings.retention_s)
         return bool(claimed)
 
-    def _record(self, delivery: Delivery, record: JobRecord, outcome: Outcome) -> None:
+    def _record(self, delivery: Delivery, job_id: str, batch_id: str | None, outcome: Outcome) -> None:
         fields: dict[FieldT, EncodableT] = {
             "status": "delivered" if outcome.delivered else "failed",
             "tries": outcome.tries,
@@ -139,11 +156,9 @@ class Webhooks:
             "error": outcome.error or "",
         }
         if delivery.event == BATCH_EVENT:
-            self._redis.hset(self._keys.batch_webhook(str(record.batch_id)), mapping=fields)
+            self._redis.hset(self._keys.batch_webhook(str(batch_id)), mapping=fields)
         else:
-            self._redis.hset(
-                self._keys.job(record.job_id), mapping={f"webhook_{k!s}": v for k, v in fields.items()}
-            )
+            self._redis.hset(self._keys.job(job_id), mapping={f"webhook_{k!s}": v for k, v in fields.items()})
         if self._on_sent is not None:
             self._on_sent(outcome.delivered)
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sandfleet.core.settings import Settings
-from sandfleet.core.webhook_signing import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER
+from sandfleet.core.webhook_signing import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
 
 log = logging.getLogger("sandfleet.worker.webhooks")
 
@@ -28,13 +28,14 @@ USER_AGENT = "Sandfleet-Webhook/1"
 
 @dataclass(frozen=True)
 class Delivery:
-    """One committed POST: where, which event, the delivery id, the exact body and its signature header."""
+    """One committed POST: where, which event, the delivery id, the exact body, its signature and time."""
 
     url: str
     event: str
     delivery_id: str
     body: bytes
     signature: str
+    timestamp: int
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ class WebhookSender:
                 "Content-Type": "application/json",
                 "User-Agent": USER_AGENT,
                 SIGNATURE_HEADER: delivery.signature,
+                TIMESTAMP_HEADER: str(delivery.timestamp),
                 EVENT_HEADER: delivery.event,
                 DELIVERY_HEADER: delivery.delivery_id,
             },

@@ -53,7 +53,7 @@ TIMING_KEYS = {
     "tool": "tool_s",
     "engine": "total_s",
 }
-FINAL_STATES = ("succeeded", "failed", "refused", "timed_out")
+FINAL_STATES = ("succeeded", "failed", "refused", "timed_out", "cancelled")
 
 
 def final_state(timestamps: Mapping[str, float]) -> str | None:

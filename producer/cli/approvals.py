@@ -1,0 +1,150 @@
+"""``sandfleet approvals list | show ID | approve ID | deny ID --reason TEXT``: deciding gated calls.
+
+Exit codes: 0 done, 1 the decision was refused (unknown id, decided before, timed out, withdrawn
+because its job ended, another call hash) or Redis failed, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from sandfleet.core.errors import ApprovalError, InvalidSpecError, QueueUnavailableError
+
+if TYPE_CHECKING:
+    from sandfleet.core.approvals import ApprovalRequest
+
+EXIT_REFUSED = 1
+EXIT_BAD_INPUT = 2
+PROGRAM_LINES_SHOWN = 40
+
+
+@contextmanager
+def approval_errors() -> Iterator[None]:
+    try:
+        yield
+    except ApprovalError as e:
+        click.echo(f"refused: {e}", err=True)
+        sys.exit(EXIT_REFUSED)
+    except InvalidSpecError as e:
+        click.echo(str(e), err=True)
+        sys.exit(EXIT_BAD_INPUT)
+    except QueueUnavailableError as e:
+        raise click.ClickException(str(e)) from None
+
+
+def _client() -> Any:
+    from sandfleet.producer.client import Client
+
+    return Client()
+
+
+def _when(ts: float | None) -> str:
+    from datetime import UTC, datetime
+
+    return "-" if ts is None else datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _line(request: ApprovalRequest) -> str:
+    arguments = json.dumps(request.arguments, ensure_ascii=False)
+    return f"{request.id}  {request.status.value:<9}  {request.tool}({arguments[:60]})  job {request.job_id}"
+
+
+def show_request(request: ApprovalRequest, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(request.model_dump(mode="json"), ensure_ascii=False))
+        return
+    rows = [
+        ("request", request.id),
+        ("status", request.status.value),
+        ("tool", request.tool),
+        ("arguments", json.dumps(request.arguments, ensure_ascii=False, indent=2)),
+        ("redacted", ", ".join(request.redacted) or "-"),
+        ("call sha256", request.call_sha256),
+        ("job", request.job_id + (f" (batch {request.batch_id})" if request.batch_id else "")),
+        ("attempt", str(request.attempt)),
+        ("asked", f"{_when(request.asked_at)} by worker {request.worker or '?'}"),
+        ("deadline", _when(request.deadline)),
+        ("question", request.question),
+    ]
+    if request.decided_by:
+        why = f": {request.reason}" if request.reason else ""
+        rows.append(
+            ("decided", f"{request.status.value} by {request.decided_by} at {_when(request.decided_at)}{why}")
+        )
+    for name, value in rows:
+        click.echo(f"{name + ':':<13}{value}")
+    lines = request.program.splitlines()
+    click.echo("program:")
+    for line in lines[:PROGRAM_LINES_SHOWN]:
+        click.echo(f"    {line}")
+    if len(lines) > PROGRAM_LINES_SHOWN:
+        click.echo(f"    ... {len(lines) - PROGRAM_LINES_SHOWN} more lines (--json shows all)")
+
+
+@click.group()
+def approvals() -> None:
+    """Approval requests of gated tool calls: list, show, approve, deny."""
+
+
+@approvals.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Every request, decided ones too (default: pending).")
+@click.option("--job", "job_id", default=None, help="Only this job's requests.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSONL: one request per line.")
+def list_requests(show_all: bool, job_id: str | None, limit: int, as_json: bool) -> None:
+    """List approval requests, oldest first (pending ones unless --all or --job)."""
+    with approval_errors(), _client() as client:
+        found = client.approvals(pending_only=not (show_all or job_id), job_id=job_id, limit=limit)
+    for request in found:
+        click.echo(
+            json.dumps(request.model_dump(mode="json"), ensure_ascii=False) if as_json else _line(request)
+        )
+    if not found and not as_json:
+        click.echo("no approval requests" + ("" if show_all or job_id else " waiting"), err=True)
+
+
+@approvals.command("show")
+@click.argument("request_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the request as JSON.")
+def show(request_id: str, as_json: bool) -> None:
+    """Show everything a person needs to judge one request: tool, arguments, program, question, job."""
+    with approval_errors(), _client() as client:
+        show_request(client.approval(request_id), as_json)
+
+
+@approvals.command("approve")
+@click.argument("request_id")
+@click.option(
+    "--sha256", "call_sha256", default="", help="Refuse unless the call's hash is this one (from show)."
+)
+@click.option("--by", default=None, help="Who approves (default: user@host).")
+@click.option("--json", "as_json", is_flag=True, help="Print the decided request as JSON.")
+def approve(request_id: str, call_sha256: str, by: str | None, as_json: bool) -> None:
+    """Approve REQUEST_ID: its exact call runs once, and its job resumes."""
+    with approval_errors(), _client() as client:
+        request = client.approve(request_id, by=by, call_sha256=call_sha256)
+    if as_json:
+        show_request(request, True)
+    else:
+        click.echo(f"approved {request.id}: {request.tool} of job {request.job_id} runs once")
+
+
+@approvals.command("deny")
+@click.argument("request_id")
+@click.option("--reason", required=True, help="Why (the program's ToolDeniedError and the audit show it).")
+@click.option("--by", default=None, help="Who denies (default: user@host).")
+@click.option("--json", "as_json", is_flag=True, help="Print the decided request as JSON.")
+def deny(request_id: str, reason: str, by: str | None, as_json: bool) -> None:
+    """Deny REQUEST_ID: the program gets ToolDeniedError with the reason, and its job resumes."""
+    with approval_errors(), _client() as client:
+        request = client.deny(request_id, reason, by=by)
+    if as_json:
+        show_request(request, True)
+    else:
+        click.echo(f"denied {request.id}: {request.tool} of job {request.job_id} will not run")

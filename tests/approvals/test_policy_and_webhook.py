@@ -1,0 +1,97 @@
+"""Redaction, a job adding a tool to the policy, the signed webhook, and a batch half of whose jobs
+wait: a real worker, real Redis, real sandboxes, a real HTTP server receiving the webhook."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fleet.helpers import FleetWorker
+
+from sandfleet.core.approvals import ApprovalStatus
+from sandfleet.core.contracts import JobStatus
+from sandfleet.worker.approval.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
+
+from .conftest import WEBHOOK_SECRET, Webhook
+from .helpers import ledger, wait_for
+from .test_decisions import JOB_TIMEOUT_S, own_containers, pending_of, sandfleet
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+
+
+def test_a_job_adds_a_gated_tool_its_secret_argument_is_redacted_and_the_webhook_is_signed(
+    approval_fleet: FleetWorker, webhook: Webhook
+) -> None:
+    client = approval_fleet.client
+    # connect_crm is not in the operator's policy: the job adds it (a glob). It cannot remove any.
+    job = client.submit(
+        "Log in to the CRM", tools=["connect_crm"], approval_tools=["connect_*"], model=approval_fleet.model
+    )
+    [request] = wait_for(lambda: pending_of(approval_fleet, job.job_id), what="the request")
+    assert request.arguments == {"user": "ana", "password": "***"} and request.redacted == ["password"]
+    shown = sandfleet(approval_fleet, "approvals", "show", request.id, "--json")
+    assert shown.returncode == 0 and "hunter2" not in shown.stdout
+    assert json.loads(shown.stdout)["call_sha256"] == request.call_sha256
+    text = sandfleet(approval_fleet, "approvals", "show", request.id)
+    assert "connect_crm" in text.stdout and 'connect_crm(user="ana"' in text.stdout  # the program shown
+
+    # The webhook: one POST for the request, its HMAC over "timestamp.body" checks with the secret.
+    def mine() -> list[tuple[dict[str, str], bytes]]:
+        return [(h, b) for h, b in webhook.posts if json.loads(b)["request"]["id"] == request.id]
+
+    [(headers, body)] = wait_for(mine, 20, what="the webhook")
+    timestamp = headers[TIMESTAMP_HEADER.lower()]
+    assert headers[SIGNATURE_HEADER.lower()] == signature(WEBHOOK_SECRET, timestamp, body)
+    assert headers[SIGNATURE_HEADER.lower()] != signature("another secret", timestamp, body)
+    assert headers[SIGNATURE_HEADER.lower()] != signature(WEBHOOK_SECRET, timestamp, body + b" ")
+    payload = json.loads(body)
+    assert payload["event"] == "approval.requested" and b"hunter2" not in body
+    assert payload["request"]["arguments"]["password"] == "***"
+
+    # Approved with the hash the approver saw: the tool gets the real password.
+    bad = sandfleet(approval_fleet, "approvals", "approve", request.id, "--sha256", "0" * 64)
+    assert bad.returncode == 1 and "hash" in bad.stderr
+    client.approve(request.id, call_sha256=request.call_sha256)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, result.error
+    import hashlib
+
+    assert result.result == {"token": hashlib.sha256(b"ana:hunter2").hexdigest()[:12]}
+    events = [e for e in job.audit() if e.kind == "approval"]
+    assert all("hunter2" not in json.dumps(e.data) for e in events)
+
+
+def test_a_batch_where_half_the_jobs_wait_for_approval(approval_fleet: FleetWorker) -> None:
+    client, data = approval_fleet.client, approval_fleet.fleet.data_dir
+    refunds_before = sum(e["tool"] == "issue_refund" for e in ledger(data))
+    specs = [
+        {
+            "question": "Refund order one" if i % 2 else "Look up order five",
+            "model": approval_fleet.model,
+            "tools": ["lookup_order", "issue_refund"],
+        }
+        for i in range(6)
+    ]
+    batch = client.submit_batch(specs)
+    waiting = [j for i, j in enumerate(batch.jobs()) if i % 2]
+    wait_for(
+        lambda: (
+            batch.progress().counts.get("awaiting_approval") == 3
+            and batch.progress().counts.get("succeeded") == 3
+        ),
+        what="three jobs done and three waiting",
+    )
+    wait_for(lambda: own_containers(approval_fleet) == [], 10, what="no container while they wait")
+    listed = sandfleet(approval_fleet, "jobs", "--batch", batch.batch_id)
+    assert listed.stdout.count("awaiting_approval") == 3
+    for job in waiting:
+        [request] = pending_of(approval_fleet, job.job_id)
+        client.approve(request.id)
+    results = batch.wait(timeout=JOB_TIMEOUT_S)
+    assert [r.status for r in results] == [JobStatus.SUCCEEDED] * 6
+    assert sum(e["tool"] == "issue_refund" for e in ledger(data)) == refunds_before + 3
+    assert all(
+        client.approval(r.id).status == ApprovalStatus.EXECUTED
+        for job in waiting
+        for r in client.approvals(job_id=job.job_id)
+    )

@@ -1,0 +1,191 @@
+"""Network "restricted" end to end: jobs submitted with the Client to a real ``sandfleet worker`` on a
+real Redis, the replay model over HTTP, programs in sandboxes under runc and gVisor reaching the test
+HTTPS service through the worker host's egress proxy. An allowed name answers; a name not on the
+job's list is refused by the proxy, and the refusal is in the job's result, its limits and its signed
+audit chain (``sandfleet audit --verify`` passes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fleet.helpers import (
+    JOB_TIMEOUT_S,
+    SANDFLEET,
+    FleetWorker,
+    fleet_settings_for,
+    keys_under,
+    start_worker,
+    stop_worker,
+)
+from sandbox.helpers import BACKENDS
+from sandfleet_testing import skip_or_fail
+from shell.test_install import DEBIAN_WHEELS
+
+from sandfleet.core.contracts import AuditKind, JobStatus
+from sandfleet.core.settings import Settings
+
+from .test_private_mirror import publish
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis]
+
+FETCH = """\
+import json, urllib.request
+try:  # the test CA is trusted through SANDFLEET_EGRESS_CA_FILE (SSL_CERT_FILE in the sandbox)
+    with urllib.request.urlopen("https://{host}/hello", timeout=20) as reply:
+        answer = reply.read().decode()
+except Exception as e:  # what a program sees when the proxy refuses
+    answer = "refused: " + type(e).__name__ + ": " + str(e)
+print("RESULT: " + json.dumps(answer))
+"""
+ALLOWED_QUESTION = "Fetch the greeting of the allowed egress test service"
+DENIED_QUESTION = "Fetch the greeting of the other egress test service"
+INSTALL_QUESTION = "Install sfe2epkg from the mirror and say its value"
+PACKAGE = "sfe2epkg"
+
+
+@dataclass
+class EgressFleet:
+    worker: FleetWorker
+    settings: Settings
+    model: str
+
+
+def replay_script() -> dict[str, Any]:
+    def program(host: str) -> str:
+        return "```python\n" + FETCH.format(host=host) + "```"
+
+    def call(tool: str, **arguments: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"name": tool, "arguments": arguments}]}
+
+    install = [
+        call("sandbox_install_package", name=f"{PACKAGE}==2.0"),
+        call("sandbox_exec", command=f"python3 -c 'import {PACKAGE}; print({PACKAGE}.VALUE)'"),
+        'RESULT: "done"',
+    ]
+    return {
+        "rules": [
+            {"match": ALLOWED_QUESTION, "responses": [program("api.egress.test")]},
+            {"match": DENIED_QUESTION, "responses": [program("other.egress.test")]},
+            {"match": INSTALL_QUESTION, "system": "Linux sandbox of your own", "responses": install},
+        ]
+    }
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    egress_env: dict[str, Any], service: Any, redis_server: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[EgressFleet]:
+    folder = tmp_path_factory.mktemp("egress-fleet")
+    script = folder / "replay.json"
+    script.write_text(json.dumps(replay_script()))
+    settings = fleet_settings_for(redis_server)
+    wheelhouse = pip_wheelhouse(folder / "wheelhouse")  # pip alone: the packages come from the mirror
+    publish(service.index, PACKAGE, "2.0", "VALUE = 'sfe2epkg from the mirror'\n")
+    env = {**egress_env["env"], "SANDFLEET_WHEELHOUSE_DIR": str(wheelhouse)}
+    worker = start_worker(settings, folder, env=env)
+    yield EgressFleet(worker, settings, f"replay:{script}")
+    stop_worker(worker)
+    r = redis.Redis.from_url(redis_server, decode_responses=True)
+    if leftovers := keys_under(r, settings.key_prefix):
+        r.delete(*leftovers)
+    r.close()
+
+
+def pip_wheelhouse(folder: Path) -> Path:
+    pips = sorted(DEBIAN_WHEELS.glob("pip-*.whl"))
+    if not pips:
+        skip_or_fail(f"no pip wheel in {DEBIAN_WHEELS} (apt-get install python3-pip-whl)")
+    folder.mkdir(mode=0o755)
+    shutil.copyfile(pips[-1], folder / pips[-1].name)
+    return folder
+
+
+def restricted(backend: str) -> dict[str, Any]:
+    return {"backend": backend, "network": "restricted", "allow_hosts": ["api.egress.test"]}
+
+
+def audit_verify(settings: Settings, job_id: str) -> subprocess.CompletedProcess[str]:
+    """``sandfleet audit JOB --verify`` as a user runs it, with the fleet's Redis and prefix only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")}
+    env |= {"SANDFLEET_REDIS_URL": settings.redis_url, "SANDFLEET_KEY_PREFIX": settings.key_prefix}
+    return subprocess.run(
+        [SANDFLEET, "audit", job_id, "--verify"], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_allowed_name_answers_the_job(fleet: EgressFleet, backend: str) -> None:
+    job = fleet.worker.client.submit(ALLOWED_QUESTION, model=fleet.model, sandbox=restricted(backend))
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    assert result.result == "hello from api.egress.test on port 443"
+    assert result.network_denied == [] and "network" not in result.limits_hit
+    (attempt,) = result.attempts
+    assert attempt.runtime == ("runc" if backend == "docker" else "runsc-egress")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_name_off_the_list_is_refused_and_audited(fleet: EgressFleet, backend: str) -> None:
+    job = fleet.worker.client.submit(DENIED_QUESTION, model=fleet.model, sandbox=restricted(backend))
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    # The program saw a clean connection error at once (Squid closed the CONNECT before its 200).
+    assert result.result.startswith("refused: "), result.result
+    assert "Remote end closed connection without response" in result.result
+    (denial,) = result.network_denied
+    assert (denial.host, denial.port, denial.reason) == (
+        "other.egress.test",
+        443,
+        "the name is not in the allow-list",
+    )
+    assert "network" in result.limits_hit and "network" in result.attempts[0].limits_hit
+    # The refusal is in the signed chain: the run's event and a limit event, and the chain verifies.
+    events = job.audit()
+    (run,) = [e for e in events if e.kind == AuditKind.SANDBOX_RUN]
+    (audited,) = run.data["network_denied"]
+    assert audited == denial.model_dump(mode="json", exclude_none=True)
+    assert any(e.kind == AuditKind.LIMIT and "network" in e.data["limits"] for e in events)
+    verified = audit_verify(fleet.settings, job.job_id)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shell_job_installs_from_the_private_mirror(fleet: EgressFleet, backend: str) -> None:
+    sandbox = {"backend": backend, "network": "restricted", "allow_hosts": ["mirror.egress.test"]}
+    job = fleet.worker.client.submit(INSTALL_QUESTION, model=fleet.model, mode="shell", sandbox=sandbox)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    install, run = (turn.calls[0] for turn in result.turns[:2])
+    assert install.ok, install.error
+    assert install.result.startswith(
+        f"installed {PACKAGE}==2.0 from the package index through the egress proxy"
+    )
+    assert run.ok and run.result["stdout"] == "sfe2epkg from the mirror\n", run.result
+    assert result.network_denied == [] and "network" not in result.limits_hit
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shell_job_whose_list_lacks_the_mirror_gets_the_refusal(fleet: EgressFleet, backend: str) -> None:
+    sandbox = {"backend": backend, "network": "restricted", "allow_hosts": ["api.egress.test"]}
+    job = fleet.worker.client.submit(INSTALL_QUESTION, model=fleet.model, mode="shell", sandbox=sandbox)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    install = result.turns[0].calls[0]
+    assert not install.ok and install.error is not None
+    assert (
+        "the egress proxy refused mirror.egress.test:443 (the name is not in the allow-list)" in install.error
+    ), install.error
+    assert {(d.host, d.port) for d in result.network_denied} == {("mirror.egress.test", 443)}
+    assert result.session is not None and result.session.network_denied == result.network_denied
+    assert "network" in result.limits_hit
+    verified = audit_verify(fleet.settings, job.job_id)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
