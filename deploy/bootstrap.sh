@@ -43,6 +43,9 @@ missing_packages() {
   # The egress proxy of network "restricted" (worker/egress/): Squid built with OpenSSL (ssl_bump peek).
   [ -x /usr/sbin/squid ] || command -v squid >/dev/null || echo squid-openssl
   command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server
+  # A real browser for the Flower tests (tests/flower), driven by selenium through chromedriver.
+  command -v chromium >/dev/null || echo chromium
+  command -v chromedriver >/dev/null || echo chromium-driver
   python3 -c 'import ensurepip, venv' 2>/dev/null || echo python3-venv
   # The kernel's syscall numbers, against which the sandbox's seccomp table is tested.
   [ -f /usr/include/asm-generic/unistd.h ] || echo linux-libc-dev
@@ -70,14 +73,14 @@ install_packages() {
   # policy-rc.d keeps postinst scripts from starting services (there is no init system to ask).
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-  local pkg optional=" runsc "
+  local pkg optional=" runsc chromium chromium-driver "
   # shellcheck disable=SC2086 # word splitting of the package list is intended
   if ! apt-get install -y -qq --no-install-recommends $missing >/dev/null; then
     # runsc is optional (gVisor): install the rest one by one and only warn about it.
     for pkg in $missing; do
       if ! apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null; then
         [[ $optional == *" $pkg "* ]] || die "apt-get install $pkg failed"
-        warn "could not install $pkg; sandboxes with backend gvisor will be refused"
+        warn "could not install $pkg (optional: without runsc, backend gvisor is refused; without chromium, the Flower browser tests)"
       fi
     done
   fi

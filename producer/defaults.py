@@ -16,7 +16,7 @@ from sandfleet.core.contracts import JobSpec, describe_validation_error
 from sandfleet.core.errors import InvalidSpecError
 
 # Defaults of these fields are merged with a row's key by key; any other field a row sets replaces it.
-MERGED_FIELDS = ("sandbox", "code_action", "tool_loop", "metadata")
+MERGED_FIELDS = ("sandbox", "code_action", "tool_loop", "metadata", "model_limits")
 # What no batch-wide default may set: a row's own question, history, and the batch (given apart).
 NOT_DEFAULTS = ("question", "history", "batch_id", "schema_version")
 

@@ -38,6 +38,7 @@ from sandfleet.worker.cancel.scope import RunningScopes
 from sandfleet.worker.cancel.watcher import CancelWatcher
 from sandfleet.worker.jobend import JobEnd, JobEndHook
 from sandfleet.worker.recovery import SweepReport, WorkerPresence
+from sandfleet.worker.reporting import JobReporting
 
 log = logging.getLogger("sandfleet.worker")
 
@@ -103,6 +104,7 @@ class WorkerState:
         self._services: Any = None  # EngineServices, imported on first use
         self._last_reap = 0.0
         self._publisher: JobPublisher | None = None
+        self.reporting = JobReporting(settings, self.pool_stats)  # metrics and completion webhooks
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -161,6 +163,12 @@ class WorkerState:
         presence.start()
         watcher.start()
         log.info("worker %s announced (heartbeat every few seconds)", name)
+        self.reporting.start(store, self.job_end)
+
+    def pool_stats(self) -> dict[str, Any] | None:
+        """The sandbox pool's figures (None before the first job started the engine's services)."""
+        services = self._services
+        return services.pool.stats() if services is not None else None
 
     def on_job_end(self, hook: JobEndHook) -> JobEndHook:
         """Call ``hook(job_id, status)`` whenever this process ends a job, for any reason (worker/jobend.py)."""
@@ -174,6 +182,7 @@ class WorkerState:
     def engine(self) -> JobRunner:
         """``run_job`` bound to this process's EngineServices, started on first use."""
         from sandfleet.core.artifacts import open_artifact_store
+        from sandfleet.core.usage_ledger import RedisUsageLedger
         from sandfleet.worker.engine import EngineServices, run_job
 
         store = self.store
@@ -186,6 +195,9 @@ class WorkerState:
                     artifacts=open_artifact_store(self.settings, store.redis),
                 )
                 self._services.approvals = approvals
+                self._services.usage_ledger = RedisUsageLedger(
+                    store.redis, FleetKeys(self.settings.key_prefix)
+                )
             services = self._services
 
         def run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
@@ -281,3 +293,4 @@ class WorkerState:
                 log.exception("closing the engine services failed")
         if presence is not None:
             presence.stop(clean=True)
+        self.reporting.stop()

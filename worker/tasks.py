@@ -65,6 +65,7 @@ from sandfleet.core.store import JobStore, Transition
 from sandfleet.worker.approval.checkpoint import JobSuspended
 from sandfleet.worker.approval.suspend import suspend_job
 from sandfleet.worker.cancel.scope import CancelToken, RunningScopes
+from sandfleet.worker.flower_report import report_delivery
 from sandfleet.worker.jobend import JobEnd
 from sandfleet.worker.state import JobRunner, WorkerState
 
@@ -251,7 +252,8 @@ def register_task(app: Celery, state: WorkerState) -> None:
     # shared=False: the task belongs to this app (and its state) only, not to every app made later.
     @app.task(name=TASK_NAME, bind=True, max_retries=DEFAULT_TRANSIENT_RETRIES, shared=False)
     def run_job_task(self: Any, job_id: str, spec: Any) -> dict[str, Any]:
-        """Run one job; returns ``{"job_id", "status"}`` (shown by Flower; the record has the rest)."""
+        """Run one job; returns ``{"job_id", "status", "result"}`` for Flower, or tells Flower the job
+        did not succeed and raises Ignore (worker/flower_report.py). The record has the rest."""
         settings = state.settings
         retries = self.request.retries
         backoff = compute_backoff(retries, settings.transient_backoff_s, settings.transient_backoff_max_s)
@@ -277,4 +279,4 @@ def register_task(app: Celery, state: WorkerState) -> None:
             # acknowledge a message whose job has no final record. Not counted against the engine's retries.
             log.warning("job %s: Redis failed (%s); retrying the delivery later", job_id, e)
             raise self.retry(exc=e, countdown=backoff, max_retries=retries + 1) from e
-        return {"job_id": job_id, "status": status.value if status else None}
+        return report_delivery(self, state.store, job_id, status)

@@ -51,6 +51,30 @@ _JOB_OPTIONS = (
         metavar="KEY=VALUE",
         help="Metadata kept with the job (repeatable; JSON values parsed: -o style).",
     ),
+    click.option(
+        "--max-completion-tokens",
+        type=click.IntRange(1),
+        default=None,
+        help="Tokens one model reply may have (sent with every request; default: the worker's).",
+    ),
+    click.option(
+        "--max-job-tokens", type=click.IntRange(1), default=None, help="Prompt + completion tokens per job."
+    ),
+    click.option(
+        "--max-model-time",
+        type=click.FloatRange(min=0, min_open=True),
+        default=None,
+        help="Seconds the job may wait on the model, retries included; then it fails as `model`.",
+    ),
+    click.option(
+        "--webhook", default=None, metavar="URL", help="POST a signed notice here when the job ends."
+    ),
+    click.option(
+        "--batch-webhook",
+        default=None,
+        metavar="URL",
+        help="POST a signed notice here when the job's whole batch has ended.",
+    ),
 )
 
 
@@ -90,6 +114,11 @@ def job_fields(
     max_tool_calls: int | None,
     priority: int | None,
     metadata: tuple[str, ...],
+    max_completion_tokens: int | None = None,
+    max_job_tokens: int | None = None,
+    max_model_time: float | None = None,
+    webhook: str | None = None,
+    batch_webhook: str | None = None,
 ) -> dict[str, Any]:
     """The JobSpec fields the options set (only those given)."""
     fields: dict[str, Any] = {}
@@ -118,4 +147,19 @@ def job_fields(
         fields["priority"] = priority
     if metadata:
         fields["metadata"] = parse_metadata(metadata)
+    model_limits = {
+        k: v
+        for k, v in (
+            ("max_completion_tokens", max_completion_tokens),
+            ("max_job_tokens", max_job_tokens),
+            ("max_model_time", max_model_time),
+        )
+        if v is not None
+    }
+    if model_limits:
+        fields["model_limits"] = model_limits
+    if webhook:
+        fields["webhook"] = webhook
+    if batch_webhook:
+        fields["batch_webhook"] = batch_webhook
     return fields

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
+from sandfleet.core.model_limits import ModelLimits
 from sandfleet.core.priority import MAX_PRIORITY, MIN_PRIORITY
 
 # The words of the records live in vocabulary.py; re-exported here, where the models use them.
@@ -86,6 +87,15 @@ class JobSpec(_Strict):
         le=MAX_PRIORITY,
         description="0 (lowest) to 9 (highest); unset: 5 for a single job, 3 in a batch (core/priority.py)",
     )
+    model_limits: ModelLimits = Field(
+        default_factory=ModelLimits, description="completion tokens per call, tokens and model time per job"
+    )
+    webhook: str | None = Field(
+        None, description="an http(s) URL that gets a signed POST when the job ends (worker's secret)"
+    )
+    batch_webhook: str | None = Field(
+        None, description="an http(s) URL that gets a signed POST when the job's whole batch has ended"
+    )
 
     @field_validator("question")
     @classmethod
@@ -144,6 +154,15 @@ class JobSpec(_Strict):
     def _batch_id(cls, v: str | None) -> str | None:
         if v is not None and not ID_PATTERN.match(v):
             raise ValueError(f"batch_id must be 1-128 of letters, digits and _.:-, got {v!r}")
+        return v
+
+    @field_validator("webhook", "batch_webhook")
+    @classmethod
+    def _webhook_url(cls, v: str | None) -> str | None:
+        if v is not None:
+            from sandfleet.core.webhook_url import check_webhook_url
+
+            return check_webhook_url(v)
         return v
 
     @model_validator(mode="after")

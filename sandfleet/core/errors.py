@@ -10,6 +10,8 @@
     │   └── ToolServerUnavailableError   an MCP server whose tool a job names is down
     ├── SandboxError              a sandbox cannot be made as asked (missing runtime, image, filter)
     ├── ModelError                the model endpoint refused the request (4xx other than 429)
+    │   ├── ModelTimeBudgetError  the job's model-time budget ran out (not retried)
+    │   └── TokenBudgetError      the job's token budget is spent: no further model call
     ├── ToolLoadError             a tools module cannot be loaded
     │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
@@ -68,6 +70,14 @@ class SandboxError(SandfleetError):
 
 class ModelError(SandfleetError):
     """The model endpoint refused the request; retrying will not help."""
+
+
+class ModelTimeBudgetError(ModelError):
+    """The job spent its model-time budget (``model_limits.max_model_time``) waiting on the model."""
+
+
+class TokenBudgetError(ModelError):
+    """The job spent its token budget (``model_limits.max_job_tokens``): no further model call starts."""
 
 
 class ToolLoadError(SandfleetError):

@@ -10,7 +10,9 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   ``batch_id``, ``{status}_at`` per transition (epoch seconds),
                                   ``updated_at``, ``attempts`` (runs started), ``deliveries`` (messages
                                   received), ``worker``, ``result`` (JobResult JSON, once final),
-                                  ``audit_head`` and ``audit_count`` (the audit chain's tip).
+                                  ``audit_head`` and ``audit_count`` (the audit chain's tip),
+                                  ``model_s`` and ``model_tokens`` (model time and tokens over every
+                                  delivery: the ledger of the job's model budgets).
 ``{p}:job:{id}:audit``            stream, the audit log: one entry per event, fields ``event``
                                   (AuditEvent JSON), ``hash`` (SHA-256 chained to the previous entry),
                                   ``sig`` and ``key`` (the writing worker's Ed25519 signature and key
@@ -41,6 +43,8 @@ Per batch (expire like the jobs):
 ``{p}:batch:{id}:jobs``           list, the batch's job ids in submission order.
 ``{p}:batch:{id}:counts``         hash, status -> number of the batch's jobs in it (``total`` too):
                                   progress is one ``HGETALL``.
+``{p}:batch:{id}:webhook``        hash, the batch's completion webhook: claimed once (``url``,
+                                  ``worker``), then its outcome (``status``, ``tries``, ``error``).
 
 Fleet-wide:
 
@@ -136,6 +140,10 @@ class FleetKeys:
 
     def batch_counts(self, batch_id: str) -> str:
         return f"{self.prefix}:batch:{batch_id}:counts"
+
+    def batch_webhook(self, batch_id: str) -> str:
+        """Hash: the batch's completion webhook (set once, by the worker that sends it; its outcome)."""
+        return f"{self.prefix}:batch:{batch_id}:webhook"
 
     # -- approvals ----------------------------------------------------------------------------
     def approval(self, request_id: str) -> str:

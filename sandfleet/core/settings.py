@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BeforeValidator, Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -39,6 +39,14 @@ DEFAULT_ARTIFACT_MAX_FILES = 100
 ARTIFACT_STORES = ("redis", "filesystem")
 DEFAULT_APPROVAL_TIMEOUT_S = 3600.0  # a request nobody decides is denied after an hour
 DEFAULT_APPROVAL_GRACE_S = 3.0  # how long a program waits for a decision before its job is suspended
+DEFAULT_MODEL_MAX_COMPLETION_TOKENS = 4096  # per model reply, when the job sets none
+DEFAULT_POLICY_MAX_COMPLETION_TOKENS = 32_768
+DEFAULT_MODEL_TIME_BUDGET_S = 600.0  # model time per job (every delivery), when the job sets none
+DEFAULT_POLICY_MAX_MODEL_TIME_S = 3600.0
+DEFAULT_METRICS_PORT = 0  # off
+DEFAULT_WEBHOOK_TIMEOUT_S = 10.0
+DEFAULT_WEBHOOK_RETRIES = 5
+DEFAULT_WEBHOOK_BACKOFF_S = 1.0
 
 
 def _comma_list(value: Any) -> Any:
@@ -216,6 +224,49 @@ class Settings(BaseSettings):
     )
     approval_webhook_secret: str | None = Field(
         None, description="the HMAC-SHA256 key of the webhook's X-Sandfleet-Signature header"
+    )
+
+    # Bounds on model use (JobSpec.model_limits; sandfleet/core/model_limits.py).
+    model_max_completion_tokens: int = Field(
+        DEFAULT_MODEL_MAX_COMPLETION_TOKENS, ge=1, description="tokens one model reply may have, by default"
+    )
+    model_max_job_tokens: int | None = Field(
+        None, ge=1, description="prompt + completion tokens per job by default; unset: no budget"
+    )
+    model_time_budget_s: float = Field(
+        DEFAULT_MODEL_TIME_BUDGET_S, gt=0, description="seconds a job may wait on the model, by default"
+    )
+    model_token_limit_param: Literal["auto", "max_completion_tokens", "max_tokens"] = Field(
+        "auto",
+        description="the request field of the completion-token limit; auto: max_completion_tokens for "
+        "api.openai.com (its reasoning models refuse max_tokens), max_tokens for other endpoints",
+    )
+    policy_max_completion_tokens: int = Field(
+        DEFAULT_POLICY_MAX_COMPLETION_TOKENS, ge=1, description="the most completion tokens a job may ask for"
+    )
+    policy_max_job_tokens: int | None = Field(
+        None, ge=1, description="the largest token budget a job may ask for; unset: any"
+    )
+    policy_max_model_time_s: float = Field(
+        DEFAULT_POLICY_MAX_MODEL_TIME_S, gt=0, description="the longest model-time budget a job may ask for"
+    )
+
+    # Observability and notifications.
+    metrics_port: int = Field(
+        DEFAULT_METRICS_PORT, ge=0, le=65535, description="Prometheus metrics port of each worker; 0: off"
+    )
+    metrics_address: str = Field("127.0.0.1", description="address the metrics server listens on")
+    webhook_secret: str | None = Field(
+        None, description="HMAC-SHA256 key signing completion webhooks; unset: webhooks are not sent"
+    )
+    policy_webhook_hosts: CommaList = Field(
+        default_factory=list,
+        description="hosts completion webhooks may be sent to (names, *.suffix, optional :port); empty: none",
+    )
+    webhook_timeout_s: float = Field(DEFAULT_WEBHOOK_TIMEOUT_S, gt=0, description="per POST")
+    webhook_retries: int = Field(DEFAULT_WEBHOOK_RETRIES, ge=0, description="further POSTs after a failure")
+    webhook_backoff_s: float = Field(
+        DEFAULT_WEBHOOK_BACKOFF_S, gt=0, description="first wait between POSTs; doubles each retry"
     )
 
     @field_validator("policy_networks")

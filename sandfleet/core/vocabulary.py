@@ -91,6 +91,7 @@ class AuditKind(StrEnum):
         "cancel"  # a running job was stopped by a cancel request: its sandboxes killed, model call dropped
     )
     APPROVAL = "approval"  # a gated call's request: requested, decided, resumed (core/approvals.py)
+    WEBHOOK = "webhook"  # the completion webhook's delivery: sent (status, tries) or given up
 
 
 class Limit(StrEnum):
@@ -108,3 +109,4 @@ class Limit(StrEnum):
     LIFETIME = "lifetime"  # a session sandbox destroyed at its lifetime cap (its sandbox timeout)
     NETWORK = "network"  # the egress proxy or packet filter refused a connection (network_denied)
     ARTIFACTS = "artifacts"  # files in /workspace/out/ past the per-file, per-job or file-count cap (skipped)
+    MODEL_TIME = "model_time"  # the job's model-time budget (model_limits.max_model_time) ran out

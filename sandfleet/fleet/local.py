@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import IO
 
 from sandfleet.core.settings import Settings
-from sandfleet.fleet.local_redis import RedisServer
+from sandfleet.fleet.local_redis import RedisServer, free_port
 from sandfleet.producer.client import Client
 from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
 from sandfleet.worker.scenario import write_reference_data
@@ -72,6 +72,7 @@ class FleetConfig:
     env: dict[str, str] = field(default_factory=dict)
     loglevel: str = "warning"
     inherit_settings: bool = False
+    metrics: bool = False  # each worker serves Prometheus metrics on a free port (WorkerProcess.metrics_url)
 
 
 @dataclass
@@ -83,6 +84,7 @@ class WorkerProcess:
     log_path: Path
     log_file: IO[bytes]
     owner_label: str = ""
+    metrics_url: str | None = None  # with FleetConfig.metrics: its /metrics endpoint
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -211,15 +213,23 @@ class LocalFleet:
             f"--hostname={name}@{socket.gethostname()}",
             f"--loglevel={self.config.loglevel}",
         ]
+        extra = dict(env or {})
+        metrics_url = None
+        if self.config.metrics and "SANDFLEET_METRICS_PORT" not in extra:
+            port = free_port()
+            extra["SANDFLEET_METRICS_PORT"] = str(port)
+            metrics_url = f"http://127.0.0.1:{port}/metrics"
         process = subprocess.Popen(
             cmd,
-            env=self.worker_env(**(env or {})),
+            env=self.worker_env(**extra),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        worker = WorkerProcess(f"{name}@{socket.gethostname()}", process, log_path, log_file)
+        worker = WorkerProcess(
+            f"{name}@{socket.gethostname()}", process, log_path, log_file, metrics_url=metrics_url
+        )
         self.workers.append(worker)
         if wait:
             self.wait_ready([worker])

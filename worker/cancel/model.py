@@ -31,6 +31,7 @@ class CancellableModelClient:
         *,
         tools: list[dict[str, Any]] | None = None,
         timeout_s: float | None = None,
+        **limits: Any,  # max_completion_tokens, budget_s (worker/llm/bounds.py): passed on as given
     ) -> ModelReply:
         self.token.raise_if_cancelled("the model call")
         outcome: dict[str, Any] = {}
@@ -38,7 +39,7 @@ class CancellableModelClient:
 
         def call() -> None:
             try:
-                outcome["reply"] = self.inner.complete(messages, tools=tools, timeout_s=timeout_s)
+                outcome["reply"] = self.inner.complete(messages, tools=tools, timeout_s=timeout_s, **limits)
             except BaseException as e:  # handed to the waiting job thread, which raises it
                 outcome["error"] = e
             finally:

@@ -22,7 +22,9 @@ DEFAULT_PORT = 5555
 DEFAULT_ADDRESS = "127.0.0.1"
 AUTH_ENVVAR = "SANDFLEET_FLOWER_AUTH"
 # The tasks page: the job id (uuid) and the arguments (mode, start of the question) come first.
-TASKS_COLUMNS = "name,uuid,state,args,received,started,runtime,worker"
+# Then the job's own outcome: state FAILURE for every job that did not succeed (worker/flower_report.py),
+# the result column (status, RESULT preview, error) and the exception (status, error kind and message).
+TASKS_COLUMNS = "name,uuid,state,args,result,exception,received,started,runtime,worker"
 LOOPBACK_NAMES = ("localhost", "ip6-localhost", "ip6-loopback")
 
 

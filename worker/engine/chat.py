@@ -36,7 +36,7 @@ def run_chat_job(
         SandboxConfig.model_validate(spec.sandbox)  # unused here, but a bad option is still refused
         allowed = services.registry.subset(spec.tools)
         functions = FunctionTable(allowed, policy=services.runtime.policy, job_id=job_id)
-        model = services.model_client(model_name, base_url)
+        model = services.job_model(spec, job_id, base_url)
     except (InvalidSpecError, ValidationError) as e:
         return refused(job_id, JobMode.CHAT, model_name, e, began, audit)
     system = tool_loop_system(shell=False, max_tool_calls=spec.tool_loop.max_tool_calls)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -46,6 +47,7 @@ from sandfleet.worker.bridge.host import call_key
 from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.llm.client import ModelClient
 from sandfleet.worker.runtime import RunResult
 from sandfleet.worker.sandbox.policy import check_sandbox_policy
@@ -91,7 +93,7 @@ def run_job(
         caps = ArtifactCaps.for_job(settings, spec.artifacts)
         allowed = services.registry.subset(spec.tools)
         _check_approvals_possible(spec, allowed, services)
-        model = services.model_client(model_name, base_url)
+        model = services.job_model(spec, job_id, base_url)
         services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
         message = _validation_text(e) if isinstance(e, ValidationError) else str(e)
@@ -158,11 +160,11 @@ def _answer(
             reply_text, program = resume.reply, resume.program
         else:
             outcome = _ask_model(model, messages, number, usage, phase, audit)
-            if isinstance(outcome, ErrorInfo):
+            if isinstance(outcome, ModelFailure):
                 return _finish(
                     job_id,
                     JobStatus.FAILED,
-                    outcome,
+                    outcome.error,
                     attempts,
                     usage,
                     phase,
@@ -170,6 +172,7 @@ def _answer(
                     model_name,
                     audit,
                     kept(last_run),
+                    limits_hit=[outcome.limit] if outcome.limit is not None else [],
                 )
             reply_text, usage = outcome
             messages.append({"role": "assistant", "content": reply_text})
@@ -324,13 +327,16 @@ def _ask_model(
     usage: TokenUsage,
     phase: dict[str, float],
     audit: AuditSink,
-) -> tuple[str, TokenUsage] | ErrorInfo:
+) -> tuple[str, TokenUsage] | ModelFailure:
     """One model call for attempt ``number``, audited: the reply's text and the usage so far, or the
-    error that ends the job."""
+    error that ends the job (a spent budget of ``model_limits`` names its limit)."""
     try:
         reply = model.complete(messages)
     except ModelError as e:
-        return ErrorInfo(kind=ErrorKind.MODEL, message=str(e))
+        kind, limit = budget_outcome(e)
+        if limit is not None:
+            audit.emit(AuditKind.LIMIT, {"limits": [str(limit)], "message": str(e)}, number)
+        return ModelFailure(ErrorInfo(kind=kind, message=str(e)), limit)
     usage = usage + TokenUsage(
         prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
     )
@@ -345,10 +351,19 @@ def _ask_model(
             "latency_s": reply.latency_s,
             "model": reply.model,
             "tries": reply.attempts,
+            "finish_reason": reply.finish_reason,
         },
         number,
     )
     return reply.text, usage
+
+
+@dataclass(frozen=True)
+class ModelFailure:
+    """A model call that ends the job: the error, and the limit of ``model_limits`` it hit (if any)."""
+
+    error: ErrorInfo
+    limit: Limit | None = None
 
 
 def _check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: EngineServices) -> None:
@@ -375,6 +390,8 @@ def _finish(
     model: str,
     audit: AuditSink,
     artifacts: tuple[list[ArtifactInfo], list[SkippedArtifact], bool] = ([], [], False),
+    *,
+    limits_hit: list[Limit] | None = None,
 ) -> JobResult:
     audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
     kept, skipped, cap_hit = artifacts
@@ -391,7 +408,7 @@ def _finish(
         model=model,
         artifacts=kept,
         artifacts_skipped=skipped,
-        limits_hit=[Limit.ARTIFACTS] if cap_hit else [],
+        limits_hit=(limits_hit or []) + ([Limit.ARTIFACTS] if cap_hit else []),
     )
 
 

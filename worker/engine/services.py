@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from sandfleet.core.artifacts import ArtifactStore, MemoryArtifactStore
 from sandfleet.core.config import SandboxConfig
+from sandfleet.core.contracts import JobSpec
 from sandfleet.core.settings import Settings
 from sandfleet.worker.bridge.host import CallPolicy, allow_all
 from sandfleet.worker.cancel.model import cancellable
+from sandfleet.worker.llm.bounds import BoundedModelClient, MemoryLedger, UsageLedger, resolve_limits
 from sandfleet.worker.llm.client import ModelClient, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
@@ -63,6 +65,8 @@ class EngineServices:
         # worker, None elsewhere (``sandfleet ask``), where jobs with gated tools are refused.
         self.approvals: ApprovalService | None = None
         self._lock = threading.Lock()
+        # What each job spent on the model; the worker puts a ledger in the job records here.
+        self.usage_ledger: UsageLedger = MemoryLedger()
 
     @classmethod
     def start(
@@ -125,6 +129,16 @@ class EngineServices:
                 client = make_model_client(model, self.settings, base_url=base_url)
                 self._models[key] = client
         return cancellable(client)  # inside a delivery: a cancel abandons its calls (worker/cancel/)
+
+    def job_model(self, spec: JobSpec, job_id: str, base_url: str | None = None) -> BoundedModelClient:
+        """The job's model client, within its ``model_limits`` (worker/llm/bounds.py).
+
+        Raises:
+            InvalidSpecError: the model is unusable, or the limits are beyond the operator's policy.
+        """
+        limits = resolve_limits(spec.model_limits, self.settings)
+        inner = self.model_client(spec.model or self.settings.model, base_url)
+        return BoundedModelClient(inner, limits, job_id, self.usage_ledger)
 
     def close(self) -> None:
         """Destroy the session sandboxes and drain the pool (no container outlives the services), then

@@ -51,7 +51,7 @@ def run_shell_job(
                 f"tool {', '.join(clash)} has the name of a shell-mode sandbox tool; rename it for shell jobs"
             )
         function_tools(allowed)  # every job tool can be offered by name
-        model = services.model_client(model_name, base_url)
+        model = services.job_model(spec, job_id, base_url)
         services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
         return refused(job_id, JobMode.SHELL, model_name, e, began, audit)

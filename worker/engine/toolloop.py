@@ -42,6 +42,7 @@ from sandfleet.core.errors import ModelError, ModelUnavailableError
 from sandfleet.worker.bridge.host import BUDGET_ERROR
 from sandfleet.worker.clip import clip_text
 from sandfleet.worker.engine.functions import CallOutcome, FunctionTable
+from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.llm.client import ModelClient, ModelReply
 from sandfleet.worker.runtime import RESULT_PREFIX, parse_result_line
 
@@ -127,7 +128,8 @@ class ToolLoop:
                     messages, tools=self.functions.schemas, timeout_s=min(self.request_timeout_s, left)
                 )
             except ModelError as e:
-                return self._stop(out, JobStatus.FAILED, ErrorKind.MODEL, str(e))
+                kind, limit = budget_outcome(e)
+                return self._stop(out, JobStatus.FAILED, kind, str(e), limit)
             except ModelUnavailableError:
                 if self.clock() >= deadline:
                     return self._wall_time(out)

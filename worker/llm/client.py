@@ -30,10 +30,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import openai
 
-from sandfleet.core.errors import InvalidSpecError, ModelError, ModelUnavailableError
+from sandfleet.core.errors import InvalidSpecError, ModelError, ModelTimeBudgetError, ModelUnavailableError
 from sandfleet.core.settings import Settings
 from sandfleet.worker.llm.replay_registry import shared_replay_server
 from sandfleet.worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
@@ -54,6 +55,7 @@ OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Sent when the endpoint needs no key (local servers, the replay server): the SDK insists on one.
 PLACEHOLDER_API_KEY = "sandfleet-no-key"
 REPLAY_MODEL_ID = "replay"
+DEFAULT_REQUEST_TIMEOUT_S = 60.0  # when the SDK client's timeout is not a plain number
 
 # What to check, by status, when the endpoint refuses a request.
 _REFUSAL_HINTS = {
@@ -108,6 +110,8 @@ class ModelClient(Protocol):
         *,
         tools: list[dict[str, Any]] | None = None,
         timeout_s: float | None = None,
+        max_completion_tokens: int | None = None,
+        budget_s: float | None = None,
     ) -> ModelReply: ...
 
 
@@ -122,6 +126,7 @@ class OpenAIChatClient:
         *,
         retry: RetryPolicy,
         sleep: Callable[[float], None] = time.sleep,
+        token_limit_param: str = "max_tokens",
     ) -> None:
         """Args:
         name: the fleet's model name (``openai:gpt-5-mini``), for messages and records.
@@ -129,8 +134,10 @@ class OpenAIChatClient:
         client: an SDK client with ``max_retries=0``; retries happen here.
         retry: how many tries and how long to wait between them.
         sleep: waits between tries (seconds); injectable so a test need not wait.
+        token_limit_param: the request field that carries the completion-token limit.
         """
         self.name = name
+        self.token_limit_param = token_limit_param
         self.model = model
         self._client = client
         self._retry = retry
@@ -142,6 +149,8 @@ class OpenAIChatClient:
         *,
         tools: list[dict[str, Any]] | None = None,
         timeout_s: float | None = None,
+        max_completion_tokens: int | None = None,
+        budget_s: float | None = None,
     ) -> ModelReply:
         """Ask the model for the next assistant message.
 
@@ -149,16 +158,27 @@ class OpenAIChatClient:
             messages: the conversation, OpenAI chat format (tool calls and tool results included).
             tools: OpenAI function tools the model may call (``{"type": "function", "function": ...}``).
             timeout_s: this request's timeout in seconds, when shorter than the client's own.
+            max_completion_tokens: the most tokens the reply may have, sent in the request.
+            budget_s: seconds this call may take in all, tries and backoff included: each try's
+                timeout is bounded by what is left, and no try starts once it is spent.
 
         Raises:
             ModelUnavailableError: rate-limited, timed out, unreachable or 5xx on every try.
+            ModelTimeBudgetError: ``budget_s`` ran out before a reply came (not worth a retry).
             ModelError: the endpoint refused the request (4xx other than 429) or sent no choice.
         """
         started = time.monotonic()
+        deadline = None if budget_s is None else started + budget_s
         for attempt in range(1, self._retry.max_tries + 1):
+            try_timeout = timeout_s
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                try_timeout = min(left, timeout_s if timeout_s is not None else self._timeout_s)
             try:
                 response = self._client.chat.completions.create(
-                    model=self.model, messages=_as_sdk(messages), **self._options(tools, timeout_s)
+                    model=self.model,
+                    messages=_as_sdk(messages),
+                    **self._options(tools, try_timeout, max_completion_tokens),
                 )
             except openai.APIStatusError as e:
                 if not is_retryable_status(e.status_code):
@@ -170,15 +190,24 @@ class OpenAIChatClient:
                 raise ModelError(f"model {self.name} at {self._base_url}: {e}") from e
             else:
                 return self._reply(response, time.monotonic() - started, attempt)
+            delay_s = self._retry.delay_s(attempt)
+            if (
+                deadline is not None
+                and time.monotonic() + (0 if attempt == self._retry.max_tries else delay_s) >= deadline
+            ):
+                raise ModelTimeBudgetError(
+                    f"model {self.name} at {self._base_url}: the job's model-time budget ran out after "
+                    f"{attempt} {'try' if attempt == 1 else 'tries'} ({time.monotonic() - started:.1f} s "
+                    f"in this call): {self._describe(failure, try_timeout)}"
+                ) from failure
             if attempt == self._retry.max_tries:
                 raise ModelUnavailableError(
                     f"model {self.name} at {self._base_url} is unavailable after {attempt} "
-                    f"{'try' if attempt == 1 else 'tries'}: {self._describe(failure)}"
+                    f"{'try' if attempt == 1 else 'tries'}: {self._describe(failure, try_timeout)}"
                 ) from failure
-            delay_s = self._retry.delay_s(attempt)
             logger.warning(
                 "model %s: %s; try %d of %d in %.2f s",
-                self.name, self._describe(failure), attempt + 1, self._retry.max_tries, delay_s,
+                self.name, self._describe(failure, try_timeout), attempt + 1, self._retry.max_tries, delay_s,
             )  # fmt: skip
             self._sleep(delay_s)
         raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
@@ -187,12 +216,21 @@ class OpenAIChatClient:
     def _base_url(self) -> str:
         return str(self._client.base_url).rstrip("/")
 
-    def _options(self, tools: list[dict[str, Any]] | None, timeout_s: float | None) -> dict[str, Any]:
+    @property
+    def _timeout_s(self) -> float:
+        timeout = self._client.timeout
+        return float(timeout) if isinstance(timeout, int | float) else DEFAULT_REQUEST_TIMEOUT_S
+
+    def _options(
+        self, tools: list[dict[str, Any]] | None, timeout_s: float | None, max_completion_tokens: int | None
+    ) -> dict[str, Any]:
         options: dict[str, Any] = {}
         if tools:
             options["tools"] = tools
         if timeout_s is not None:
             options["timeout"] = max(0.1, timeout_s)
+        if max_completion_tokens is not None:
+            options[self.token_limit_param] = max_completion_tokens
         return options
 
     def _reply(self, response: Any, latency_s: float, attempts: int) -> ModelReply:
@@ -216,11 +254,11 @@ class OpenAIChatClient:
         suffix = f" ({hint})" if hint else ""
         return f"model {self.name} at {self._base_url} refused the request: {self._describe(e)}{suffix}"
 
-    def _describe(self, e: openai.OpenAIError) -> str:
+    def _describe(self, e: openai.OpenAIError, timeout_s: float | None = None) -> str:
         if isinstance(e, openai.APIStatusError):
             return f"HTTP {e.status_code}: {_error_message(e)}"
         if isinstance(e, openai.APITimeoutError):
-            return f"timed out after {self._client.timeout} s"
+            return f"timed out after {timeout_s if timeout_s is not None else self._client.timeout:.3g} s"
         cause = e.__cause__ or e
         return f"cannot connect: {type(cause).__name__}: {cause}"
 
@@ -266,8 +304,9 @@ def _openai_provider(
             "or use a replay:FILE model"
         )
     # The base URL is always passed, so the SDK never reads the environment behind the settings' back.
-    sdk = _shared_sdk_client(key or PLACEHOLDER_API_KEY, url or OPENAI_DEFAULT_BASE_URL, settings)
-    return OpenAIChatClient(name, model, sdk, retry=retry)
+    url = url or OPENAI_DEFAULT_BASE_URL
+    sdk = _shared_sdk_client(key or PLACEHOLDER_API_KEY, url, settings)
+    return OpenAIChatClient(name, model, sdk, retry=retry, token_limit_param=token_limit_param(settings, url))
 
 
 def _replay_provider(
@@ -278,7 +317,18 @@ def _replay_provider(
     server = shared_replay_server(spec)
     # Never send the real key to the local server.
     sdk = _shared_sdk_client(PLACEHOLDER_API_KEY, server.base_url, settings)
-    return OpenAIChatClient(name, REPLAY_MODEL_ID, sdk, retry=retry)
+    param = token_limit_param(settings, server.base_url)
+    return OpenAIChatClient(name, REPLAY_MODEL_ID, sdk, retry=retry, token_limit_param=param)
+
+
+def token_limit_param(settings: Settings, base_url: str) -> str:
+    """The request field carrying the completion-token limit: the setting, or for ``auto``
+    ``max_completion_tokens`` on OpenAI's own API (its reasoning models refuse ``max_tokens``) and
+    ``max_tokens`` elsewhere (what llama.cpp, vLLM, Ollama and LiteLLM all read)."""
+    if settings.model_token_limit_param != "auto":
+        return settings.model_token_limit_param
+    host = (urlsplit(base_url).hostname or "").lower()
+    return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
 
 _ProviderFactory = Callable[[str, str, Settings, "str | None", RetryPolicy], ModelClient]

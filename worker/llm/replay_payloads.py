@@ -86,6 +86,14 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     }
 
 
+def cut_to_tokens(text: str, max_tokens: int | None) -> tuple[str, bool]:
+    """``text`` cut to about ``max_tokens`` tokens (as :func:`estimate_tokens` counts them), as a real
+    server stops generating at the request's limit; and whether it was cut."""
+    if max_tokens is None or estimate_tokens(text) <= max_tokens:
+        return text, False
+    return text[: max(0, max_tokens) * CHARS_PER_TOKEN], True
+
+
 def new_completion_id() -> str:
     """A fresh id in OpenAI's ``chatcmpl-`` style."""
     return f"chatcmpl-replay-{uuid.uuid4().hex[:24]}"
@@ -98,8 +106,10 @@ def chat_completion(
     text: str,
     prompt_tokens: int,
     tool_calls: Sequence[ScriptedToolCall] = (),
+    finish_reason: str | None = None,
 ) -> dict[str, Any]:
-    """A non-streamed ``chat.completion`` holding one assistant message (with its tool calls, if any)."""
+    """A non-streamed ``chat.completion`` holding one assistant message (with its tool calls, if any);
+    ``finish_reason`` overrides the natural one (``length`` for a reply cut at the token limit)."""
     message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
     completion_tokens = estimate_tokens(text)
     if tool_calls:
@@ -116,7 +126,7 @@ def chat_completion(
             {
                 "index": 0,
                 "message": message,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "finish_reason": finish_reason or ("tool_calls" if tool_calls else "stop"),
                 "logprobs": None,
             }
         ],

@@ -19,6 +19,11 @@ thread, so many slow requests are in flight at once (hundreds, bounded by thread
 Simulated failures (``{"status": 429}`` entries and ``fail_first``) answer with that HTTP status and
 an OpenAI-style error body, after the same latency. A request no rule matches is refused at once.
 
+Every chat request body is recorded as received (``ReplayServer.requests()``, the last
+``MAX_RECORDED_REQUESTS``), so a test can assert on what a client sent (its completion-token limit,
+its tools). A request's ``max_completion_tokens`` (or ``max_tokens``) is honoured as a real server
+honours it: a longer scripted text is cut there and the reply's ``finish_reason`` is ``length``.
+
 Function calling is checked as OpenAI checks it: an assistant message with ``tool_calls`` must be
 followed by one ``tool`` message per call id, and a ``tool`` message must answer such a call;
 otherwise HTTP 400 (``invalid_tool_messages``), so a client's tool loop is held to the real protocol.
@@ -26,6 +31,7 @@ otherwise HTTP 400 (``invalid_tool_messages``), so a client's tool loop is held 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -61,6 +67,7 @@ LISTEN_BACKLOG = 1024
 # An idle keep-alive connection is closed after this long, so its thread does not wait forever.
 IDLE_CONNECTION_TIMEOUT_S = 60.0
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
+MAX_RECORDED_REQUESTS = 10_000
 NO_MATCH_MESSAGE = "no replay rule matches the request and the script has no default"
 
 
@@ -84,6 +91,15 @@ class _ReplayState:
         self._requests = 0
         self._in_flight = 0
         self._peak_in_flight = 0
+        self._received: collections.deque[dict[str, Any]] = collections.deque(maxlen=MAX_RECORDED_REQUESTS)
+
+    def record(self, request: dict[str, Any]) -> None:
+        with self._lock:
+            self._received.append(request)
+
+    def received(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._received)
 
     def choose(self, messages: list[dict[str, Any]]) -> tuple[ScriptedResponse | None, float]:
         """The scripted response for a request and the seconds to wait before sending it."""
@@ -192,6 +208,7 @@ class _ReplayHandler(BaseHTTPRequestHandler):
             self._send_error(400, str(e))
             return
         state = self.server.state
+        state.record(request)
         state.enter()
         try:
             self._answer_chat(request)
@@ -227,7 +244,8 @@ class _ReplayHandler(BaseHTTPRequestHandler):
         model = asked if isinstance(asked, str) else payloads.REPLAY_MODEL_ID
         tools = request.get("tools") if isinstance(request.get("tools"), list) else None
         completion_id = payloads.new_completion_id()
-        text = response.text or ""
+        limit = request.get("max_completion_tokens", request.get("max_tokens"))
+        text, cut = payloads.cut_to_tokens(response.text or "", limit if isinstance(limit, int) else None)
         prompt_tokens = payloads.estimate_prompt_tokens(messages, tools)
         if request.get("stream"):
             options = request.get("stream_options")
@@ -248,6 +266,7 @@ class _ReplayHandler(BaseHTTPRequestHandler):
                 text=text,
                 prompt_tokens=prompt_tokens,
                 tool_calls=response.tool_calls,
+                finish_reason="length" if cut else None,
             )
             self._send_json(200, body)
 
@@ -367,6 +386,10 @@ class ReplayServer:
     def stats(self) -> ReplayStats:
         """Counters since the last start (kept after stop): chat requests, in flight, most at once."""
         return self._state.stats() if self._state is not None else ReplayStats()
+
+    def requests(self) -> list[dict[str, Any]]:
+        """The chat request bodies received since the last start, oldest first (JSON as sent)."""
+        return self._state.received() if self._state is not None else []
 
     def stop(self) -> None:
         """Stop serving, close the socket and cut open connections. Safe to call twice."""

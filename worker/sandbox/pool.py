@@ -95,6 +95,8 @@ class SandboxPool:
         self.peak_live = 0
         self.started_total = 0
         self.leases = {"warm": 0, "cold": 0}
+        self.started_by_runtime: dict[str, int] = {}  # containers started, by Docker runtime
+        self.failed_by_runtime: dict[str, int] = {}  # containers that failed to start, by runtime
         self._remover = ThreadPoolExecutor(REMOVERS, thread_name_prefix="sandfleet-remove")
         self._fillers = [
             threading.Thread(target=self._fill_forever, name=f"sandfleet-pool-fill-{i}", daemon=True)
@@ -220,9 +222,11 @@ class SandboxPool:
                 filler.join(timeout=30)
         self._remover.shutdown(wait=True)
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, Any]:
         with self._cond:
             return {
+                "started_by_runtime": dict(self.started_by_runtime),
+                "failed_by_runtime": dict(self.failed_by_runtime),
                 "live": self._live,
                 "idle": sum(len(q) for q in self._idle.values()),
                 "peak_live": self.peak_live,
@@ -300,15 +304,18 @@ class SandboxPool:
         return False
 
     def _start(self, config: SandboxConfig) -> SandboxContainer:
+        runtime = config.docker_runtime
         try:
             container = self.backend.start(config, owner=self._owner, labels=self._labels)
         except BaseException:
             with self._cond:
                 self._live -= 1
+                self.failed_by_runtime[runtime] = self.failed_by_runtime.get(runtime, 0) + 1
                 self._cond.notify_all()
             raise
         with self._cond:
             self.started_total += 1
+            self.started_by_runtime[runtime] = self.started_by_runtime.get(runtime, 0) + 1
         return container
 
     def _destroy(self, container: SandboxContainer) -> None:

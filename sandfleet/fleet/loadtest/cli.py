@@ -83,6 +83,19 @@ from sandfleet.core.options import parse_options, sandbox_option
     default=0.0,
     help="Seconds to wait for the jobs (default: 120 + 2 per job).",
 )
+@click.option(
+    "--metrics",
+    "metrics",
+    is_flag=True,
+    help="With --local: the workers serve Prometheus metrics; print a summary scraped from them.",
+)
+@click.option(
+    "--metrics-url",
+    "metrics_urls",
+    multiple=True,
+    metavar="URL",
+    help="A running worker's /metrics endpoint to scrape after the run (repeatable).",
+)
 @click.option("--redis-url", default=None, help="The fleet's Redis (default: SANDFLEET_REDIS_URL).")
 @click.option("--no-plot", is_flag=True, help="Skip report.png.")
 @click.option(
@@ -105,6 +118,8 @@ def loadtest(
     sandboxes: int,
     warmup: int | None,
     timeout: float,
+    metrics: bool,
+    metrics_urls: tuple[str, ...],
     redis_url: str | None,
     no_plot: bool,
     as_json: bool,
@@ -120,8 +135,8 @@ def loadtest(
 
     if sum((rate is not None, burst, batch)) > 1:
         raise click.UsageError("choose one of --rate, --burst and --batch")
-    if not local and (workers != 1 or concurrency != 16 or sandboxes != 4):
-        raise click.UsageError("--workers, --concurrency and --sandboxes need --local")
+    if not local and (workers != 1 or concurrency != 16 or sandboxes != 4 or metrics):
+        raise click.UsageError("--workers, --concurrency, --sandboxes and --metrics need --local")
     opts = LoadTestOptions(
         jobs=jobs,
         rate=rate,
@@ -139,6 +154,8 @@ def loadtest(
         warmup=warmup,
         timeout_s=timeout,
         plot=not no_plot,
+        metrics=metrics,
+        metrics_urls=list(metrics_urls),
     )
     if program is not None:
         opts.program = program.read_text()
@@ -154,6 +171,10 @@ def loadtest(
         )
     else:
         click.echo(format_summary(report))
+        if "metrics" in report:
+            from sandfleet.fleet.loadtest.scrape import format_metrics
+
+            click.echo(format_metrics(report["metrics"]))
         click.echo(f"report: {out / 'report.json'}" + ("" if no_plot else f", plot: {out / 'report.png'}"))
     if not report["finished"]:
         print("loadtest: not every job ended in time", file=sys.stderr)

@@ -46,6 +46,8 @@ class LoadTestOptions:
     timeout_s: float = 0.0
     plot: bool = True
     progress: TextIO | None = sys.stderr
+    metrics: bool = False  # local workers serve Prometheus metrics; the report gets their summary
+    metrics_urls: list[str] = field(default_factory=list)  # running workers' endpoints to scrape
 
     def wait_s(self) -> float:
         return self.timeout_s or 120.0 + 2.0 * self.jobs
@@ -70,10 +72,14 @@ def run_loadtest(opts: LoadTestOptions) -> dict[str, Any]:
             program=opts.program,
             model_latency_s=opts.model_latency_s,
             env=opts.worker_env,
+            metrics=opts.metrics,
         )
         with LocalFleet(config) as fleet:
             plan = make_plan(opts, opts.model or fleet.model, warmup=opts.workers)
             report = run_on_fleet(fleet, plan, progress=opts.progress)
+            urls = [w.metrics_url for w in fleet.workers if w.metrics_url] + opts.metrics_urls
+            if urls:
+                report["metrics"] = scraped_metrics(urls)
     else:
         settings = get_settings()
         redis_url = opts.redis_url or settings.redis_url
@@ -98,10 +104,20 @@ def run_loadtest(opts: LoadTestOptions) -> dict[str, Any]:
             ),
         }
         report = build_report(data, described)
+        if opts.metrics_urls:
+            report["metrics"] = scraped_metrics(opts.metrics_urls)
     write_report(report, opts.out)
     if opts.plot:
         write_plot(report, opts.out)
     return report
+
+
+def scraped_metrics(urls: list[str]) -> dict[str, Any]:
+    """The summary of the workers' Prometheus metrics (loadtest/scrape.py)."""
+    from sandfleet.fleet.loadtest.scrape import scrape_all, summarize
+
+    samples, failed = scrape_all(urls)
+    return summarize(samples, failed)
 
 
 def run_on_fleet(
