@@ -4,13 +4,12 @@ bot, a ticket queue) can ask a person. Sent on a thread of its own; a failure is
 
 Signature: ``X-Sandfleet-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`` with
 ``X-Sandfleet-Timestamp: <epoch seconds>``; a receiver recomputes it over the raw body and refuses
-old timestamps (replays). :func:`signature` is the one definition of it.
+old timestamps (replays). The scheme is the completion webhooks' (sandfleet/core/webhook_signing.py),
+so one receiver checks both.
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import logging
 import threading
@@ -18,17 +17,18 @@ import time
 import urllib.request
 from typing import Any
 
+from sandfleet.core.webhook_signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
+from sandfleet.worker.webhooks.sender import open_without_redirects
+
 log = logging.getLogger("sandfleet.approval")
 
 WEBHOOK_TIMEOUT_S = 5.0
-SIGNATURE_HEADER = "X-Sandfleet-Signature"
-TIMESTAMP_HEADER = "X-Sandfleet-Timestamp"
+__all__ = ["SIGNATURE_HEADER", "TIMESTAMP_HEADER", "notify", "post", "signature"]
 
 
 def signature(secret: str, timestamp: str, body: bytes) -> str:
-    """``sha256=<hex>``: the HMAC-SHA256 of ``timestamp.body`` under ``secret``."""
-    mac = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256)
-    return "sha256=" + mac.hexdigest()
+    """``sha256=<hex>``: the HMAC-SHA256 of ``timestamp.body`` under ``secret`` (core's scheme)."""
+    return sign(secret, int(timestamp), body)
 
 
 def post(url: str, secret: str | None, payload: dict[str, Any]) -> int:
@@ -39,7 +39,7 @@ def post(url: str, secret: str | None, payload: dict[str, Any]) -> int:
     if secret:
         headers[SIGNATURE_HEADER] = signature(secret, timestamp, body)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
-    with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as reply:
+    with open_without_redirects(request, WEBHOOK_TIMEOUT_S) as reply:
         return int(reply.status)
 
 

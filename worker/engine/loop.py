@@ -136,11 +136,19 @@ def _answer(
     timed_out = agent_killed = False
     last_run: tuple[int, RunResult] | None = None  # the latest attempt that ran: its artifacts are kept
     kept = functools.partial(_keep, services, job_id, audit)
+
+    def ended(status: JobStatus, error: ErrorInfo, limits_hit: list[Limit] | None = None) -> JobResult:
+        """The job's result as it ends unanswered: what it did so far (read when called)."""
+        return _finish(
+            job_id, status, error, attempts, usage, phase, began, model_name, audit, kept(last_run),
+            limits_hit=limits_hit,
+        )  # fmt: skip
+
     try:
         resume = services.approvals.resume_point(job_id) if services.approvals is not None else None
     except CheckpointMismatchError as e:
         error = ErrorInfo(kind=ErrorKind.INTERNAL, message=str(e))
-        return _finish(job_id, JobStatus.FAILED, error, attempts, usage, phase, began, model_name, audit)
+        return ended(JobStatus.FAILED, error)
     first = 1
     if resume is not None:  # a suspended job resumes its attempt: no model call, the same program
         messages, attempts, memo = list(resume.messages), list(resume.attempts), dict(resume.memo)
@@ -161,19 +169,7 @@ def _answer(
         else:
             outcome = _ask_model(model, messages, number, usage, phase, audit)
             if isinstance(outcome, ModelFailure):
-                return _finish(
-                    job_id,
-                    JobStatus.FAILED,
-                    outcome.error,
-                    attempts,
-                    usage,
-                    phase,
-                    began,
-                    model_name,
-                    audit,
-                    kept(last_run),
-                    limits_hit=[outcome.limit] if outcome.limit is not None else [],
-                )
+                return ended(JobStatus.FAILED, outcome.error, [outcome.limit] if outcome.limit else None)
             reply_text, usage = outcome
             messages.append({"role": "assistant", "content": reply_text})
             program = extract_program(reply_text)
@@ -218,18 +214,7 @@ def _answer(
             )
         except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
             error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
-            return _finish(
-                job_id,
-                JobStatus.FAILED,
-                error,
-                attempts,
-                usage,
-                phase,
-                began,
-                model_name,
-                audit,
-                kept(last_run),
-            )
+            return ended(JobStatus.FAILED, error)
         last_run = (number, run)
         _account(phase, run)
         # A call waits for a person: the program was stopped, and no container is kept while they decide.
@@ -306,18 +291,7 @@ def _answer(
         kind = ErrorKind.NO_PROGRAM
     else:
         kind = ErrorKind.PROGRAM
-    return _finish(
-        job_id,
-        status,
-        ErrorInfo(kind=kind, message=message),
-        attempts,
-        usage,
-        phase,
-        began,
-        model_name,
-        audit,
-        kept(last_run),
-    )
+    return ended(status, ErrorInfo(kind=kind, message=message))
 
 
 def _ask_model(
@@ -341,20 +315,7 @@ def _ask_model(
         prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
     )
     phase["model_s"] += reply.latency_s
-    audit.emit(
-        AuditKind.MODEL_CALL,
-        {
-            "messages": messages[-1:] if number > 1 else messages,
-            "reply": reply.text,
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens,
-            "latency_s": reply.latency_s,
-            "model": reply.model,
-            "tries": reply.attempts,
-            "finish_reason": reply.finish_reason,
-        },
-        number,
-    )
+    audit.emit(AuditKind.MODEL_CALL, reply.audit_data(messages[-1:] if number > 1 else messages), number)
     return reply.text, usage
 
 

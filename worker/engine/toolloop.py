@@ -194,23 +194,7 @@ class ToolLoop:
             prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
         )
         out.model_s += reply.latency_s
-        self.audit.emit(
-            AuditKind.MODEL_CALL,
-            {
-                "messages": new_messages,
-                "reply": reply.text,
-                "tool_calls": [
-                    {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
-                ],
-                "finish_reason": reply.finish_reason,
-                "prompt_tokens": reply.prompt_tokens,
-                "completion_tokens": reply.completion_tokens,
-                "latency_s": reply.latency_s,
-                "model": reply.model,
-                "tries": reply.attempts,
-            },
-            number,
-        )
+        self.audit.emit(AuditKind.MODEL_CALL, reply.audit_data(new_messages, with_tool_calls=True), number)
         turn = TurnRecord(
             number=number,
             reply=reply.text,

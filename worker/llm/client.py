@@ -98,6 +98,23 @@ class ModelReply:
     tool_calls: tuple[ModelToolCall, ...] = ()
     finish_reason: str | None = None
 
+    def audit_data(self, messages: list[dict[str, Any]], *, with_tool_calls: bool = False) -> dict[str, Any]:
+        """The ``model_call`` audit event of this reply to ``messages`` (the new ones only), as both
+        the code-action loop and the tool-calling loop record it; replay reads it back."""
+        data: dict[str, Any] = {"messages": messages, "reply": self.text}
+        if with_tool_calls:
+            data["tool_calls"] = [
+                {"id": c.id, "name": c.name, "arguments": c.arguments} for c in self.tool_calls
+            ]
+        return data | {
+            "finish_reason": self.finish_reason,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "latency_s": self.latency_s,
+            "model": self.model,
+            "tries": self.attempts,
+        }
+
 
 class ModelClient(Protocol):
     """Anything that turns chat messages into a reply. ``name`` is the model name it was made for."""

@@ -15,6 +15,7 @@ import urllib.request
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from sandfleet.core.settings import Settings
 from sandfleet.core.webhook_signing import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
@@ -24,6 +25,22 @@ log = logging.getLogger("sandfleet.worker.webhooks")
 SENDERS = 4  # POSTs in flight at once per worker
 MAX_BACKOFF_S = 60.0
 USER_AGENT = "Sandfleet-Webhook/1"
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A 3xx is the receiver's answer, never followed: urllib would turn the POST into a GET to the
+    Location, with the signature headers, to a host the operator's list never named."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
+def open_without_redirects(request: urllib.request.Request, timeout: float) -> Any:
+    """``urlopen`` that answers a redirect with its HTTPError instead of following it."""
+    return _OPENER.open(request, timeout=timeout)
 
 
 @dataclass(frozen=True)
@@ -106,7 +123,7 @@ class WebhookSender:
             },
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.settings.webhook_timeout_s) as response:
+            with open_without_redirects(request, self.settings.webhook_timeout_s) as response:
                 return response.status, ""
         except urllib.error.HTTPError as e:
             return e.code, f"HTTP {e.code}"
