@@ -186,3 +186,22 @@ def test_session_close_removes_the_container(backend: str) -> None:
         assert container_exists(container_id)
         raise RuntimeError("caller crashed")
     assert not container_exists(container_id)
+
+
+def test_a_sandbox_its_engine_killed_before_the_program_is_transient_not_the_jobs_failure(
+    backend: str,
+) -> None:
+    """A file request to a sandbox the engine killed (an engine that stops takes its containers)
+    raises SandboxUnavailableError, which the job retries like a missing engine; it used to be a
+    SandboxError, which failed the job (seen in tests/reliability/test_docker_outage.py)."""
+    import subprocess
+
+    from sandfleet.core.config import SandboxConfig
+    from sandfleet.core.errors import SandboxUnavailableError
+    from sandfleet.worker.sandbox.manager import SandboxManager
+
+    with SandboxManager(SandboxConfig(backend=backend)) as manager:
+        session = manager.create_session(labels=TEST_LABELS)
+        subprocess.run(["docker", "kill", session.container_id], check=True, capture_output=True)
+        with pytest.raises(SandboxUnavailableError, match="stopped by its engine"):
+            session.write_file("program.py", "print(1)")

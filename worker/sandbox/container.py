@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.core.errors import SandboxError
+from sandfleet.core.errors import SandboxError, SandboxUnavailableError
 from sandfleet.core.vocabulary import Limit
 from sandfleet.worker.sandbox import protocol
 from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, Call, CallConversation
@@ -36,6 +36,7 @@ DEFAULT_OUTPUT_CAP = 1024**2
 MAX_FILE_BYTES = 256 * 1024**2
 TOOL_SUBSTEP_S = 5.0
 SIGKILL_EXIT = 128 + 9
+SIGTERM_EXIT = 128 + 15  # how containers end when their engine stops (it sends SIGTERM first)
 AGENT_KILLED = (
     "the program killed the sandbox's own agent process (its main process, which runs the program) "
     "with SIGKILL, and the sandbox ended with it: no limit was hit (neither the kernel's OOM killer "
@@ -387,7 +388,7 @@ class SandboxContainer:
             try:
                 kind, answer, _ = self.channel.recv(time.monotonic() + FILE_TIMEOUT_S, 1024)
             except ChannelError as e:
-                raise SandboxError(f"the sandbox did not answer: {e}") from e
+                raise self._not_answering(e) from e
             if kind != protocol.ANSWER or not answer.get("ok"):
                 raise SandboxError(f"{path}: {answer.get('error', 'cannot write')}")
 
@@ -424,6 +425,18 @@ class SandboxContainer:
         header, _ = self._ask(protocol.LIST, {"path": self._abs(path or self.config.workdir)})
         return list(header.get("files", []))
 
+    def _not_answering(self, e: ChannelError) -> SandboxError | SandboxUnavailableError:
+        """The error for a sandbox that stopped answering a file request: transient when its engine
+        went away or stopped it (an engine that stops takes its containers: the job is retried, as
+        when a command's stream breaks), else SandboxError."""
+        try:
+            end = self.handle.ended()
+        except SandboxUnavailableError as gone:
+            return gone
+        if end.gone or end.killed_from_outside or end.exit_code == SIGTERM_EXIT:
+            return SandboxUnavailableError(f"the sandbox was stopped by its engine: {e}")
+        return SandboxError(f"the sandbox did not answer: {e}")
+
     def _abs(self, path: str) -> str:
         return path if path.startswith("/") else f"{self.config.workdir.rstrip('/')}/{path}"
 
@@ -441,7 +454,7 @@ class SandboxContainer:
                 time.monotonic() + FILE_TIMEOUT_S, max_body, watcher
             )
         except ChannelError as e:
-            raise SandboxError(f"the sandbox did not answer: {e}") from e
+            raise self._not_answering(e) from e
         if answer_kind != protocol.ANSWER:
             raise SandboxError(f"unexpected answer from the sandbox: {answer_kind!r}")
         if not answer.get("ok"):
