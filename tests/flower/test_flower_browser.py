@@ -9,6 +9,7 @@ and the test reads the DOM it rendered and keeps a screenshot in artifacts/flowe
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -104,34 +105,33 @@ def get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
         return 0, b""
 
 
-@pytest.fixture
-def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]:  # type: ignore[no-untyped-def]
-    """Flower first (it shows only tasks whose events it saw), then a worker with the orders tools."""
-    settings = Settings(redis_url=redis_server, key_prefix=f"tf{uuid.uuid4().hex[:8]}")
-    script = tmp_path / "replay.json"
-    script.write_text(json.dumps(demo_replay_script()))
-    write_reference_data(tmp_path / "data")
+@contextlib.contextmanager
+def running_fleet(
+    redis_url: str, prefix: str, tmp_path: Path, env: dict[str, str], *, concurrency: int, sandboxes: int
+) -> Iterator[Fleet]:
+    """``sandfleet flower`` first (it shows only tasks whose events it saw), then ``sandfleet worker``,
+    both with ``env`` over the fleet's own settings; stopped, and the fleet's keys deleted, afterwards."""
+    settings = Settings(redis_url=redis_url, key_prefix=f"{prefix}{uuid.uuid4().hex[:8]}")
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("SANDFLEET_", "FLOWER_", "OPENAI_"))},
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
         "SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "worker-state"),
-        "SANDFLEET_TOOLS": "sandfleet.worker.tools.examples.orders",
-        "SANDFLEET_DATA_DIR": str(tmp_path / "data"),
-        "SANDFLEET_MODEL": f"replay:{script}",
         "SANDFLEET_POOL_SIZE": "0",
         "SANDFLEET_FLOWER_AUTH": f"{AUTH[0]}:{AUTH[1]}",
+        **env,
     }
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}@%h"
     commands = {
         "flower": [SANDFLEET, "flower", "--port", str(port), "--address", "127.0.0.1"],
-        "worker": [SANDFLEET, "worker", "-c", "2", "-s", "1", "-n", f"flowertest-{uuid.uuid4().hex[:6]}@%h"],
+        "worker": [SANDFLEET, "worker", "-c", str(concurrency), "-s", str(sandboxes), "-n", name],
     }
     fleet = Fleet(settings, f"http://127.0.0.1:{port}", tmp_path, {})
     try:
-        for name, cmd in commands.items():
-            with (tmp_path / f"{name}.log").open("wb") as log:
-                fleet.processes[name] = subprocess.Popen(
+        for role, cmd in commands.items():
+            with (tmp_path / f"{role}.log").open("wb") as log:
+                fleet.processes[role] = subprocess.Popen(
                     cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
                 )
         wait_until(fleet, "flower", lambda: get(fleet.flower_url + "/healthcheck")[0] == 200)
@@ -147,10 +147,25 @@ def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]: 
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-        r = redis.Redis.from_url(redis_server)
+        r = redis.Redis.from_url(redis_url)
         if keys := list(r.scan_iter(match=f"{settings.key_prefix}*")):
             r.delete(*keys)
         r.close()
+
+
+@pytest.fixture
+def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]:  # type: ignore[no-untyped-def]
+    """Flower and a worker with the orders tools."""
+    script = tmp_path / "replay.json"
+    script.write_text(json.dumps(demo_replay_script()))
+    write_reference_data(tmp_path / "data")
+    env = {
+        "SANDFLEET_TOOLS": "sandfleet.worker.tools.examples.orders",
+        "SANDFLEET_DATA_DIR": str(tmp_path / "data"),
+        "SANDFLEET_MODEL": f"replay:{script}",
+    }
+    with running_fleet(redis_server, "tf", tmp_path, env, concurrency=2, sandboxes=1) as made:
+        yield made
 
 
 def run_chromium(chromium: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -12,22 +12,16 @@ worker lacks (refused). Afterwards every message was acknowledged once (Ignore a
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
-from test_flower_browser import AUTH, SANDFLEET, Fleet, get, wait_until
+from test_flower_browser import AUTH, Fleet, get, running_fleet
 
 from sandfleet.core.contracts import JobSpec, JobStatus
-from sandfleet.core.settings import Settings
-from sandfleet.fleet.local_redis import free_port
 from sandfleet.producer.client import Client
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -67,47 +61,12 @@ def selenium_driver(skip_or_fail, tmp_path: Path) -> Iterator[object]:  # type: 
 
 @pytest.fixture
 def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]:  # type: ignore[no-untyped-def]
-    settings = Settings(redis_url=redis_server, key_prefix=f"tfo{uuid.uuid4().hex[:8]}")
+    """Flower and a worker answering from SCRIPT."""
     script = tmp_path / "replay.json"
     script.write_text(json.dumps(SCRIPT))
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("SANDFLEET_", "FLOWER_", "OPENAI_"))},
-        "SANDFLEET_REDIS_URL": settings.redis_url,
-        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "worker-state"),
-        "SANDFLEET_MODEL": f"replay:{script}",
-        "SANDFLEET_POOL_SIZE": "0",
-        "SANDFLEET_FLOWER_AUTH": f"{AUTH[0]}:{AUTH[1]}",
-    }
-    commands = {
-        "flower": [SANDFLEET, "flower", "--port", str(port), "--address", "127.0.0.1"],
-        "worker": [SANDFLEET, "worker", "-c", "4", "-s", "2", "-n", f"flowertruth-{uuid.uuid4().hex[:6]}@%h"],
-    }
-    fleet = Fleet(settings, f"http://127.0.0.1:{port}", tmp_path, {})
-    try:
-        for name, cmd in commands.items():
-            with (tmp_path / f"{name}.log").open("wb") as log:
-                fleet.processes[name] = subprocess.Popen(
-                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-        wait_until(fleet, "flower", lambda: get(fleet.flower_url + "/healthcheck")[0] == 200)
-        wait_until(fleet, "worker", lambda: "ready." in fleet.log("worker"))
-        yield fleet
-    finally:
-        for process in fleet.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in fleet.processes.values():
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        r = redis.Redis.from_url(redis_server)
-        if keys := list(r.scan_iter(match=f"{settings.key_prefix}*")):
-            r.delete(*keys)
-        r.close()
+    env = {"SANDFLEET_MODEL": f"replay:{script}"}
+    with running_fleet(redis_server, "tfo", tmp_path, env, concurrency=4, sandboxes=2) as made:
+        yield made
 
 
 def api_tasks(fleet: Fleet) -> dict[str, dict]:  # type: ignore[type-arg]
