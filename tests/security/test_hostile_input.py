@@ -215,19 +215,19 @@ WORKER_REFUSES = {
     ),
     "network full": (
         {"sandbox": {"network": "full"}},
-        "sandbox network 'full' is not allowed by the operator (allowed: none)",
+        "sandbox network 'full' is not allowed by the operator (SANDFLEET_POLICY_NETWORKS=none)",
     ),
     "network restricted": (
         {"sandbox": {"network": "restricted", "allow_hosts": ["pypi.org"]}},
-        "sandbox network 'restricted' is not allowed by the operator (allowed: none)",
+        "sandbox network 'restricted' is not allowed by the operator (SANDFLEET_POLICY_NETWORKS=none)",
     ),
     "memory_limit 16G": (
         {"sandbox": {"memory_limit": "16G"}},
-        "sandbox memory_limit 16G is above the operator's ceiling of 8G",
+        "sandbox memory_limit 16G is above the operator's ceiling of 8G (SANDFLEET_POLICY_MAX_MEMORY)",
     ),
     "image alpine:latest": (
         {"sandbox": {"image": "alpine:latest"}},
-        "sandbox image 'alpine:latest' is not allowed by the operator (allowed: sandfleet/sandbox:py3.11,",
+        "sandbox image 'alpine:latest' is not allowed by the operator (SANDFLEET_POLICY_IMAGES=sandfleet/sandbox:py3.11,",
     ),
     "persistent sandbox": ({"sandbox": {"persistent": True}}, "persistent is not allowed"),
 }
