@@ -164,7 +164,9 @@ class Settings(BaseSettings):
         parse_size(DEFAULT_POLICY_MAX_DISK),
         description="the largest disk_limit a job may ask for (bytes; 2G in the environment)",
     )
-    policy_max_pids: int = Field(DEFAULT_POLICY_MAX_PIDS, ge=8, description="the largest pids_limit a job may ask for")
+    policy_max_pids: int = Field(
+        DEFAULT_POLICY_MAX_PIDS, ge=8, description="the largest pids_limit a job may ask for"
+    )
     policy_max_sandbox_timeout_s: float = Field(
         DEFAULT_POLICY_MAX_SANDBOX_TIMEOUT_S,
         gt=0,
@@ -322,7 +324,7 @@ class Settings(BaseSettings):
             "policy_runtimes": DEFAULT_POLICY_RUNTIMES,
             "policy_workdirs": DEFAULT_POLICY_WORKDIRS,
         }
-        return v or list(defaults[info.field_name])
+        return v or list(defaults[str(info.field_name)])
 
     @field_validator("policy_workdirs")
     @classmethod

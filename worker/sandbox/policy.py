@@ -48,7 +48,9 @@ def policy_problems(config: SandboxConfig, settings: Settings) -> list[str]:
         refuse(f"sandbox image {config.image!r} {_not_allowed('policy_images', settings)}")
     if config.docker_runtime not in settings.policy_runtimes:
         chosen = "" if config.runtime else f" (backend {config.backend})"
-        refuse(f"sandbox runtime {config.docker_runtime!r}{chosen} {_not_allowed('policy_runtimes', settings)}")
+        refuse(
+            f"sandbox runtime {config.docker_runtime!r}{chosen} {_not_allowed('policy_runtimes', settings)}"
+        )
     if config.allow_sudo and not settings.policy_allow_sudo:
         refuse(f"sandbox allow_sudo {_not_allowed('policy_allow_sudo', settings)}")
     if not config.read_only_rootfs and not settings.policy_allow_writable_rootfs:
@@ -83,14 +85,16 @@ def allow_hosts_problem(config: SandboxConfig, settings: Settings) -> str | None
     except AllowListError as e:
         return f"the operator's SANDFLEET_POLICY_ALLOW_HOSTS is malformed: {e}"
     if not widest:
-        return "network 'restricted' needs the operator to allow hosts (SANDFLEET_POLICY_ALLOW_HOSTS is empty)"
+        return (
+            "network 'restricted' needs the operator to allow hosts (SANDFLEET_POLICY_ALLOW_HOSTS is empty)"
+        )
     wider = uncovered(parse_rules(config.allow_hosts), widest)
     if not wider:
         return None
     return (
         f"sandbox allow_hosts {', '.join(map(str, wider))} "
         f"{'is' if len(wider) == 1 else 'are'} not allowed by the operator "
-        f"(allowed: {', '.join(map(str, widest))}); jobs may only narrow that list"
+        f"(SANDFLEET_POLICY_ALLOW_HOSTS={','.join(map(str, widest))}); jobs may only narrow that list"
     )
 
 
