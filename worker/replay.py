@@ -133,7 +133,9 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings
     try:
         config = replay_sandbox(spec.sandbox, settings)
     except InvalidSpecError as e:
-        return ReplayOutcome(evidence.job_id, ReplayState.REFUSED, verdict, served=result.result, reason=str(e))
+        return ReplayOutcome(
+            evidence.job_id, ReplayState.REFUSED, verdict, served=result.result, reason=str(e)
+        )
     events = [AuditEvent.model_validate_json(entry.event) for entry in evidence.entries]
     final = next(a for a in reversed(result.attempts) if a.program == result.final_program)
     calls = recorded_calls(events, final.number)
