@@ -26,7 +26,7 @@ from sandfleet.core.options import describe_validation_error
 from sandfleet.core.settings import Settings
 from sandfleet.core.sizes import format_size
 
-ENV_PREFIX = "SANDFLEET_"  # Settings' environment prefix: the variables are named after the fields
+ENV_PREFIX = str(Settings.model_config.get("env_prefix", ""))  # the variables are named after the fields
 
 
 def check_sandbox_policy(config: SandboxConfig, settings: Settings) -> None:
