@@ -9,6 +9,11 @@ seal's commitment to that result, and with the RESULT digest the chain recorded 
 it writes under /workspace/out/ must be the artifacts the record lists, byte for byte (SHA-256); and
 when the evidence carries the digests of the stored artifacts, bytes changed at rest make the record
 unverified before anything runs.
+
+A replay runs under the policy of the machine running it (worker/sandbox/policy.py ``replay_sandbox``),
+never under the one the record says its worker had: always with network ``none`` (the answers come
+from the record), and a recorded sandbox beyond the local policy (sudo, a writable root, a runtime,
+env, limits ...) is refused, named, before any container starts.
 """
 
 from __future__ import annotations
@@ -18,13 +23,15 @@ from enum import StrEnum
 from typing import Any
 
 from sandfleet.core.chain import canonical_json, sha256_hex
-from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import ArtifactInfo, AuditEvent, AuditKind, JobStatus, ToolCallRecord
+from sandfleet.core.errors import InvalidSpecError
 from sandfleet.core.records import JobRecord
+from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.verify import JobEvidence, Verdict, VerdictState, verify_job
 from sandfleet.worker.artifacts import ArtifactCaps
 from sandfleet.worker.runtime import ProgramRuntime, RunResult
+from sandfleet.worker.sandbox.policy import replay_sandbox
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -36,6 +43,7 @@ class ReplayState(StrEnum):
     SKIPPED = "skipped"  # nothing to reproduce: the job did not succeed, or has no final program
     MISSING = "missing"  # no record, or the job has not ended
     FAILED = "failed"  # the replay itself could not run (no engine, no image): nothing was compared
+    REFUSED = "refused"  # the recorded sandbox is beyond this machine's policy: not replayed
 
 
 @dataclass(frozen=True)
@@ -98,8 +106,9 @@ def placeholder_registry(names: list[str]) -> ToolRegistry:
     return ToolRegistry.from_functions([make(n) for n in names])
 
 
-def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool) -> ReplayOutcome:
-    """Verify one job, then re-run its final program in a fresh sandbox from ``pool``.
+def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings: Settings) -> ReplayOutcome:
+    """Verify one job, then re-run its final program in a fresh sandbox from ``pool``, under the
+    policy of ``settings`` (this machine's).
 
     Raises only for infrastructure (SandboxError, SandboxUnavailableError), like ProgramRuntime.run.
     """
@@ -121,13 +130,19 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool) -> Repla
     if result.status != JobStatus.SUCCEEDED or not result.final_program:
         why = f"the job {result.status.value} with no RESULT to reproduce"
         return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, served=result.result, reason=why)
+    try:
+        config = replay_sandbox(spec.sandbox, settings)
+    except InvalidSpecError as e:
+        return ReplayOutcome(
+            evidence.job_id, ReplayState.REFUSED, verdict, served=result.result, reason=str(e)
+        )
     events = [AuditEvent.model_validate_json(entry.event) for entry in evidence.entries]
     final = next(a for a in reversed(result.attempts) if a.program == result.final_program)
     calls = recorded_calls(events, final.number)
     tools = sorted({c.tool for c in calls} | set(spec.tools))
     run = ProgramRuntime(pool, placeholder_registry(tools)).run(
         result.final_program,
-        config=SandboxConfig.model_validate(spec.sandbox),
+        config=config,
         settings=spec.code_action,
         tools=tools,
         job_id=result.job_id,

@@ -26,6 +26,7 @@ from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.verify import JobEvidence, verify_job
 from sandfleet.worker.replay import ReplayOutcome, ReplayState, replay_job
+from sandfleet.worker.sandbox.policy import replay_sandbox
 from sandfleet.worker.sandbox.pool import SandboxPool
 
 log = logging.getLogger(__name__)
@@ -49,9 +50,10 @@ class ReplayReport:
         return f"{len(self.outcomes)} jobs: {counts} ({self.seconds:.1f} s{rate})"
 
     def exit_status(self) -> int:
-        """0 every replayable job matched; 1 a difference, an unverified record or a failed replay;
-        3 some jobs have not ended (or have no record)."""
-        if any(self.count(s) for s in (ReplayState.DIFFERENT, ReplayState.UNVERIFIED, ReplayState.FAILED)):
+        """0 every replayable job matched; 1 a difference, an unverified record, a replay refused by
+        the local policy or a failed one; 3 some jobs have not ended (or have no record)."""
+        failing = (ReplayState.DIFFERENT, ReplayState.UNVERIFIED, ReplayState.FAILED, ReplayState.REFUSED)
+        if any(self.count(s) for s in failing):
             return 1
         return 3 if self.count(ReplayState.MISSING) else 0
 
@@ -72,17 +74,19 @@ def replay_many(
     evidences: list[JobEvidence],
     ring: KeyRing,
     pool: SandboxPool,
+    settings: Settings,
     concurrency: int = DEFAULT_REPLAY_CONCURRENCY,
 ) -> ReplayReport:
-    """Replay every job (verified first), ``concurrency`` at once, on ``pool``'s warm containers."""
+    """Replay every job (verified first), ``concurrency`` at once, on ``pool``'s warm containers, under
+    the policy of ``settings`` (this machine's; warming too: no container of a refused config starts)."""
     began = time.perf_counter()
     if pool.pool_size:
-        for config in _configs(evidences):
+        for config in _configs(evidences, settings):
             pool.warm(config)
 
     def one(evidence: JobEvidence) -> ReplayOutcome:
         try:
-            return replay_job(evidence, ring, pool)
+            return replay_job(evidence, ring, pool, settings)
         except SandfleetError as e:  # the replay could not run; say so, and go on with the others
             log.warning("replay of job %s could not run: %s", evidence.job_id, e)
             verdict = verify_job(evidence, ring)
@@ -118,18 +122,19 @@ def replay_batch(
         if ring is None:
             ring = verification_ring(settings, KeyRegistry(reader.redis, FleetKeys(settings.key_prefix)))
     with replay_pool(concurrency) as pool:
-        return replay_many(evidences, ring, pool, concurrency)
+        return replay_many(evidences, ring, pool, settings, concurrency)
 
 
-def _configs(evidences: list[JobEvidence]) -> list[SandboxConfig]:
-    """The distinct sandbox configs of the jobs, to warm before the replays start."""
+def _configs(evidences: list[JobEvidence], settings: Settings) -> list[SandboxConfig]:
+    """The distinct sandbox configs the replays will get (replay_sandbox), to warm before they start;
+    a config the local policy refuses is not warmed (its replay is refused, named)."""
     configs: dict[str, SandboxConfig] = {}
     for evidence in evidences:
         try:
             spec = JobRecord.from_hash(evidence.record).spec if evidence.record.get("status") else None
-        except ValueError:  # a record too damaged to read: its verdict will say so
+            config = replay_sandbox(spec.sandbox, settings) if spec is not None else None
+        except ValueError:  # a record too damaged to read, or refused: its outcome will say so
             continue
-        if spec is not None:
-            config = SandboxConfig.model_validate(spec.sandbox)
+        if config is not None:
             configs.setdefault(config.model_dump_json(), config)
     return list(configs.values())

@@ -6,11 +6,12 @@ The model's key and base URL also come from the names every OpenAI-compatible to
 
 from __future__ import annotations
 
+import posixpath
 import re
 from functools import lru_cache
 from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, BeforeValidator, Field, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from sandfleet.core.sizes import parse_size
@@ -31,6 +32,14 @@ DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
 DEFAULT_WORKER_STATE_DIR = "~/.sandfleet/worker"
 DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
+# The runtimes deploy/bootstrap.sh registers and SandboxConfig.docker_runtime picks for its classes.
+DEFAULT_POLICY_RUNTIMES = ("runc", "runsc", "runsc-net", "runsc-egress")
+DEFAULT_POLICY_WORKDIRS = ("/workspace",)
+# Ceilings of the other limits: twice SandboxConfig's defaults, as the memory one (8G for 4G) is.
+DEFAULT_POLICY_MAX_CPUS = 4.0
+DEFAULT_POLICY_MAX_DISK = "2G"
+DEFAULT_POLICY_MAX_PIDS = 512
+DEFAULT_POLICY_MAX_SANDBOX_TIMEOUT_S = 600.0
 DEFAULT_MAX_SESSIONS = 2  # shell jobs' session sandboxes per worker, apart from max_sandboxes
 DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S = 600.0
 DEFAULT_ARTIFACT_MAX_FILE_BYTES = 32 * 1024**2
@@ -129,10 +138,39 @@ class Settings(BaseSettings):
     )
     policy_images: CommaList = Field(
         default_factory=lambda: list(DEFAULT_POLICY_IMAGES),
-        description="images jobs may use: names, or patterns with * (sandfleet/custom-*:py3.11)",
+        description="images jobs may use: names, or patterns with * (sandfleet/custom-*:py3.11); empty: the default",
     )
     policy_runtimes: CommaList = Field(
-        default_factory=list, description="Docker runtimes jobs may use; empty: any"
+        default_factory=lambda: list(DEFAULT_POLICY_RUNTIMES),
+        description="Docker runtimes jobs may use (backend and runtime); empty: the default ones",
+    )
+    policy_allow_sudo: bool = Field(False, description="jobs may run their programs as root (allow_sudo)")
+    policy_allow_writable_rootfs: bool = Field(
+        False, description="jobs may have a writable root filesystem (read_only_rootfs=false)"
+    )
+    policy_env_names: CommaList = Field(
+        default_factory=list,
+        description="environment variables jobs may set in their sandbox: names and globs (fnmatch); "
+        "empty: none",
+    )
+    policy_workdirs: CommaList = Field(
+        default_factory=lambda: list(DEFAULT_POLICY_WORKDIRS),
+        description="folders a job's workdir may be (or be below); empty: the default",
+    )
+    policy_max_cpus: float = Field(
+        DEFAULT_POLICY_MAX_CPUS, gt=0, description="the most CPUs a job's sandbox may ask for (cpu_limit)"
+    )
+    policy_max_disk: Annotated[int, BeforeValidator(parse_size)] = Field(
+        parse_size(DEFAULT_POLICY_MAX_DISK),
+        description="the largest disk_limit a job may ask for (bytes; 2G in the environment)",
+    )
+    policy_max_pids: int = Field(
+        DEFAULT_POLICY_MAX_PIDS, ge=8, description="the largest pids_limit a job may ask for"
+    )
+    policy_max_sandbox_timeout_s: float = Field(
+        DEFAULT_POLICY_MAX_SANDBOX_TIMEOUT_S,
+        gt=0,
+        description="the longest sandbox timeout a job may ask for (seconds)",
     )
     policy_max_exec_timeout_s: float = Field(
         DEFAULT_POLICY_MAX_EXEC_TIMEOUT_S, gt=0, description="the longest one sandbox_exec may run (seconds)"
@@ -276,6 +314,25 @@ class Settings(BaseSettings):
         if unknown:
             raise ValueError(f"unknown network(s) {', '.join(unknown)}: use none, restricted or full")
         return v or ["none"]
+
+    @field_validator("policy_images", "policy_runtimes", "policy_workdirs")
+    @classmethod
+    def _never_empty(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        """An empty list is the default, never "anything" (deny by default: widening is spelled out)."""
+        defaults = {
+            "policy_images": DEFAULT_POLICY_IMAGES,
+            "policy_runtimes": DEFAULT_POLICY_RUNTIMES,
+            "policy_workdirs": DEFAULT_POLICY_WORKDIRS,
+        }
+        return v or list(defaults[str(info.field_name)])
+
+    @field_validator("policy_workdirs")
+    @classmethod
+    def _absolute_workdirs(cls, v: list[str]) -> list[str]:
+        relative = [d for d in v if not d.startswith("/")]
+        if relative:
+            raise ValueError(f"workdirs must be absolute folders, got {', '.join(relative)}")
+        return [posixpath.normpath(d) for d in v]
 
 
 @lru_cache(maxsize=1)

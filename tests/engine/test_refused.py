@@ -50,7 +50,7 @@ def test_a_full_network_is_refused_by_the_default_policy(idle_services: EngineSe
     audit = ListAudit()
     result = run(job("q", sandbox={"network": "full"}), idle_services, server, audit)
     message = assert_refused_before_any_work(result, audit, idle_services, server)
-    assert message == "sandbox network 'full' is not allowed by the operator (allowed: none)"
+    assert message == "sandbox network 'full' is not allowed by the operator (SANDFLEET_POLICY_NETWORKS=none)"
 
 
 def test_an_image_outside_the_policy_is_refused(idle_services: EngineServices, server: Any) -> None:

@@ -36,13 +36,14 @@ SLOW_RUN_S = 3.0
 
 
 class ContainerWatch:
-    """``docker events`` for containers created with one owner label, collected on a thread."""
+    """``docker events`` for containers created with one owner label (None: every Sandfleet
+    container, to be told apart by ``created(owner_pid=...)``), collected on a thread."""
 
-    def __init__(self, owner_label: str) -> None:
+    def __init__(self, owner_label: str | None) -> None:
+        label = f"sandfleet.owner={owner_label}" if owner_label is not None else "sandfleet.role"
         cmd = [
             "docker", "events", "--format", "{{json .}}",
-            "--filter", "type=container", "--filter", "event=create",
-            "--filter", f"label=sandfleet.owner={owner_label}",
+            "--filter", "type=container", "--filter", "event=create", "--filter", f"label={label}",
         ]  # fmt: skip
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.events: list[dict[str, Any]] = []
@@ -55,8 +56,19 @@ class ContainerWatch:
         for line in self.process.stdout:
             self.events.append(json.loads(line))
 
-    def created(self) -> list[str]:
-        return [e["Actor"]["ID"] for e in list(self.events)]
+    def created(self, owner_pid: int | None = None) -> list[str]:
+        """Ids of the containers created (by the process ``owner_pid`` of this host, if given)."""
+        return [e["Actor"]["ID"] for e in self.created_events(owner_pid)]
+
+    def created_events(self, owner_pid: int | None = None) -> list[dict[str, Any]]:
+        if owner_pid is None:
+            return list(self.events)
+        prefix = f"{socket.gethostname()}:{owner_pid}:"
+        return [
+            e
+            for e in list(self.events)
+            if e["Actor"]["Attributes"].get("sandfleet.owner", "").startswith(prefix)
+        ]
 
     def close(self) -> None:
         self.process.terminate()
@@ -215,19 +227,19 @@ WORKER_REFUSES = {
     ),
     "network full": (
         {"sandbox": {"network": "full"}},
-        "sandbox network 'full' is not allowed by the operator (allowed: none)",
+        "sandbox network 'full' is not allowed by the operator (SANDFLEET_POLICY_NETWORKS=none)",
     ),
     "network restricted": (
         {"sandbox": {"network": "restricted", "allow_hosts": ["pypi.org"]}},
-        "sandbox network 'restricted' is not allowed by the operator (allowed: none)",
+        "sandbox network 'restricted' is not allowed by the operator (SANDFLEET_POLICY_NETWORKS=none)",
     ),
     "memory_limit 16G": (
         {"sandbox": {"memory_limit": "16G"}},
-        "sandbox memory_limit 16G is above the operator's ceiling of 8G",
+        "sandbox memory_limit 16G is above the operator's ceiling of 8G (SANDFLEET_POLICY_MAX_MEMORY)",
     ),
     "image alpine:latest": (
         {"sandbox": {"image": "alpine:latest"}},
-        "sandbox image 'alpine:latest' is not allowed by the operator (allowed: sandfleet/sandbox:py3.11,",
+        "sandbox image 'alpine:latest' is not allowed by the operator (SANDFLEET_POLICY_IMAGES=sandfleet/sandbox:py3.11,",
     ),
     "persistent sandbox": ({"sandbox": {"persistent": True}}, "persistent is not allowed"),
 }

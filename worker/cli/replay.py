@@ -47,8 +47,11 @@ def replay(
     """Re-run JOB's final program (or every job of --batch) in a fresh sandbox, tools answered from its
     audit record, and compare the RESULT with the one the record serves and the chain seals.
 
-    Exit 0 when every replayable job matched; 1 on a difference, a record its chain does not prove, or
-    a replay that could not run; 3 when some jobs have not ended.
+    The sandbox has no network, and gets only what this machine's SANDFLEET_POLICY_* settings allow: a
+    recorded sandbox beyond them (sudo, a writable root, a runtime, env, limits) is refused, named.
+
+    Exit 0 when every replayable job matched; 1 on a difference, a record its chain does not prove, a
+    replay refused by the local policy, or one that could not run; 3 when some jobs have not ended.
     """
     from sandfleet.core.artifacts import open_artifact_store, with_artifact_digests
     from sandfleet.core.key_registry import KeyRegistry, verification_ring
@@ -80,7 +83,7 @@ def replay(
             raise click.ClickException(f"no record for job {job_id!r} (never submitted, or past retention)")
         workers = min(concurrency, len(evidences))
         with replay_pool(workers, warm=batch_id is not None) as pool:
-            report = replay_many(evidences, ring, pool, workers)
+            report = replay_many(evidences, ring, pool, settings, workers)
     except (SandfleetError, ValueError) as e:  # ValueError: not a job id
         raise click.ClickException(str(e)) from None
     if job_id is not None:

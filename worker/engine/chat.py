@@ -20,6 +20,7 @@ from sandfleet.worker.engine.outcome import loop_result, refused
 from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.engine.toolloop import AuditSink, ToolLoop
+from sandfleet.worker.sandbox.policy import check_sandbox_policy
 
 
 def run_chat_job(
@@ -33,7 +34,8 @@ def run_chat_job(
     began = time.perf_counter()
     model_name = spec.model or services.settings.model
     try:
-        SandboxConfig.model_validate(spec.sandbox)  # unused here, but a bad option is still refused
+        # No sandbox here, but a job is refused alike in every mode: bad options, or beyond the policy.
+        check_sandbox_policy(SandboxConfig.model_validate(spec.sandbox), services.settings)
         allowed = services.registry.subset(spec.tools)
         functions = FunctionTable(allowed, policy=services.runtime.policy, job_id=job_id)
         model = services.job_model(spec, job_id, base_url)
