@@ -60,7 +60,10 @@ def job_evidence(key: WorkerKey, spec: JobSpec, *, finish: bool = True) -> JobEv
     entries = [ChainEntry(queued, link_hash(GENESIS_HASH, queued))]
     running = encode_event(
         AuditEvent(
-            ts=2, job_id="j", kind="state", data={"status": "running", "worker": WORKER, "spec_sha256": digest}
+            ts=2,
+            job_id="j",
+            kind="state",
+            data={"status": "running", "worker": WORKER, "spec_sha256": digest},
         )
     )
     entries.append(signed_entry(signer, "j", entries[-1].hash, running))
@@ -94,7 +97,9 @@ def test_the_digest_is_of_the_bytes_the_record_stores() -> None:
     assert spec_commitment(ASKED.model_copy(update={"priority": 5}))[1] != digest
 
 
-def test_a_proven_answer_to_another_spec_is_refused_naming_both_digests(key: WorkerKey, ring: KeyRing) -> None:
+def test_a_proven_answer_to_another_spec_is_refused_naming_both_digests(
+    key: WorkerKey, ring: KeyRing
+) -> None:
     rewritten = job_evidence(key, OTHER)
     assert verify_job(rewritten, ring).verified  # the chain alone cannot tell: entry 0 is unsigned
     assert committed_spec_sha256(rewritten) == spec_commitment(OTHER)[1]

@@ -166,7 +166,9 @@ def rewrite_queued_spec(r: redis.Redis, client: Client, job_id: str, question: s
     """What a Redis writer does to a queued job: a new spec, and an entry 0 that commits to it (entry 0
     is unsigned, so every link still holds)."""
     keys = client.keys
-    spec = JobSpec.model_validate_json(r.hget(keys.job(job_id), "spec")).model_copy(update={"question": question})
+    spec = JobSpec.model_validate_json(r.hget(keys.job(job_id), "spec")).model_copy(
+        update={"question": question}
+    )
     spec_json, digest = spec_commitment(spec)
     [(_entry_id, fields)] = r.xrange(keys.audit(job_id))
     event = AuditEvent.model_validate_json(fields["event"])
