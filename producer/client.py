@@ -4,7 +4,7 @@
     job = client.submit("Revenue per region in Q3 2026?", tools=["read_orders"])
     print(job.result(timeout=600).result)
 
-Submitting writes the queued record (one MULTI/EXEC: record, indexes, batch counts, the first audit
+Submitting writes the queued record (one Lua step: record, indexes, batch counts, the first audit
 event), then publishes the Celery message with ``send_task``. If publishing fails the record is
 withdrawn again, so a failed submit leaves neither a record without a message nor the reverse. (A
 producer killed between the two steps leaves a queued record with no message; the worker, for its
@@ -593,7 +593,7 @@ class Client:
         token = self.submitter_token() if any(spec.batch_id for _, spec in jobs) else None
         try:
             self.store.record_queued(jobs, token)
-        except redis.RedisError as e:  # MULTI/EXEC: nothing of the transaction was applied
+        except redis.RedisError as e:  # the script refuses its first write: nothing was applied
             raise QueueUnavailableError(
                 f"{describe_redis_error(self.redis_url, e)}; nothing was enqueued"
             ) from e

@@ -6,10 +6,11 @@ digests here, in ``{client_state_dir}/ledger.sqlite3`` (folder 0700, file 0600, 
 secret), and every later read of a job the ledger holds is checked against it. A job the ledger does
 not hold (submitted from another machine, or dropped as old) is checked by its chain only.
 
-Bounded: the newest ``client_ledger_max_jobs`` jobs are kept (default 100,000, about 11 MB), older
-ones are dropped on the next write. SQLite, because several processes of one user (a batch running,
-a ``result`` in another terminal) write and read it at once: its locking makes that safe, and WAL with
-``synchronous=NORMAL`` keeps a submit's write from waiting on the disk.
+Bounded: the newest ``client_ledger_max_jobs`` jobs are kept (default 100,000: 16 MB measured, with
+the index), older ones are dropped on the next write. SQLite, because several processes of one user
+(a batch running, a ``result`` in another terminal) write and read it at once: its locking makes that
+safe, and WAL with ``synchronous=NORMAL`` keeps a submit's write from waiting on the disk (0.26 ms
+per single-job submit measured on the shared 2-core host, on a full ledger).
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ DEFAULT_TRANSIENT_BACKOFF_S = 5.0
 DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
 DEFAULT_WORKER_STATE_DIR = "~/.sandfleet/worker"
 DEFAULT_CLIENT_STATE_DIR = "~/.sandfleet/client"
-# ~110 bytes a job in SQLite: 100,000 jobs are ~11 MB (producer/ledger.py)
+# ~165 bytes a job in SQLite (with its index): 100,000 jobs are ~16 MB (producer/ledger.py)
 DEFAULT_CLIENT_LEDGER_MAX_JOBS = 100_000
 DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")

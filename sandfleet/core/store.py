@@ -1,9 +1,10 @@
 """The write side of job records: the queued records, deliveries, state transitions and the one
 final record. Every record is written here, by producers and workers alike.
 
-Submitting writes the queued records of a batch in one MULTI/EXEC (all or nothing), each with its
-audit chain's entry 0. Every later change is one Lua script (:mod:`sandfleet.core.lua`), so the
-record, the status indexes, the batch counts and the retention move together, and the final-record
+Submitting writes the queued records of a batch in one Lua script (all or nothing), each with its
+audit chain's entry 0, unless a batch they name was created by another submitter (then nothing:
+sandfleet/core/batch_creator.py). Every later change is one Lua script too (:mod:`sandfleet.core.lua`),
+so the record, the status indexes, the batch counts and the retention move together, and the final-record
 guard makes the first final write win: a redelivered or duplicated job ends exactly once. The final
 write appends the chain's seal in the same script, signed by the finishing worker, so the record
 served and the seal that proves it are written together or not at all.
@@ -63,7 +64,10 @@ def queued_fields(job_id: str, spec_json: str, spec: JobSpec, now: float) -> dic
 def refusal(batch_id: str, outcome: str) -> str:
     """Why a job may not join ``batch_id`` (``outcome`` as RECORD_QUEUED returns it), and what to do."""
     if outcome == "refused":
-        why = f"batch {batch_id!r} was created by another submitter: a batch's jobs are the ones its creator submits"
+        why = (
+            f"batch {batch_id!r} was created by another submitter: a batch's jobs are the ones its "
+            "creator submits"
+        )
     else:
         why = f"batch {batch_id!r} records no creator (an older producer made it), so no job may join it"
     return (
