@@ -4,7 +4,7 @@
     job = client.submit("Revenue per region in Q3 2026?", tools=["read_orders"])
     print(job.result(timeout=600).result)
 
-Submitting writes the queued record (one MULTI/EXEC: record, indexes, batch counts, the first audit
+Submitting writes the queued record (one Lua step: record, indexes, batch counts, the first audit
 event), then publishes the Celery message with ``send_task``. If publishing fails the record is
 withdrawn again, so a failed submit leaves neither a record without a message nor the reverse. (A
 producer killed between the two steps leaves a queued record with no message; the worker, for its
@@ -28,6 +28,7 @@ from sandfleet.core.approvals import ApprovalRequest
 from sandfleet.core.artifacts import ArtifactStore, open_artifact_store, with_artifact_digests
 from sandfleet.core.bundle import write_bundle
 from sandfleet.core.cancel import CancelRequests
+from sandfleet.core.chain import spec_commitment
 from sandfleet.core.contracts import (
     FINAL_STATUSES,
     ArtifactInfo,
@@ -51,18 +52,13 @@ from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.store import JobStore
-from sandfleet.core.verify import (
-    BatchVerdict,
-    JobEvidence,
-    Verdict,
-    VerdictState,
-    verify_job,
-    verify_jobs,
-)
+from sandfleet.core.verify import BatchVerdict, JobEvidence, Verdict, VerdictState, verify_jobs
 from sandfleet.producer.artifacts import fetch_artifact, write_artifacts
 from sandfleet.producer.cancelling import BatchCancelReport, CancelReport, requester
-from sandfleet.producer.checked import CheckedResult, checked_result, unverified_error
+from sandfleet.producer.checked import CheckedResult, checked_result, checked_verdict, unverified_error
 from sandfleet.producer.defaults import apply_defaults, check_defaults, spec_fields
+from sandfleet.producer.ledger import SubmissionLedger
+from sandfleet.producer.submitter import submitter_token as load_submitter_token
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
 # Waiting for results: BLPOP in slices this long, re-reading the record between slices.
@@ -111,11 +107,17 @@ class BatchProgress:
 
 
 class JobHandle:
-    """One submitted job. Cheap to make; every method reads Redis."""
+    """One submitted job. Cheap to make; every method reads Redis.
 
-    def __init__(self, client: Client, job_id: str) -> None:
+    ``spec_sha256``: the digest of the spec submitted as this job (known to the handle that submitted
+    it, and to ``Client.get`` from the ledger): a record answering another spec is refused
+    (SpecMismatchError). None: the record is checked against its chain only.
+    """
+
+    def __init__(self, client: Client, job_id: str, spec_sha256: str | None = None) -> None:
         self.client = client
         self.job_id = job_id
+        self.spec_sha256 = spec_sha256
         self._final: JobResult | None = None  # the verified final record, once read (it never changes)
 
     def __repr__(self) -> str:
@@ -134,11 +136,13 @@ class JobHandle:
         """Wait for the final record (at most ``timeout`` seconds; None: no limit) and return it.
 
         With ``verify`` (the default) the record is served only if its audit chain proves it: the
-        seal's commitment matches the record, and every signature holds (keys: ``Client.key_ring``).
+        seal's commitment matches the record, and every signature holds (keys: ``Client.key_ring``);
+        and, when the submitted spec's digest is known, only if the chain commits to that spec.
 
         Raises:
             TimeoutError: the job had not ended in time; the message names the job and its state.
             UnverifiedResultError: the record and its chain disagree (the problems are named).
+            SpecMismatchError: the record answers a different question than the one submitted.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         done_key = self.client.keys.done(self.job_id)
@@ -163,10 +167,11 @@ class JobHandle:
                     self.client.redis.lpush(done_key, popped[1])
 
     def checked(self) -> CheckedResult:
-        """The final result if its chain proves it; UnverifiedResultError if they disagree."""
+        """The final result if its chain proves it (and it answers the spec submitted, when known);
+        UnverifiedResultError if they disagree (SpecMismatchError for another spec)."""
         with self.client.redis_errors():
             evidence = self.client.reader.evidence(self.job_id)
-        checked = checked_result(evidence, self.client.key_ring())
+        checked = checked_result(evidence, self.client.key_ring(), self.spec_sha256)
         if checked.verdict.state == VerdictState.MISSING:
             raise JobNotFoundError(f"no record for job {self.job_id!r} (never submitted, or past retention)")
         if checked.verdict.state == VerdictState.MISMATCHED:
@@ -188,10 +193,11 @@ class JobHandle:
 
     def verify(self) -> Verdict:
         """Check the job's record against its audit chain, the chain's signatures, and the stored bytes
-        of its artifacts against the digests the chain commits to."""
+        of its artifacts against the digests the chain commits to, and the spec the chain commits to
+        against the one submitted (when its digest is known)."""
         with self.client.redis_errors():
             evidence = self.client.with_artifact_digests(self.client.reader.evidence(self.job_id))
-        return verify_job(evidence, self.client.key_ring())
+        return checked_verdict(evidence, self.client.key_ring(), self.spec_sha256)
 
     # -- artifacts ------------------------------------------------------------------------------
     def artifacts(self) -> list[ArtifactInfo]:
@@ -240,12 +246,19 @@ class JobHandle:
 
 
 class BatchHandle:
-    """Jobs submitted together; progress is one read of the batch's counts."""
+    """Jobs submitted together; progress is one read of the batch's counts.
 
-    def __init__(self, client: Client, batch_id: str, job_ids: list[str]) -> None:
+    ``spec_digests``: job id -> the digest of the spec submitted as that job, where known (see
+    JobHandle); results answering another spec are refused.
+    """
+
+    def __init__(
+        self, client: Client, batch_id: str, job_ids: list[str], spec_digests: dict[str, str] | None = None
+    ) -> None:
         self.client = client
         self.batch_id = batch_id
         self.job_ids = job_ids
+        self.spec_digests = spec_digests or {}
 
     def __repr__(self) -> str:
         return f"BatchHandle({self.batch_id!r}, {len(self.job_ids)} jobs)"
@@ -254,7 +267,7 @@ class BatchHandle:
         return len(self.job_ids)
 
     def jobs(self) -> list[JobHandle]:
-        return [JobHandle(self.client, j) for j in self.job_ids]
+        return [JobHandle(self.client, j, self.spec_digests.get(j)) for j in self.job_ids]
 
     def progress(self) -> BatchProgress:
         with self.client.redis_errors():
@@ -266,6 +279,7 @@ class BatchHandle:
 
         Raises:
             UnverifiedResultError: a finished job's record is not proven by its audit chain.
+            SpecMismatchError: a job's record answers a different question than the one submitted.
         """
         checked = self.checked_results()
         if any(c.verdict.state == VerdictState.MISMATCHED for c in checked):
@@ -277,12 +291,12 @@ class BatchHandle:
         with self.client.redis_errors():
             evidences = self.client.reader.evidence_many(self.job_ids)
         ring = self.client.key_ring()
-        return [checked_result(e, ring) for e in evidences]
+        return [checked_result(e, ring, self.spec_digests.get(e.job_id)) for e in evidences]
 
     def verify(self) -> BatchVerdict:
         """Check every job of the batch (records against chains, signatures, artifacts' stored bytes):
         verdicts and counts."""
-        return self.client.verify_jobs(self.job_ids)
+        return self.client.verify_jobs(self.job_ids, submitted=self.spec_digests)
 
     def download_artifacts(self, folder: Path) -> dict[str, list[Path]]:
         """Write the artifacts of every verified, finished job under ``folder/JOB_ID/``; job id -> the
@@ -341,6 +355,8 @@ class Client:
         self.registry = KeyRegistry(self.redis, self.keys)
         self.store = JobStore(self.redis, self.settings)
         self.artifact_store: ArtifactStore = open_artifact_store(self.settings, self.redis)
+        self.ledger = SubmissionLedger.from_settings(self.settings)
+        self._submitter_token: str | None = None
         self._app: Any = None
 
     def __enter__(self) -> Client:
@@ -355,6 +371,8 @@ class Client:
         close_store = getattr(self.artifact_store, "close", None)
         if close_store is not None:
             close_store()
+        if self.ledger is not None:
+            self.ledger.close()
         self.redis.close()
 
     @property
@@ -375,14 +393,17 @@ class Client:
 
         Raises:
             InvalidSpecError: the spec is invalid (field and reason named); nothing was enqueued.
+            BatchOwnerError: its ``batch_id`` names a batch another submitter created; nothing enqueued.
             QueueUnavailableError: Redis is unreachable or full; nothing was enqueued.
+            ClientStateError: the ledger or the submitter token cannot be written; nothing enqueued.
         """
         spec = with_priority(build_spec(spec_or_question, **fields), DEFAULT_JOB_PRIORITY)
         check_time_limits(self.settings, spec)
         job_id = new_job_id()
+        digests = self._remember([(job_id, spec)])
         self._record_queued([(job_id, spec)])
         self._publish([(job_id, spec)])
-        return JobHandle(self, job_id)
+        return JobHandle(self, job_id, digests[job_id])
 
     def submit_batch(
         self, specs: Iterable[JobSpec | dict[str, Any] | str], batch_id: str | None = None, **defaults: Any
@@ -395,7 +416,9 @@ class Client:
 
         Raises:
             InvalidSpecError: a spec is invalid (its index, field and reason named); nothing enqueued.
+            BatchOwnerError: ``batch_id`` names a batch another submitter created; nothing enqueued.
             QueueUnavailableError: Redis is unreachable or full (the message says what was enqueued).
+            ClientStateError: the ledger or the submitter token cannot be written; nothing enqueued.
         """
         batch_id = check_id(batch_id, "batch id") if batch_id else new_batch_id()
         check_defaults(defaults)
@@ -421,13 +444,15 @@ class Client:
             raise InvalidSpecError("invalid batch, nothing enqueued:\n" + "\n".join(shown))
         if not validated:
             raise InvalidSpecError("a batch needs at least one job spec")
+        digests = self._remember(validated)
         self._record_queued(validated)
         self._publish(validated)
-        return BatchHandle(self, batch_id, [job_id for job_id, _ in validated])
+        return BatchHandle(self, batch_id, [job_id for job_id, _ in validated], digests)
 
     # -- reading ------------------------------------------------------------------------------
     def get(self, job_id: str) -> JobHandle:
-        """A handle on an existing job; JobNotFoundError if there is no record of it."""
+        """A handle on an existing job (checked against the spec submitted, when the ledger holds it);
+        JobNotFoundError if there is no record of it."""
         try:
             check_id(job_id)
         except ValueError as e:
@@ -435,15 +460,26 @@ class Client:
         with self.redis_errors():
             if not self.redis.exists(self.keys.job(job_id)):
                 raise JobNotFoundError(f"no record for job {job_id!r} (never submitted, or past retention)")
-        return JobHandle(self, job_id)
+        return JobHandle(self, job_id, self.submitted_specs([job_id]).get(job_id))
 
     def batch(self, batch_id: str) -> BatchHandle:
-        """A handle on an existing batch."""
+        """A handle on an existing batch: its own jobs (the ones its creator submitted), each checked
+        against the spec submitted where the ledger holds it."""
         with self.redis_errors():
             job_ids = self.reader.batch_job_ids(batch_id)
         if not job_ids:
             raise JobNotFoundError(f"no batch {batch_id!r} (never submitted, or past retention)")
-        return BatchHandle(self, batch_id, job_ids)
+        return BatchHandle(self, batch_id, job_ids, self.submitted_specs(job_ids))
+
+    def submitted_specs(self, job_ids: list[str]) -> dict[str, str]:
+        """Job id -> the SHA-256 of the spec submitted, for the ids this user's ledger holds."""
+        return {} if self.ledger is None else self.ledger.spec_digests(job_ids)
+
+    def submitter_token(self) -> str:
+        """The secret that makes this client the creator of its batches (producer/submitter.py)."""
+        if self._submitter_token is None:
+            self._submitter_token = load_submitter_token(self.settings)
+        return self._submitter_token
 
     def jobs(
         self, batch: str | None = None, status: JobStatus | str | None = None, limit: int = 1000
@@ -513,11 +549,18 @@ class Client:
         with self.redis_errors():
             return verification_ring(self.settings, self.registry)
 
-    def verify_jobs(self, job_ids: list[str], ring: KeyRing | None = None) -> BatchVerdict:
-        """Verdicts of ``job_ids`` (read in one snapshot), in that order."""
+    def verify_jobs(
+        self, job_ids: list[str], ring: KeyRing | None = None, submitted: dict[str, str] | None = None
+    ) -> BatchVerdict:
+        """Verdicts of ``job_ids`` (read in one snapshot), in that order; each also checked against the
+        spec submitted (``submitted``: job id -> spec SHA-256; default: what the ledger holds)."""
         with self.redis_errors():
             evidences = [self.with_artifact_digests(e) for e in self.reader.evidence_many(job_ids)]
-        return verify_jobs(evidences, ring or self.key_ring())
+        digests = self.submitted_specs(job_ids) if submitted is None else submitted
+        ring = ring or self.key_ring()
+        began = time.perf_counter()
+        verdicts = [checked_verdict(e, ring, digests.get(e.job_id)) for e in evidences]
+        return BatchVerdict(verdicts=verdicts, seconds=time.perf_counter() - began)
 
     def with_artifact_digests(self, evidence: JobEvidence) -> JobEvidence:
         """``evidence`` with the digests of its artifacts' stored bytes, so verifying checks them too."""
@@ -537,11 +580,20 @@ class Client:
         """Redis failures become QueueUnavailableError with a message that says what to check."""
         return redis_errors(self.redis_url)
 
+    def _remember(self, jobs: list[tuple[str, JobSpec]]) -> dict[str, str]:
+        """Note the digest of each job's spec in the ledger (before anything is enqueued); job id -> it."""
+        digests = {job_id: spec_commitment(spec)[1] for job_id, spec in jobs}
+        if self.ledger is not None:
+            self.ledger.remember(digests.items())
+        return digests
+
     def _record_queued(self, jobs: list[tuple[str, JobSpec]]) -> None:
-        """Write the queued records of ``jobs`` in one transaction: all or nothing."""
+        """Write the queued records of ``jobs`` in one step: all or nothing (a batch another submitter
+        created is refused with BatchOwnerError, nothing written)."""
+        token = self.submitter_token() if any(spec.batch_id for _, spec in jobs) else None
         try:
-            self.store.record_queued(jobs)
-        except redis.RedisError as e:  # MULTI/EXEC: nothing of the transaction was applied
+            self.store.record_queued(jobs, token)
+        except redis.RedisError as e:  # the script refuses its first write: nothing was applied
             raise QueueUnavailableError(
                 f"{describe_redis_error(self.redis_url, e)}; nothing was enqueued"
             ) from e

@@ -155,6 +155,21 @@ def _sandfleet_containers() -> list[str] | None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def client_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The clients' state folder (submission ledger, submitter token) of this session, never the user's
+    ~/.sandfleet/client; commands the tests start inherit it. Tests that play a second submitter give
+    their client a folder of its own."""
+    folder = tmp_path_factory.mktemp("client-state")
+    previous = os.environ.get("SANDFLEET_CLIENT_STATE_DIR")
+    os.environ["SANDFLEET_CLIENT_STATE_DIR"] = str(folder)
+    yield folder
+    if previous is None:
+        os.environ.pop("SANDFLEET_CLIENT_STATE_DIR", None)
+    else:
+        os.environ["SANDFLEET_CLIENT_STATE_DIR"] = previous
+
+
+@pytest.fixture(scope="session", autouse=True)
 def no_leftover_containers() -> Iterator[None]:
     """Fail the session when Sandfleet containers outlive the tests that made them."""
     yield

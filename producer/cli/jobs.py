@@ -2,7 +2,8 @@
 
 Exit codes: 0 done (the job succeeded), 1 the job ended otherwise or Redis failed, 2 bad input
 (nothing enqueued), 3 the job has not ended yet (or did not within --timeout), 4 the final record
-is not the one its audit chain proves (it is not shown).
+is not the one its audit chain proves, or answers a different question than the one submitted (it
+is not shown).
 
 Every result shown or exported is verified first (``Client``, ``JobHandle.checked``): with the key
 set pinned by ``--keys``/``SANDFLEET_TRUSTED_KEYS``, else with the fleet's key register in Redis.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandfleet.core.errors import (
+    ClientStateError,
     InvalidSpecError,
     JobNotFoundError,
     QueueUnavailableError,
@@ -57,7 +59,7 @@ def cli_errors() -> Iterator[None]:
         yield
     except InvalidSpecError as e:
         raise BadInputError(f"{e}\nnothing was enqueued") from None
-    except SigningKeyError as e:  # a key set that cannot be read
+    except (SigningKeyError, ClientStateError) as e:  # a key set, the ledger or the token unusable
         raise BadInputError(str(e)) from None
     except (QueueUnavailableError, JobNotFoundError) as e:
         raise click.ClickException(str(e)) from None
@@ -242,7 +244,12 @@ def write_results(path: Path, rows: list[tuple[int, str, JobSpec, CheckedResult]
                 value = "" if result is None or result.result is None else payload_text(result.result)
                 error = f"{result.error.kind}: {result.error.message}" if result and result.error else ""
                 if checked.verdict.state == VerdictState.MISMATCHED:
-                    error = "not proven by the audit chain: " + "; ".join(checked.verdict.problems)
+                    why = (
+                        "answers another question"
+                        if checked.other_question
+                        else "not proven by the audit chain"
+                    )
+                    error = f"{why}: " + "; ".join(checked.verdict.problems)
                 writer.writerow(
                     [number, job_id, spec.question, status, str(checked.verified).lower(), value, error]
                 )
@@ -327,8 +334,15 @@ def batch(
     counts = {s.value: sum(r.status == s for r in finished) for s in JobStatus}
     click.echo(str(BatchProgress(total=len(handle), counts=counts)), err=True)
     unverified = [c for c in checked if c.verdict.state == VerdictState.MISMATCHED]
+    if other := sum(c.other_question for c in unverified):
+        click.echo(
+            f"{other} result(s) answer a different question than the one submitted (not shown)", err=True
+        )
+    if len(unverified) > other:
+        click.echo(
+            f"{len(unverified) - other} result(s) not proven by their audit chains (not shown)", err=True
+        )
     if unverified:
-        click.echo(f"{len(unverified)} result(s) not proven by their audit chains (not shown)", err=True)
         sys.exit(EXIT_UNVERIFIED)
     if len(finished) < len(checked):
         sys.exit(EXIT_NOT_DONE)

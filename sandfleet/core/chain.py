@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sandfleet.core.contracts import AuditEvent
+from sandfleet.core.contracts import AuditEvent, JobSpec
 
 GENESIS_HASH = ""
 SIGNATURE_DOMAIN = b"sandfleet-audit-v1"
@@ -33,6 +33,14 @@ def canonical_json(value: Any) -> str:
 
 def sha256_hex(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def spec_commitment(spec: JobSpec) -> tuple[str, str]:
+    """The spec's JSON exactly as the record stores it, and the SHA-256 of those bytes, which entry 0
+    commits to. The client keeps the digest of what it submitted to compare with what a record proves
+    (producer/checked.py): the same bytes, so no re-encoding can make two spellings of one spec."""
+    spec_json = spec.model_dump_json()
+    return spec_json, sha256_hex(spec_json)
 
 
 def encode_event(event: AuditEvent) -> str:

@@ -2,7 +2,8 @@
 
     SandfleetError
     ├── InvalidSpecError          bad input: a spec, an option, a size; nothing was enqueued or run
-    │   └── PolicyViolationError  valid, but beyond what the operator allows
+    │   ├── PolicyViolationError  valid, but beyond what the operator allows
+    │   └── BatchOwnerError       the batch named was created by another submitter: joining it is refused
     ├── TransientError            infrastructure that may come back: retries key on this branch
     │   ├── SandboxUnavailableError   no Docker engine reachable right now
     │   ├── ModelUnavailableError     rate-limited, timed out or 5xx after the retries
@@ -16,7 +17,9 @@
     │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
-    │   └── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
+    │   ├── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
+    │   └── SpecMismatchError        the chain proves an answer, but to a spec other than the one submitted
+    ├── ClientStateError          the client's own state folder (ledger, submitter token) cannot be used
     ├── JobCancelledError         a cancel request stopped the job (the engine unwinds on it)
     ├── ApprovalError             an approval decision that cannot be made
     │   ├── ApprovalNotFoundError     no request with that id
@@ -42,6 +45,11 @@ class InvalidSpecError(SandfleetError, ValueError):
 
 class PolicyViolationError(InvalidSpecError):
     """A valid request that the operator's policy does not allow."""
+
+
+class BatchOwnerError(InvalidSpecError):
+    """A job names a batch that another submitter created (or one that records no creator): nothing
+    was enqueued. A batch's jobs are the ones its creator submitted (sandfleet/core/batch_creator.py)."""
 
 
 class TransientError(SandfleetError):
@@ -105,6 +113,19 @@ class UnverifiedResultError(SandfleetError):
 
 class ArtifactIntegrityError(UnverifiedResultError):
     """An artifact's stored bytes are missing or differ from the SHA-256 its verified record lists."""
+
+
+class SpecMismatchError(UnverifiedResultError):
+    """The record's chain holds, but its entry 0 commits to a spec other than the one this client
+    submitted: the record answers a different question (someone rewrote the queued job in Redis).
+
+    ``args``: the message, then the problems found, as for UnverifiedResultError.
+    """
+
+
+class ClientStateError(SandfleetError):
+    """The client's state folder (``SANDFLEET_CLIENT_STATE_DIR``: the submission ledger and the
+    submitter token) cannot be read or written; the message names the file and the fix."""
 
 
 class JobCancelledError(SandfleetError):

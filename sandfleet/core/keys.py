@@ -7,7 +7,8 @@ keys only through :class:`FleetKeys`; nothing else spells a key.
 Per job (each one expires ``Settings.retention_s`` after the job's last write):
 
 ``{p}:job:{id}``                  hash, the job record: ``job_id``, ``status``, ``spec`` (JobSpec JSON),
-                                  ``batch_id``, ``{status}_at`` per transition (epoch seconds),
+                                  ``batch_id`` and ``batch_creator`` (the digest of its batch's
+                                  creator), ``{status}_at`` per transition (epoch seconds),
                                   ``updated_at``, ``attempts`` (runs started), ``deliveries`` (messages
                                   received), ``worker``, ``result`` (JobResult JSON, once final),
                                   ``audit_head`` and ``audit_count`` (the audit chain's tip),
@@ -42,7 +43,8 @@ Per batch (expire like the jobs):
 
 ``{p}:batch:{id}:jobs``           list, the batch's job ids in submission order.
 ``{p}:batch:{id}:counts``         hash, status -> number of the batch's jobs in it (``total`` too):
-                                  progress is one ``HGETALL``.
+                                  progress is one ``HGETALL``; and ``creator``, the digest of the
+                                  submitter token that created the batch (sandfleet/core/batch_creator.py).
 ``{p}:batch:{id}:webhook``        hash, the batch's completion webhook: claimed once (``url``,
                                   ``worker``), then its outcome (``status``, ``tries``, ``error``).
 

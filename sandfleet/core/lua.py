@@ -106,3 +106,51 @@ redis.call('PUBLISH', ARGV[4], ARGV[1])
 if first then return {'requested', cur} end
 return {'again', cur}
 """
+
+# The queued records of one submit (a job, or a whole batch), each with its audit chain's entry 0, in
+# one step: unless a batch it names was created by another submitter (sandfleet/core/batch_creator.py),
+# then nothing at all is written. A batch named for the first time takes the submitter's digest as
+# its creator, in its counts hash (which lives as long as the batch: every transition refreshes it).
+# KEYS: 1 every-job index, 2 queued index, then per batch: its counts hash, its job list; then per job:
+#       its record, its audit stream.
+# ARGV: 1 now (epoch s), 2 ttl (s), 3 number of batches B, then B creator digests (one per batch);
+#       then per job: its id, its batch's number (1..B; 0: none), entry 0's event JSON and link hash,
+#       N (the record's field/value count), then the N fields and values of the record.
+# Returns {outcome, batch number}: "ok", "refused" (another creator) or "unowned" (a batch that
+# records no creator: made by an older producer), with the number of the batch refused.
+RECORD_QUEUED = """
+local now, ttl, nb = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+for b = 1, nb do
+  local counts, jobs = KEYS[1 + 2 * b], KEYS[2 + 2 * b]
+  local owner = redis.call('HGET', counts, 'creator')
+  if owner then
+    if owner ~= ARGV[3 + b] then return {'refused', tostring(b)} end
+  elseif redis.call('EXISTS', counts) == 1 or redis.call('EXISTS', jobs) == 1 then
+    return {'unowned', tostring(b)}
+  end
+end
+for b = 1, nb do redis.call('HSET', KEYS[1 + 2 * b], 'creator', ARGV[3 + b]) end
+local a, k = 4 + nb, 3 + 2 * nb
+while a <= #ARGV do
+  local job, b, n = ARGV[a], tonumber(ARGV[a + 1]), tonumber(ARGV[a + 4])
+  local record, audit = KEYS[k], KEYS[k + 1]
+  redis.call('HSET', record, unpack(ARGV, a + 5, a + 4 + n))
+  redis.call('XADD', audit, '*', 'event', ARGV[a + 2], 'hash', ARGV[a + 3], 'sig', '', 'key', '')
+  redis.call('ZADD', KEYS[1], now, job)
+  redis.call('ZADD', KEYS[2], now, job)
+  redis.call('EXPIRE', record, ttl)
+  redis.call('EXPIRE', audit, ttl)
+  if b > 0 then
+    redis.call('RPUSH', KEYS[2 + 2 * b], job)
+    redis.call('HINCRBY', KEYS[1 + 2 * b], 'queued', 1)
+    redis.call('HINCRBY', KEYS[1 + 2 * b], 'total', 1)
+  end
+  a, k = a + 5 + n, k + 2
+end
+for b = 1, nb do
+  redis.call('EXPIRE', KEYS[1 + 2 * b], ttl)
+  redis.call('EXPIRE', KEYS[2 + 2 * b], ttl)
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
+return {'ok', '0'}
+"""

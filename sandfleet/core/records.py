@@ -12,8 +12,10 @@ from contextlib import contextmanager
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandfleet.core.batch_creator import CREATOR_FIELD, is_own_job
+from sandfleet.core.batch_creator import RECORD_FIELD as BATCH_CREATOR_FIELD
 from sandfleet.core.chain import ChainEntry
-from sandfleet.core.contracts import AuditEvent, JobResult, JobSpec, JobStatus
+from sandfleet.core.contracts import ID_PATTERN, AuditEvent, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import JobNotFoundError
 from sandfleet.core.keys import FleetKeys, check_id
 from sandfleet.core.priority import effective_priority
@@ -30,6 +32,7 @@ class JobRecord(BaseModel):
     job_id: str
     status: JobStatus
     batch_id: str | None = None
+    batch_creator: str | None = Field(None, description="the digest of the batch creator's token")
     timestamps: dict[str, float] = Field(default_factory=dict, description="state -> epoch seconds")
     updated_at: float | None = None
     attempts: int = 0
@@ -52,6 +55,7 @@ class JobRecord(BaseModel):
             job_id=fields["job_id"],
             status=JobStatus(fields["status"]),
             batch_id=fields.get("batch_id") or None,
+            batch_creator=fields.get(BATCH_CREATOR_FIELD) or None,
             timestamps=stamps,
             updated_at=updated,
             attempts=int(fields.get("attempts", 0)),
@@ -153,17 +157,43 @@ class RecordReader:
         ]
 
     def batch_counts(self, batch_id: str) -> dict[str, int]:
-        """``{"total": n, "queued": ..., "running": ..., ...}``: one HGETALL."""
+        """``{"total": n, "queued": ..., "running": ..., ...}``: one HGETALL (the hash's ``creator``
+        field is not a count and is left out)."""
         check_id(batch_id, "batch id")
         raw = text_map(self._redis.hgetall(self._keys.batch_counts(batch_id)))
         counts = {s.value: 0 for s in JobStatus}
-        counts.update({k: int(v) for k, v in raw.items()})
+        counts.update({k: int(v) for k, v in raw.items() if k != CREATOR_FIELD})
         counts.setdefault("total", 0)
         return counts
 
-    def batch_job_ids(self, batch_id: str) -> list[str]:
+    def batch_creator(self, batch_id: str) -> str | None:
+        """The digest of the token that created the batch (None: no such batch, or an older one)."""
         check_id(batch_id, "batch id")
-        return text_list(self._redis.lrange(self._keys.batch_jobs(batch_id), 0, -1))
+        return text_or_none(self._redis.hget(self._keys.batch_counts(batch_id), CREATOR_FIELD))
+
+    def batch_job_ids(self, batch_id: str) -> list[str]:
+        """The batch's own job ids in submission order: listed jobs whose record names another batch
+        or another creator are left out (core/batch_creator.py); a job whose record is gone (past
+        retention) stays in, so that it shows as missing."""
+        check_id(batch_id, "batch id")
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.hget(self._keys.batch_counts(batch_id), CREATOR_FIELD)
+        pipe.lrange(self._keys.batch_jobs(batch_id), 0, -1)
+        creator, listed = pipe.execute()
+        ids = [i for i in dict.fromkeys(text_list(listed or [])) if ID_PATTERN.match(i)]
+        pipe = self._redis.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hmget(self._keys.job(job_id), ["status", "batch_id", BATCH_CREATOR_FIELD])
+        names = ("status", "batch_id", BATCH_CREATOR_FIELD)
+        owners = [
+            {name: text(v) for name, v in zip(names, values, strict=True) if v is not None}
+            for values in pipe.execute()
+        ]
+        return [
+            job_id
+            for job_id, record in zip(ids, owners, strict=True)
+            if "status" not in record or is_own_job(batch_id, text_or_none(creator), record)
+        ]
 
     def job_ids(
         self, batch_id: str | None = None, status: JobStatus | str | None = None, limit: int = 1000

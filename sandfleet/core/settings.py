@@ -30,6 +30,9 @@ DEFAULT_TRANSIENT_RETRIES = 5
 DEFAULT_TRANSIENT_BACKOFF_S = 5.0
 DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
 DEFAULT_WORKER_STATE_DIR = "~/.sandfleet/worker"
+DEFAULT_CLIENT_STATE_DIR = "~/.sandfleet/client"
+# ~165 bytes a job in SQLite (with its index): 100,000 jobs are ~16 MB (producer/ledger.py)
+DEFAULT_CLIENT_LEDGER_MAX_JOBS = 100_000
 DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
 # The runtimes deploy/bootstrap.sh registers and SandboxConfig.docker_runtime picks for its classes.
@@ -128,6 +131,24 @@ class Settings(BaseSettings):
     trusted_keys: str | None = Field(
         None,
         description="a key set from `sandfleet keys export`: verify audit chains with these keys only",
+    )
+    # The submitting user's own state (producer/ledger.py, producer/submitter.py).
+    client_state_dir: str = Field(
+        DEFAULT_CLIENT_STATE_DIR,
+        description="the submitting user's folder: the ledger of the specs it submitted (ledger.sqlite3) "
+        "and its submitter token (submitter.token, mode 0600)",
+    )
+    client_ledger_max_jobs: int = Field(
+        DEFAULT_CLIENT_LEDGER_MAX_JOBS,
+        ge=0,
+        description="jobs the ledger remembers, the oldest dropped first; 0: no ledger (results are then "
+        "checked against the spec only in the process that submitted them)",
+    )
+    submitter_token: str | None = Field(
+        None,
+        min_length=16,
+        description="the secret that makes this client the creator of its batches (share it to add jobs "
+        "to one batch from several machines); unset: made once in client_state_dir/submitter.token",
     )
 
     # Operator policy: what a job may ask of its sandbox.

@@ -1,9 +1,10 @@
 """The write side of job records: the queued records, deliveries, state transitions and the one
 final record. Every record is written here, by producers and workers alike.
 
-Submitting writes the queued records of a batch in one MULTI/EXEC (all or nothing), each with its
-audit chain's entry 0. Every later change is one Lua script (:mod:`sandfleet.core.lua`), so the
-record, the status indexes, the batch counts and the retention move together, and the final-record
+Submitting writes the queued records of a batch in one Lua script (all or nothing), each with its
+audit chain's entry 0, unless a batch they name was created by another submitter (then nothing:
+sandfleet/core/batch_creator.py). Every later change is one Lua script too (:mod:`sandfleet.core.lua`),
+so the record, the status indexes, the batch counts and the retention move together, and the final-record
 guard makes the first final write win: a redelivered or duplicated job ends exactly once. The final
 write appends the chain's seal in the same script, signed by the finishing worker, so the record
 served and the seal that proves it are written together or not at all.
@@ -22,7 +23,9 @@ from redis.typing import EncodableT, FieldT
 
 from sandfleet.core.approvals import withdraw_job_approvals
 from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, key_info_json, signed_entry
-from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, record_commitment, sha256_hex
+from sandfleet.core.batch_creator import RECORD_FIELD as BATCH_CREATOR_FIELD
+from sandfleet.core.batch_creator import creator_digest
+from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, record_commitment, spec_commitment
 from sandfleet.core.contracts import (
     AuditEvent,
     AuditKind,
@@ -31,8 +34,9 @@ from sandfleet.core.contracts import (
     JobSpec,
     JobStatus,
 )
+from sandfleet.core.errors import BatchOwnerError
 from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
-from sandfleet.core.lua import COUNT_DELIVERY, TRANSITION
+from sandfleet.core.lua import COUNT_DELIVERY, RECORD_QUEUED, TRANSITION
 from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
@@ -55,6 +59,21 @@ def queued_fields(job_id: str, spec_json: str, spec: JobSpec, now: float) -> dic
     if spec.batch_id:
         fields["batch_id"] = spec.batch_id
     return fields
+
+
+def refusal(batch_id: str, outcome: str) -> str:
+    """Why a job may not join ``batch_id`` (``outcome`` as RECORD_QUEUED returns it), and what to do."""
+    if outcome == "refused":
+        why = (
+            f"batch {batch_id!r} was created by another submitter: a batch's jobs are the ones its "
+            "creator submits"
+        )
+    else:
+        why = f"batch {batch_id!r} records no creator (an older producer made it), so no job may join it"
+    return (
+        f"{why}; choose another batch id (or, to add to your own batch from another machine, set "
+        "SANDFLEET_SUBMITTER_TOKEN to the token that created it)"
+    )
 
 
 class Transition(StrEnum):
@@ -81,6 +100,7 @@ class JobStore:
         self.reader = RecordReader(client, self.keys)
         self._transition = client.register_script(TRANSITION)
         self._count_delivery = client.register_script(COUNT_DELIVERY)
+        self._record_queued = client.register_script(RECORD_QUEUED)
 
     @classmethod
     def from_settings(cls, settings: Settings, signer: ChainSigner | None = None) -> JobStore:
@@ -97,40 +117,43 @@ class JobStore:
             )
         return self.signer
 
-    def record_queued(self, jobs: list[tuple[str, JobSpec]]) -> None:
-        """Write the queued records of ``jobs`` and their first audit event in one transaction.
+    def record_queued(self, jobs: list[tuple[str, JobSpec]], submitter_token: str | None = None) -> None:
+        """Write the queued records of ``jobs`` and their first audit event in one Lua step.
+
+        Jobs of a batch need ``submitter_token``: a batch named for the first time is created by it
+        (the batch record keeps only its digest, sandfleet/core/batch_creator.py); a batch another
+        token created is refused, and then nothing of ``jobs`` is written.
 
         Raises:
-            redis.RedisError: nothing of the transaction was applied (MULTI/EXEC).
+            BatchOwnerError: a batch named was created by another submitter; nothing was written.
+            redis.RedisError: nothing was written (Redis refuses the script's first write when full).
         """
         now, ttl = time.time(), self.settings.retention_s
-        pipe = self.redis.pipeline(transaction=True)
+        batch_ids = list(dict.fromkeys(spec.batch_id for _, spec in jobs if spec.batch_id))
+        if batch_ids and not submitter_token:
+            raise ValueError(
+                "jobs of a batch are recorded with their submitter's token (the batch's creator)"
+            )
+        creators = [creator_digest(submitter_token or "", b) for b in batch_ids]
+        number = {b: i for i, b in enumerate(batch_ids, start=1)}
+        keys = [self.keys.all_jobs, self.keys.status_index(JobStatus.QUEUED)]
+        for batch_id in batch_ids:
+            keys += [self.keys.batch_counts(batch_id), self.keys.batch_jobs(batch_id)]
+        args: list[EncodableT] = [repr(now), ttl, len(batch_ids), *creators]
         for job_id, spec in jobs:
-            record = self.keys.job(job_id)
-            spec_json = spec.model_dump_json()
-            data = {"status": JobStatus.QUEUED.value, "spec_sha256": sha256_hex(spec_json)}
+            spec_json, spec_sha256 = spec_commitment(spec)
+            data = {"status": JobStatus.QUEUED.value, "spec_sha256": spec_sha256}
             event_json = encode_event(AuditEvent(ts=now, job_id=job_id, kind=AuditKind.STATE, data=data))
             head = link_hash(GENESIS_HASH, event_json)
-            fields: dict[FieldT, EncodableT] = {
-                **queued_fields(job_id, spec_json, spec, now),
-                "audit_head": head,
-                "audit_count": 1,
-            }
-            pipe.hset(record, mapping=fields)
-            pipe.xadd(self.keys.audit(job_id), {"event": event_json, "hash": head, "sig": "", "key": ""})
-            pipe.zadd(self.keys.all_jobs, {job_id: now})
-            pipe.zadd(self.keys.status_index(JobStatus.QUEUED), {job_id: now})
-            for key in (record, self.keys.audit(job_id)):
-                pipe.expire(key, ttl)
+            fields = {**queued_fields(job_id, spec_json, spec, now), "audit_head": head, "audit_count": 1}
             if spec.batch_id:
-                pipe.rpush(self.keys.batch_jobs(spec.batch_id), job_id)
-                pipe.hincrby(self.keys.batch_counts(spec.batch_id), JobStatus.QUEUED.value, 1)
-                pipe.hincrby(self.keys.batch_counts(spec.batch_id), "total", 1)
-        for batch_id in {spec.batch_id for _, spec in jobs if spec.batch_id}:
-            pipe.expire(self.keys.batch_jobs(batch_id), ttl)
-            pipe.expire(self.keys.batch_counts(batch_id), ttl)
-        pipe.zremrangebyscore(self.keys.all_jobs, "-inf", now - ttl)
-        pipe.execute()
+                fields[BATCH_CREATOR_FIELD] = creators[number[spec.batch_id] - 1]
+            keys += [self.keys.job(job_id), self.keys.audit(job_id)]
+            args += [job_id, number.get(spec.batch_id or "", 0), event_json, head, 2 * len(fields)]
+            args += [item for pair in fields.items() for item in pair]
+        outcome, detail = text_list(self._record_queued(keys=keys, args=args))
+        if outcome != "ok":
+            raise BatchOwnerError(refusal(batch_ids[int(detail) - 1], outcome))
 
     def withdraw(self, jobs: list[tuple[str, JobSpec]]) -> None:
         """Undo :meth:`record_queued` for jobs whose message was never published (best effort:

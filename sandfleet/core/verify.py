@@ -287,6 +287,20 @@ class _Check:
                 )
 
 
+def committed_spec_sha256(evidence: JobEvidence) -> str | None:
+    """The spec digest the job's chain commits to: the ``spec_sha256`` of entry 0, the producer's
+    ``queued`` event (every later entry is signed over a link that includes it); None if there is no
+    entry 0 or it names none. A verified record's spec hashes to the same digest."""
+    if not evidence.entries:
+        return None
+    try:
+        event = AuditEvent.model_validate_json(evidence.entries[0].event)
+    except ValidationError:
+        return None
+    digest = event.data.get("spec_sha256")
+    return digest if isinstance(digest, str) else None
+
+
 def listed_artifacts(result_json: str | None) -> list[tuple[str, str]]:
     """(name, sha256) of each artifact a stored JobResult lists; empty when it lists none or does not parse."""
     if not result_json:

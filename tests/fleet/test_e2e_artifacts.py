@@ -87,6 +87,7 @@ def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
         **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
+        "SANDFLEET_CLIENT_STATE_DIR": os.environ["SANDFLEET_CLIENT_STATE_DIR"],  # tests/conftest.py
         "SANDFLEET_POLICY_IMAGES": f"sandfleet/sandbox:py3.11,{DATA_SCIENCE_IMAGE}",
     }
     return subprocess.run(

@@ -29,6 +29,7 @@ def test_local_loadtest_writes_report_and_plot(tmp_path: Path, docker_engine: An
         skip_or_fail("redis-server is not installed")
     out = tmp_path / "report"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")}
+    env["SANDFLEET_CLIENT_STATE_DIR"] = os.environ["SANDFLEET_CLIENT_STATE_DIR"]  # tests/conftest.py
     proc = subprocess.run(
         [
             sys.executable,

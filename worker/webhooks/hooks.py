@@ -12,9 +12,11 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
+from sandfleet.core.batch_creator import CREATOR_FIELD, RECORD_FIELD, is_own_job
 from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.records import JobRecord
+from sandfleet.core.replies import text, text_map
 from sandfleet.core.settings import Settings
 from sandfleet.core.store import JobStore
 from sandfleet.core.webhook_signing import sign
@@ -76,7 +78,7 @@ class Webhooks:
             if spec.webhook:
                 body = encode(job_body(result, record.batch_id, now))
                 committed.append(self._commit(audit, spec.webhook, JOB_EVENT, result.job_id, body, now))
-            if spec.batch_webhook and record.batch_id and self._ends_batch(record.batch_id, result.status):
+            if spec.batch_webhook and record.batch_id and self._ends_own_batch(record, result.status):
                 counts = self._counts_after(record.batch_id, result.status)
                 body = encode(batch_body(record.batch_id, counts, now))
                 delivery_id = f"batch:{record.batch_id}"
@@ -111,16 +113,24 @@ class Webhooks:
         audit.emit(AuditKind.WEBHOOK, {**data, "sent": True, "timestamp": timestamp})
         return Delivery(url, event, delivery_id, body, sign(secret, timestamp, body), timestamp)
 
-    def _ends_batch(self, batch_id: str, status: JobStatus) -> bool:
-        """Whether every other job of the batch has ended, so this job's end ends the batch."""
+    def _ends_own_batch(self, record: JobRecord, status: JobStatus) -> bool:
+        """Whether the job is one of its batch's own (its record names the batch's creator:
+        core/batch_creator.py) and every other job of the batch has ended, so this job's end ends the
+        batch. A job that is not the batch's own never sends, nor claims, the batch's webhook."""
+        batch_id = str(record.batch_id)
+        creator = self._redis.hget(self._keys.batch_counts(batch_id), CREATOR_FIELD)
+        fields = {"batch_id": batch_id, RECORD_FIELD: record.batch_creator or ""}
+        if creator is None or not is_own_job(batch_id, text(creator), fields):
+            log.warning("job %s is not one of batch %s's own jobs: no batch webhook", record.job_id, batch_id)
+            return False
         counts = self._counts(batch_id)
         ended = sum(n for s, n in counts.items() if s != "total" and JobStatus(s).is_final)
         return status.is_final and counts.get("total", 0) > 0 and ended == counts["total"] - 1
 
     def _counts(self, batch_id: str) -> dict[str, int]:
-        raw = self._redis.hgetall(self._keys.batch_counts(batch_id))
-        text = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in raw.items()}
-        return {k: v for k, v in text.items() if k == "total" or k in JobStatus.__members__.values()}
+        raw = text_map(self._redis.hgetall(self._keys.batch_counts(batch_id)))
+        names = {"total", *(s.value for s in JobStatus)}  # not the hash's ``creator`` field
+        return {k: int(v) for k, v in raw.items() if k in names}
 
     def _counts_after(self, batch_id: str, status: JobStatus) -> dict[str, int]:
         """The batch's counts of final statuses once this job's record is written."""

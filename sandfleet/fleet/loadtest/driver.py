@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import redis
 
+from sandfleet.core.batch_creator import CREATOR_FIELD
 from sandfleet.core.replies import text
 from sandfleet.fleet.loadtest.phases import record_summary
 from sandfleet.fleet.loadtest.sampler import FleetSampler, Samples
@@ -216,7 +217,7 @@ class _ProgressWatcher:
         while not self._stop.is_set():
             raw = self._redis.hgetall(self._key)
             self.polls += 1
-            counts = {text(k): int(v) for k, v in raw.items()}
+            counts = {text(k): int(v) for k, v in raw.items() if text(k) != CREATOR_FIELD}
             failed = sum(counts.get(s, 0) for s in FAILED_STATES)
             done = counts.get("succeeded", 0) + failed
             self._data.progress.append((time.time(), done, failed))
