@@ -17,6 +17,7 @@
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     │   └── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
+    ├── UntrustedStateError       state a worker read back that the job's verified chain does not commit to
     ├── JobCancelledError         a cancel request stopped the job (the engine unwinds on it)
     ├── ApprovalError             an approval decision that cannot be made
     │   ├── ApprovalNotFoundError     no request with that id
@@ -105,6 +106,12 @@ class UnverifiedResultError(SandfleetError):
 
 class ArtifactIntegrityError(UnverifiedResultError):
     """An artifact's stored bytes are missing or differ from the SHA-256 its verified record lists."""
+
+
+class UntrustedStateError(SandfleetError):
+    """State a worker read back from Redis (a suspended job's checkpoint, an approved call's stored
+    outcome) that the job's verified audit chain does not commit to: never used; the job ends
+    ``untrusted_state``."""
 
 
 class JobCancelledError(SandfleetError):
