@@ -140,7 +140,13 @@ class WorkerState:
             )
             store.signer = signer
             log.info("worker %s signs with key %s (%s)", name, signer.key.key_id, signer.path)
-            if pinned is not None and signer.key.key_id not in pinned:
+            if pinned is None:
+                log.info(
+                    "worker %s verifies a job's chain before resuming it with the key register in Redis "
+                    "(not pinned: anyone who can write Redis can add a key); SANDFLEET_TRUSTED_KEYS pins",
+                    name,
+                )
+            elif signer.key.key_id not in pinned:
                 log.warning(
                     "worker %s: its key %s is not in the pinned key set %s: other workers and auditors "
                     "pinning it refuse what this worker signs; export the key set again",

@@ -62,7 +62,14 @@ class KeyRegistry:
         return self._key
 
     def register(self, info: KeyInfo) -> KeyInfo:
-        """Add ``info`` unless its key id is there already; returns what is registered for it."""
+        """Add ``info`` unless its key id is there already; returns what is registered for it (as
+        stored: the caller compares it with its own key).
+
+        Raises:
+            SigningKeyError: ``info``'s key id is not the hash of its public key.
+        """
+        if problem := key_id_problem(info):
+            raise SigningKeyError(f"not registered: {problem}")
         self._redis.hsetnx(self._key, info.key_id, info.model_dump_json())
         stored = self.get(info.key_id)
         assert stored is not None  # just written, and keys of the register never expire

@@ -269,8 +269,12 @@ class KeyRing:
         return KeyRing(infos, self.source, self.rejected)
 
     def with_own(self, own: KeyInfo) -> KeyRing:
-        """This ring with ``own`` (the public half of the private key a worker holds) trusted as it is:
-        a worker needs no register to know its own key, and no register entry can replace it."""
+        """This ring with ``own`` (the public half of the private key a worker holds): a worker needs no
+        register to know its own key, and no register entry can replace it. A revocation of it stays
+        (a revoked key may have been stolen: what it signed proves nothing, to its worker neither)."""
+        known = self.infos.get(own.key_id)
+        if known is not None and known.status == KeyStatus.REVOKED:
+            own = own.with_status(KeyStatus.REVOKED)
         infos = [i for i in self.infos.values() if i.key_id != own.key_id] + [own]
         rejected = {k: why for k, why in self.rejected.items() if k != own.key_id}
         return KeyRing(infos, f"{self.source} and this worker's own key", rejected)

@@ -21,7 +21,7 @@ from sandfleet.core.key_registry import (
 )
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.settings import Settings
-from sandfleet.core.signing import FileSigner, KeyRing, WorkerKey, key_id_problem
+from sandfleet.core.signing import FileSigner, KeyInfo, KeyRing, KeyStatus, WorkerKey, key_id_problem
 from sandfleet.worker.celery_app import create_app
 
 from .helpers import TEST_WORKER
@@ -54,6 +54,8 @@ def test_an_entry_whose_id_is_not_the_hash_of_its_public_key_is_rejected_everywh
     assert "not a key entry" in contents.rejected["garbage"]
     assert f"holds key {other.key_id}" in contents.rejected["f" * 32]
     assert registry.all() == contents.keys  # nothing rejected is handed out as a key
+    with pytest.raises(SigningKeyError, match="not registered: key id"):
+        registry.register(KeyInfo.model_validate_json(entry))
 
     message = signed_message("job", "link")
     ring = verification_ring(settings, registry)
@@ -128,6 +130,11 @@ def test_a_worker_trusts_its_own_key_and_with_a_pinned_set_no_key_added_to_the_r
     assert pinned.check(signer.key.key_id, message, signer.key.sign(message)) is None
     refused = pinned.check(added.key_id, message, added.sign(message))
     assert refused is not None and "not in the key set (the pinned key set" in refused
+
+    raw_redis.hset(keys.signing_keys, signer.key.key_id, signer.key.info.model_dump_json())  # genuine again
+    registry.set_status(signer.key.key_id, KeyStatus.REVOKED)  # exposed: its own worker trusts it no more
+    revoked = worker_ring(settings, registry, signer.key_info())
+    assert "which is revoked" in str(revoked.check(signer.key.key_id, message, signer.key.sign(message)))
 
 
 def test_a_worker_with_an_unreadable_pinned_key_set_refuses_to_start(
