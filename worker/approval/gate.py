@@ -164,8 +164,7 @@ class RunGate:
         with self._lock:
             occurrence = self._occurrences.get(sha, 0) + 1
             self._occurrences[sha] = occurrence
-        rid = request_id(self.job_id, self.attempt, sha, occurrence)
-        with self._lock:
+            rid = request_id(self.job_id, self.attempt, sha, occurrence)
             self._tools[rid] = (tool, sha)
         settings = self.service.settings
         shown, hidden = redact(named_arguments(bound, args, kwargs), settings.approval_redact)
