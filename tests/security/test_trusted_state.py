@@ -222,6 +222,8 @@ def test_an_invented_outcome_written_while_the_call_waits_in_its_program_is_not_
         e.data.get("status") for e in job.audit()
     ]  # stopped in its grace, never suspended
     assert INVENTED not in texts_of(job) and INVENTED not in json.dumps(result.model_dump(mode="json"))
+    approvals = [e.data["event"] for e in job.audit() if e.kind == "approval"]
+    assert approvals == ["requested"]  # nor a decision nobody made: nothing of the forged request is used
     assert [e["tool"] for e in ledger(data)[before:]] == ["lookup_order"]
     record(
         "state: invented outcome while the call waits in its program",

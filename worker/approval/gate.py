@@ -253,6 +253,11 @@ class RunGate:
         if status is None or status == ApprovalStatus.PENDING:
             return None
         request = self.store.get(rid)
+        if request.status == ApprovalStatus.EXECUTED and request.outcome is not None:
+            served = self._served(request)  # verified before anything of it is used, its decision too
+            if served.kind == "served":
+                note_decision(self.store, request, self.audit, self.attempt)
+            return served
         note_decision(self.store, request, self.audit, self.attempt)
         if status == ApprovalStatus.APPROVED:
             taken = self.store.consume(rid, self.job_id, self.service.worker)
@@ -265,12 +270,7 @@ class RunGate:
             request = self.store.get(rid)  # taken meanwhile by another delivery of the job
             status = request.status
         if status == ApprovalStatus.EXECUTED and request.outcome is not None:
-            try:
-                outcome = self.service.verified.outcome(request)
-            except UntrustedStateError as e:
-                log.warning("job %s: %s", self.job_id, e)
-                return Admission("untrusted", rid, message=str(e))
-            return Admission("served", rid, outcome=outcome)
+            return self._served(request)
         if status == ApprovalStatus.EXECUTING:
             return Admission(
                 "denied",
@@ -289,6 +289,15 @@ class RunGate:
                 f"(request {rid} timed out): denied",
             )
         return Admission("denied", rid, message=f"call to {tool} refused: its request {rid} was withdrawn")
+
+    def _served(self, request: ApprovalRequest) -> Admission:
+        """An executed request's stored outcome, served only if the job's verified chain commits to it."""
+        try:
+            outcome = self.service.verified.outcome(request)
+        except UntrustedStateError as e:
+            log.warning("job %s: %s", self.job_id, e)
+            return Admission("untrusted", request.id, message=str(e))
+        return Admission("served", request.id, outcome=outcome)
 
 
 def note_decision(store: ApprovalStore, request: ApprovalRequest, audit: Emitter, attempt: int) -> None:
