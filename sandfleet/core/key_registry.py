@@ -90,7 +90,7 @@ class KeyRegistry:
             raise SigningKeyError(f"the key register's entry {key_id!r} is not a key entry") from None
 
     def contents(self) -> RegisterContents:
-        """Every entry, checked: the usable keys oldest first, and the rejected entries (logged)."""
+        """Every entry, checked: the usable keys oldest first, and the rejected entries (why each)."""
         keys: list[KeyInfo] = []
         rejected: dict[str, str] = {}
         for name, raw in text_map(self._redis.hgetall(self._key)).items():
@@ -107,7 +107,7 @@ class KeyRegistry:
             else:
                 rejected[name] = problem
         for problem in rejected.values():
-            log.warning("key register: %s", problem)
+            log.info("key register: %s", problem)  # the callers refuse loudly; this is for the log
         return RegisterContents(sorted(keys, key=lambda i: i.created_at), rejected)
 
     def all(self) -> list[KeyInfo]:
