@@ -76,6 +76,7 @@ class RunResult:
     timings: dict[str, float] = field(default_factory=dict)
     artifacts: Collection = field(default_factory=Collection)  # what it left in /workspace/out/
     suspended_for: list[str] = field(default_factory=list)  # stopped to wait for these approval requests
+    untrusted_state: str | None = None  # stopped: a stored outcome the job's chain does not commit to
 
     @property
     def ok(self) -> bool:
@@ -242,4 +243,5 @@ class ProgramRuntime:
                 "exec_timeout_s": min(settings.exec_timeout, config.timeout),
             },
             suspended_for=list(bridge.suspended_for),
+            untrusted_state=bridge.untrusted,
         )

@@ -27,12 +27,18 @@ from typing import Any
 from sandfleet.core.audit import RedisAuditSink
 from sandfleet.core.cancel import CancelRequest, CancelRequests
 from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
-from sandfleet.core.key_registry import KeyRegistry, start_signer
+from sandfleet.core.key_registry import (
+    KeyRegistry,
+    start_signer,
+    trusted_ring,
+    verification_ring,
+    worker_ring,
+)
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.publish import JobPublisher
 from sandfleet.core.queue import queue_name
 from sandfleet.core.settings import Settings
-from sandfleet.core.signing import FileSigner
+from sandfleet.core.signing import FileSigner, KeyRing
 from sandfleet.core.store import JobStore
 from sandfleet.worker.cancel.scope import RunningScopes
 from sandfleet.worker.cancel.watcher import CancelWatcher
@@ -122,17 +128,43 @@ class WorkerState:
         is unusable (unreadable, revoked) refuses to start.
 
         Raises:
-            SigningKeyError: the key file cannot be read or written, or the key is revoked.
+            SigningKeyError: the key file cannot be read or written, the key is revoked, the register
+                holds another public key under its key id, or the pinned key set
+                (``SANDFLEET_TRUSTED_KEYS``) cannot be read.
         """
         store = self.store
         if store.signer is None or store.signer.worker != name:
+            pinned = trusted_ring(self.settings.trusted_keys) if self.settings.trusted_keys else None
             signer = start_signer(
                 self.settings, name, KeyRegistry(store.redis, FleetKeys(self.settings.key_prefix))
             )
             store.signer = signer
             log.info("worker %s signs with key %s (%s)", name, signer.key.key_id, signer.path)
+            if pinned is None:
+                log.info(
+                    "worker %s verifies a job's chain before resuming it with the key register in Redis "
+                    "(not pinned: anyone who can write Redis can add a key); SANDFLEET_TRUSTED_KEYS pins",
+                    name,
+                )
+            elif signer.key.key_id not in pinned:
+                log.warning(
+                    "worker %s: its key %s is not in the pinned key set %s: other workers and auditors "
+                    "pinning it refuse what this worker signs; export the key set again",
+                    name,
+                    signer.key.key_id,
+                    self.settings.trusted_keys,
+                )
         assert isinstance(store.signer, FileSigner)
         return store.signer
+
+    def key_ring(self) -> KeyRing:
+        """The keys this worker verifies a job's chain with before it uses state the chain commits to:
+        the pinned key set (``SANDFLEET_TRUSTED_KEYS``) or else the register, and its own key."""
+        store = self.store
+        registry = KeyRegistry(store.redis, FleetKeys(self.settings.key_prefix))
+        if store.signer is None:  # not started as a worker (a test's state): no key of its own
+            return verification_ring(self.settings, registry)
+        return worker_ring(self.settings, registry, store.signer.key_info())
 
     def start(self, name: str) -> None:
         """Announce this worker (heartbeat, recovery sweeps); called once the worker consumes."""
@@ -213,7 +245,10 @@ class WorkerState:
         store = self.store
         worker = store.signer.worker if store.signer else ""
         return ApprovalService(
-            ApprovalStore(store.redis, store.keys, self.settings.retention_s), self.settings, worker
+            ApprovalStore(store.redis, store.keys, self.settings.retention_s),
+            self.settings,
+            worker,
+            ring=self.key_ring,
         )
 
     # -- while running --------------------------------------------------------------------------

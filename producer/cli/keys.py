@@ -7,11 +7,16 @@
 
 Public keys only leave a worker host. ``rotate`` reads and writes the private key file under
 ``SANDFLEET_WORKER_STATE_DIR``, so it runs where the worker runs.
+
+A key id is the hash of its public key, recomputed here: a register entry whose id is not (someone who
+can write Redis put another public key under a genuine id) is listed as ``INVALID`` with exit 4, and
+``export`` refuses to write a key set while the register holds one (exit 4, nothing written).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -21,7 +26,7 @@ from sandfleet.core.key_registry import KeyRegistry, rotate_key
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.settings import get_settings
 from sandfleet.core.signing import KeyRing, KeyStatus
-from sandfleet.producer.cli.jobs import cli_errors
+from sandfleet.producer.cli.jobs import EXIT_UNVERIFIED, cli_errors
 from sandfleet.producer.client import Client
 
 
@@ -39,12 +44,33 @@ def keys() -> None:
 def list_keys(as_json: bool) -> None:
     """Every key registered in Redis, oldest first."""
     with cli_errors(), Client() as client, client.redis_errors():
-        infos = client.registry.all()
-    for info in infos:
+        contents = client.registry.contents()
+    for info in contents.keys:
         if as_json:
             click.echo(info.model_dump_json())
         else:
             click.echo(f"{info.key_id}  {info.status.value:<8} {_when(info.created_at)}  {info.worker}")
+    for name, problem in contents.rejected.items():
+        if as_json:
+            click.echo(json.dumps({"key_id": name, "status": "invalid", "problem": problem}))
+        else:
+            click.echo(f"{name}  INVALID  (not used: see below)")
+    _refuse_if_rejected(contents.rejected, "listed as INVALID")
+
+
+def _refuse_if_rejected(rejected: dict[str, str], what: str) -> None:
+    """Say on stderr why each rejected register entry is not used, and exit 4 if there is any."""
+    if not rejected:
+        return
+    for problem in rejected.values():
+        click.echo(f"refused: {problem}", err=True)
+    click.echo(
+        f"{len(rejected)} entr{'y' if len(rejected) == 1 else 'ies'} of the key register {what}: "
+        "signatures under those key ids do not verify. Check who can write Redis; remove the entries "
+        "(HDEL of the register's field) once the real keys are known",
+        err=True,
+    )
+    sys.exit(EXIT_UNVERIFIED)
 
 
 @keys.command("export")
@@ -58,7 +84,9 @@ def export_keys(out: Path | None) -> None:
     """Write every registered public key (with its status) as a key set for auditors to pin."""
     settings = get_settings()
     with cli_errors(), Client(settings=settings) as client, client.redis_errors():
-        infos = client.registry.all()
+        contents = client.registry.contents()
+    _refuse_if_rejected(contents.rejected, "refused, so no key set was written (a pinned set must be whole)")
+    infos = contents.keys
     text = json.dumps(KeyRing(infos, "export").export(settings.key_prefix), indent=2) + "\n"
     if out is None:
         click.echo(text, nl=False)

@@ -19,6 +19,7 @@ without a message, which the workers' reconciliation publishes again).
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 from enum import StrEnum
 from typing import Any
@@ -90,8 +91,6 @@ class ApprovalRequest(BaseModel):
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> ApprovalRequest:
-        import json
-
         data = json.loads(fields["request"])
         data["status"] = fields.get("status", "pending")
         for name in ("decided_by", "reason"):
@@ -259,12 +258,11 @@ class ApprovalStore:
         return outcome
 
     def record_outcome(self, rid: str, outcome: dict[str, Any]) -> None:
-        """The executed call's reply, kept so that a re-run of the program is served it, not a second run."""
-        import json
-
+        """The executed call's reply, kept so that a re-run of the program is served it, not a second run
+        (only while the job's signed chain commits to it: :func:`outcome_sha256`)."""
         self.redis.hset(
             self.keys.approval(rid),
-            mapping={"status": ApprovalStatus.EXECUTED.value, "outcome": json.dumps(outcome, default=str)},
+            mapping={"status": ApprovalStatus.EXECUTED.value, "outcome": encode_outcome(outcome)},
         )
 
     def mark_audited(self, rid: str, what: str) -> bool:
@@ -308,6 +306,18 @@ def withdraw_job_approvals(client: redis.Redis, keys: FleetKeys, job_id: str) ->
     """Withdraw every request of a job that is ending, so none can ever run: the one function every
     job-end path calls before its final write (``JobStore.finish`` does). ``[{"id", "was"}]``."""
     return ApprovalStore(client, keys, retention_s=0).withdraw_job(job_id)
+
+
+def encode_outcome(outcome: dict[str, Any]) -> str:
+    """An executed call's reply as stored: canonical JSON (sorted keys, ASCII, so lone surrogates a tool
+    echoed survive), values JSON cannot hold written as their ``str``. Decoding and encoding again gives
+    the same text, so the digest of what is served is the digest of what was stored."""
+    return json.dumps(outcome, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def outcome_sha256(outcome: dict[str, Any]) -> str:
+    """The digest the executing worker's signed ``executed`` event commits to."""
+    return sha256_hex(encode_outcome(outcome))
 
 
 def call_sha256(call_key: str) -> str:

@@ -20,6 +20,7 @@
     │   ├── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
     │   └── SpecMismatchError        the chain proves an answer, but to a spec other than the one submitted
     ├── ClientStateError          the client's own state folder (ledger, submitter token) cannot be used
+    ├── UntrustedStateError       state a worker read back that the job's verified chain does not commit to
     ├── JobCancelledError         a cancel request stopped the job (the engine unwinds on it)
     ├── ApprovalError             an approval decision that cannot be made
     │   ├── ApprovalNotFoundError     no request with that id
@@ -126,6 +127,12 @@ class SpecMismatchError(UnverifiedResultError):
 class ClientStateError(SandfleetError):
     """The client's state folder (``SANDFLEET_CLIENT_STATE_DIR``: the submission ledger and the
     submitter token) cannot be read or written; the message names the file and the fix."""
+
+
+class UntrustedStateError(SandfleetError):
+    """State a worker read back from Redis (a suspended job's checkpoint, an approved call's stored
+    outcome) that the job's verified audit chain does not commit to: never used; the job ends
+    ``untrusted_state``."""
 
 
 class JobCancelledError(SandfleetError):

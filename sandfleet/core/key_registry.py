@@ -4,18 +4,24 @@ made and registered when the worker starts, rotated, revoked.
 Anyone who can write to Redis can also add a key here, so the register is where keys are *found*,
 not why they are *trusted*: an auditor pins an exported key set (``sandfleet keys export``, then
 ``SANDFLEET_TRUSTED_KEYS`` or ``--keys``), and only revocations are taken from Redis on top of it
-(a revocation can only make verification stricter). SECURITY.md has the threat model.
+(a revocation can only make verification stricter). Workers honour the same setting when they verify
+a job's chain before using state it commits to (:func:`worker_ring`). A key id is the hash of its
+public key, recomputed every time the register is read: an entry holding another public key under a
+genuine id is reported (``rejected``) and never used. SECURITY.md has the threat model.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
+from pydantic import ValidationError
 
 from sandfleet.core.errors import SigningKeyError
 from sandfleet.core.keys import FleetKeys
+from sandfleet.core.replies import text_map
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import (
     FileSigner,
@@ -23,6 +29,7 @@ from sandfleet.core.signing import (
     KeyRing,
     KeyStatus,
     WorkerKey,
+    key_id_problem,
     key_path,
     load_or_create_key,
     read_key,
@@ -30,6 +37,16 @@ from sandfleet.core.signing import (
 )
 
 log = logging.getLogger(__name__)
+UNPINNED_SOURCE = "the fleet's key register in Redis (not pinned)"
+
+
+@dataclass(frozen=True)
+class RegisterContents:
+    """The register as read: the keys that may be used, and the entries that may not (field -> why:
+    not a key entry, or a key id that is not the hash of its public key)."""
+
+    keys: list[KeyInfo]
+    rejected: dict[str, str] = field(default_factory=dict)
 
 
 class KeyRegistry:
@@ -39,24 +56,67 @@ class KeyRegistry:
         self._redis = client
         self._key = keys.signing_keys
 
+    @property
+    def name(self) -> str:
+        """The register's Redis key (a hash: key id -> KeyInfo JSON)."""
+        return self._key
+
     def register(self, info: KeyInfo) -> KeyInfo:
-        """Add ``info`` unless its key id is there already; returns what is registered for it."""
+        """Add ``info`` unless its key id is there already; returns what is registered for it (as
+        stored: the caller compares it with its own key).
+
+        Raises:
+            SigningKeyError: ``info``'s key id is not the hash of its public key.
+        """
+        if problem := key_id_problem(info):
+            raise SigningKeyError(f"not registered: {problem}")
         self._redis.hsetnx(self._key, info.key_id, info.model_dump_json())
         stored = self.get(info.key_id)
         assert stored is not None  # just written, and keys of the register never expire
         return stored
 
     def get(self, key_id: str) -> KeyInfo | None:
+        """The entry as stored (its key id NOT checked: see :func:`key_id_problem`); None if absent.
+
+        Raises:
+            SigningKeyError: the entry is not a key entry.
+        """
         raw = self._redis.hget(self._key, key_id)
-        return KeyInfo.model_validate_json(raw) if raw else None
+        if not raw:
+            return None
+        try:
+            return KeyInfo.model_validate_json(raw)
+        except ValidationError:
+            raise SigningKeyError(f"the key register's entry {key_id!r} is not a key entry") from None
+
+    def contents(self) -> RegisterContents:
+        """Every entry, checked: the usable keys oldest first, and the rejected entries (why each)."""
+        keys: list[KeyInfo] = []
+        rejected: dict[str, str] = {}
+        for name, raw in text_map(self._redis.hgetall(self._key)).items():
+            try:
+                info = KeyInfo.model_validate_json(raw)
+            except ValidationError:
+                rejected[name] = f"the key register's entry {name!r} is not a key entry"
+                continue
+            problem = key_id_problem(info) or (
+                None if info.key_id == name else f"the key register's entry {name!r} holds key {info.key_id}"
+            )
+            if problem is None:
+                keys.append(info)
+            else:
+                rejected[name] = problem
+        for problem in rejected.values():
+            log.info("key register: %s", problem)  # the callers refuse loudly; this is for the log
+        return RegisterContents(sorted(keys, key=lambda i: i.created_at), rejected)
 
     def all(self) -> list[KeyInfo]:
-        """Every registered key, oldest first."""
-        infos = [KeyInfo.model_validate_json(raw) for raw in self._redis.hgetall(self._key).values()]
-        return sorted(infos, key=lambda i: i.created_at)
+        """Every usable registered key (its id the hash of its public key), oldest first."""
+        return self.contents().keys
 
     def ring(self) -> KeyRing:
-        return KeyRing(self.all(), "the fleet's key register in Redis (not pinned)")
+        contents = self.contents()
+        return KeyRing(contents.keys, UNPINNED_SOURCE, contents.rejected)
 
     def set_status(self, key_id: str, status: KeyStatus) -> KeyInfo:
         """Mark a key retired or revoked (revoked stays revoked). SigningKeyError if unknown."""
@@ -82,12 +142,20 @@ def start_signer(settings: Settings, worker: str, registry: KeyRegistry) -> File
     """The worker's signer: its key file made if missing, its public key registered.
 
     Raises:
-        SigningKeyError: the key file cannot be read or written, or its key was revoked (a worker
-            never signs with a revoked key: rotate it with ``sandfleet keys rotate``).
+        SigningKeyError: the key file cannot be read or written, its key was revoked (a worker
+            never signs with a revoked key: rotate it with ``sandfleet keys rotate``), or the register
+            holds another public key under its key id (replaced by someone who can write Redis).
     """
     path = key_path(settings.worker_state_dir, worker)
     key, _created = load_or_create_key(path, worker)
     stored = registry.register(key.info)
+    if stored.public_key != key.info.public_key:
+        raise SigningKeyError(
+            f"the key registered under this worker's key id {key.key_id} is not its own public key "
+            f"({path}): someone who can write Redis replaced the entry, and what this worker signs would "
+            "not verify. Check who can write Redis, then remove the entry (field "
+            f"{key.key_id} of {registry.name}) and start again"
+        )
     if stored.worker != worker:
         raise SigningKeyError(
             f"key {key.key_id} in {path} is registered to worker {stored.worker}, not {worker}"
@@ -127,10 +195,21 @@ def rotate_key(
 def verification_ring(settings: Settings, registry: KeyRegistry) -> KeyRing:
     """The keys to verify with: the pinned key set (``settings.trusted_keys``) with the revocations
     registered in Redis applied, or else the fleet's key register in Redis (not pinned)."""
-    registered = registry.all()
+    registered = registry.contents()
     if settings.trusted_keys:
-        return trusted_ring(settings.trusted_keys).with_revocations(registered)
-    return KeyRing(registered, "the fleet's key register in Redis (not pinned)")
+        return trusted_ring(settings.trusted_keys).with_revocations(registered.keys)
+    return KeyRing(registered.keys, UNPINNED_SOURCE, registered.rejected)
+
+
+def worker_ring(settings: Settings, registry: KeyRegistry, own: KeyInfo) -> KeyRing:
+    """The keys a worker checks a job's chain with before it acts on state the chain commits to (a
+    checkpoint, an approved call's outcome): :func:`verification_ring` plus the worker's own key.
+
+    Pinned (``SANDFLEET_TRUSTED_KEYS`` on the worker), a key someone added to the register is not
+    trusted; unpinned, it is (SECURITY.md: whoever can write Redis can add one). Its own key a worker
+    knows from its private key file, so no register entry can take its place.
+    """
+    return verification_ring(settings, registry).with_own(own)
 
 
 def trusted_ring(path: str | Path) -> KeyRing:

@@ -130,7 +130,8 @@ class Settings(BaseSettings):
     )
     trusted_keys: str | None = Field(
         None,
-        description="a key set from `sandfleet keys export`: verify audit chains with these keys only",
+        description="a key set from `sandfleet keys export`: verify audit chains with these keys only "
+        "(readers; workers too, before they use a checkpoint or a stored outcome, plus their own key)",
     )
     # The submitting user's own state (producer/ledger.py, producer/submitter.py).
     client_state_dir: str = Field(

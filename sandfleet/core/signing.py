@@ -68,6 +68,23 @@ def key_id_of(public: Ed25519PublicKey) -> str:
     return hashlib.sha256(raw).hexdigest()[:KEY_ID_HEX_CHARS]
 
 
+def key_id_problem(info: KeyInfo) -> str | None:
+    """Why ``info`` must not be used: its key id is not the hash of its public key (or it holds no
+    Ed25519 public key); None when it is. Recomputed wherever a key set is built, never trusted as
+    stored: whoever writes Redis could otherwise put their own public key under a genuine key id."""
+    try:
+        public = Ed25519PublicKey.from_public_bytes(base64.b64decode(info.public_key, validate=True))
+    except (ValueError, binascii.Error):
+        return f"key {info.key_id} of worker {info.worker}: its public key is not a base64 Ed25519 key"
+    actual = key_id_of(public)
+    if actual != info.key_id:
+        return (
+            f"key id {info.key_id} (worker {info.worker}) is not the hash of its public key (that key's id "
+            f"is {actual}): the entry was replaced by someone who could write it"
+        )
+    return None
+
+
 class WorkerKey:
     """One worker's private key and the public half it registers."""
 
@@ -201,10 +218,21 @@ class FileSigner:
 
 # -- public keys: checking signatures ---------------------------------------------------------------
 class KeyRing:
-    """Public keys by key id, for checking signatures; ``source`` says where they came from."""
+    """Public keys by key id, for checking signatures; ``source`` says where they came from.
 
-    def __init__(self, infos: list[KeyInfo], source: str) -> None:
-        self.infos = {info.key_id: info for info in infos}
+    An entry whose key id is not the hash of its public key is never used: it is kept in ``rejected``
+    (key id -> why), and a signature naming that key id is refused saying so.
+    """
+
+    def __init__(self, infos: list[KeyInfo], source: str, rejected: dict[str, str] | None = None) -> None:
+        self.rejected = dict(rejected or {})
+        self.infos: dict[str, KeyInfo] = {}
+        for info in infos:
+            problem = key_id_problem(info)
+            if problem is None:
+                self.infos[info.key_id] = info
+            else:
+                self.rejected[info.key_id] = problem
         self.source = source
         self._public: dict[str, Ed25519PublicKey] = {}
 
@@ -217,6 +245,8 @@ class KeyRing:
     def check(self, key_id: str, message: bytes, signature: str) -> str | None:
         """None when ``signature`` is ``key_id``'s valid signature of ``message``; else why not."""
         info = self.infos.get(key_id)
+        if key_id in self.rejected:
+            return f"signed with key {key_id}, whose registered entry is not used: {self.rejected[key_id]}"
         if info is None:
             return f"signed with key {key_id or '(none)'}, which is not in the key set ({self.source})"
         if info.status == KeyStatus.REVOKED:
@@ -236,7 +266,18 @@ class KeyRing:
         a revocation from an untrusted source can only make verification stricter)."""
         revoked = {i.key_id for i in others if i.status == KeyStatus.REVOKED}
         infos = [i.with_status(KeyStatus.REVOKED) if i.key_id in revoked else i for i in self.infos.values()]
-        return KeyRing(infos, self.source)
+        return KeyRing(infos, self.source, self.rejected)
+
+    def with_own(self, own: KeyInfo) -> KeyRing:
+        """This ring with ``own`` (the public half of the private key a worker holds): a worker needs no
+        register to know its own key, and no register entry can replace it. A revocation of it stays
+        (a revoked key may have been stolen: what it signed proves nothing, to its worker neither)."""
+        known = self.infos.get(own.key_id)
+        if known is not None and known.status == KeyStatus.REVOKED:
+            own = own.with_status(KeyStatus.REVOKED)
+        infos = [i for i in self.infos.values() if i.key_id != own.key_id] + [own]
+        rejected = {k: why for k, why in self.rejected.items() if k != own.key_id}
+        return KeyRing(infos, f"{self.source} and this worker's own key", rejected)
 
     # -- the exported key set ---------------------------------------------------------------------
     def export(self, fleet: str) -> dict[str, Any]:
@@ -256,6 +297,9 @@ class KeyRing:
         if not isinstance(data, dict) or data.get("format") != KEY_SET_FORMAT:
             raise SigningKeyError(f"{source}: not a Sandfleet key set (expected format {KEY_SET_FORMAT!r})")
         try:
-            return cls([KeyInfo.model_validate(k) for k in data.get("keys", [])], source)
+            infos = [KeyInfo.model_validate(k) for k in data.get("keys", [])]
         except ValidationError as e:
             raise SigningKeyError(f"{source}: invalid key entry: {e.errors()[0]['msg']}") from None
+        if problems := [p for p in map(key_id_problem, infos) if p is not None]:  # a file is all or nothing
+            raise SigningKeyError(f"{source}: refused: " + "; ".join(problems))
+        return cls(infos, source)

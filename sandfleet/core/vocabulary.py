@@ -69,6 +69,7 @@ class ErrorKind(StrEnum):
     LIMIT = "limit"  # a cap of the tool-calling loop ended the job (turns, tool calls, tokens, wall time)
     NO_ANSWER = "no_answer"  # the tool-calling loop's last reply held no answer (empty text)
     CANCELLED = "cancelled"  # a cancel request ended the job (before it started, or while it ran)
+    UNTRUSTED_STATE = "untrusted_state"  # state read back that the job's verified chain does not commit to
 
 
 class AuditKind(StrEnum):

@@ -132,6 +132,23 @@ def test_the_verifier_names_a_changed_or_missing_artifact() -> None:
     assert any("stored bytes are missing" in p for p in check.problems)
 
 
+def test_an_unfinished_job_whose_last_delivery_recorded_artifacts_still_holds() -> None:
+    """A delivery that stored artifacts (their event) and died before its final write: the job runs
+    again, and a worker verifying its chain before resuming it must not take that for tampering."""
+    from sandfleet.core.contracts import AuditEvent, AuditKind
+
+    files = [{"name": "p.png", "sha256": "a" * 64}]
+    event = AuditEvent(ts=0.0, job_id="j", kind=AuditKind.ARTIFACTS, data={"files": files})
+    check = _Check(JobEvidence("j", {"status": "running"}, []), KeyRing([], "test"))
+    check.events = [event]
+    check.check_artifacts(None)
+    assert check.problems == []
+    check = _Check(JobEvidence("j", {"status": "succeeded", "result": "{}"}, []), KeyRing([], "test"))
+    check.events = [event]
+    check.check_artifacts(None)  # a final record must list what the chain recorded
+    assert check.problems == ["the record's artifacts are not the ones the audit chain recorded"]
+
+
 def test_custom_image_requests_are_checked_before_anything_runs() -> None:
     assert check_request("geo", ["six", "shapely==2.0.6", "six"], []) == (["shapely==2.0.6", "six"], [])
     for bad in (["--index-url=http://x"], ["six; rm -rf /"], ["git+https://x/y"], ["./local"], ["a b"]):

@@ -2,8 +2,9 @@
 container, its worker or a model call: the attempt, its program, the conversation, the earlier
 attempts, the usage, and every call the program had completed (served again from these records).
 
-Stored as JSON beside the record (``{p}:job:{id}:checkpoint``); its SHA-256 is in the chain's signed
-``awaiting_approval`` state event, and the resuming worker refuses a checkpoint that does not match.
+Stored as JSON beside the record (``{p}:job:{id}:checkpoint``), where whoever can write Redis can
+change it; its SHA-256 is in the chain's signed ``awaiting_approval`` state event, and the resuming
+worker uses it only when that event is in the job's verified chain (worker/approval/trust.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from sandfleet.core.contracts import (
     TokenUsage,
     ToolCallRecord,
 )
+from sandfleet.core.errors import UntrustedStateError
 
 
 class Checkpoint(BaseModel):
@@ -50,27 +52,34 @@ class JobSuspended(Exception):
         self.checkpoint = checkpoint
 
 
-class CheckpointMismatchError(Exception):
+class CheckpointMismatchError(UntrustedStateError):
     """The stored checkpoint is not the one the chain's awaiting_approval event commits to."""
 
 
 def load_checkpoint(raw: str, events: list[AuditEvent]) -> Checkpoint:
-    """The checkpoint if its digest is the one in the chain's last awaiting_approval event.
+    """The checkpoint if its digest is the one in the last awaiting_approval event of ``events``,
+    which must be the job's VERIFIED chain (every entry after the producer's entry 0 signed): the
+    digest is compared before the stored text is even parsed.
 
     Raises:
         CheckpointMismatchError: no such event, or another digest (the stored state was changed).
     """
-    checkpoint = Checkpoint.model_validate_json(raw)
     committed = next(
         (
             e.data.get("checkpoint_sha256")
-            for e in reversed(events)
+            for e in reversed(events[1:])
             if e.kind == AuditKind.STATE and e.data.get("status") == JobStatus.AWAITING_APPROVAL.value
         ),
         None,
     )
+    if committed is None:
+        raise CheckpointMismatchError(
+            "the suspended job's checkpoint is not used: the job's verified audit chain has no signed "
+            "awaiting_approval event committing to a checkpoint; not resumed"
+        )
     if committed != sha256_hex(raw):
         raise CheckpointMismatchError(
-            "the suspended job's checkpoint is not the one its audit chain commits to; not resumed"
+            "the suspended job's checkpoint is not the one its verified audit chain commits to (the stored "
+            "checkpoint was changed); not resumed"
         )
-    return checkpoint
+    return Checkpoint.model_validate_json(raw)

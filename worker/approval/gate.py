@@ -5,13 +5,18 @@ attempt, the call's hash and its occurrence in the run, so a re-run of the same 
 request), then:
 
 - approved: takes it for execution once (Lua), and the bridge runs the tool; the outcome is stored on
-  the request, so a later re-run is served that outcome instead of running the tool twice;
+  the request, so a later re-run is served that outcome instead of running the tool twice. Whoever
+  can write Redis can write an outcome too, so the executing worker first signs an ``executed`` event
+  committing to the outcome's digest, and a stored outcome is served only when the job's verified
+  chain holds that event (worker/approval/trust.py); otherwise the run is stopped and the job ends
+  ``untrusted_state``, nothing served and the call not run again;
 - denied or timed out: the program gets ``ToolDeniedError`` with the reason;
 - undecided: it waits up to the grace (``approval_grace_s``), then tells the bridge to suspend: the
   program is stopped, its container destroyed, and the job waits in Redis with no slot held.
 
 Decisions are written to the job's chain by the worker that sees them (an approver has no key), once
-per request: ``approval`` events ``requested``, ``approved``/``denied``/``timed_out``, ``resumed``.
+per request: ``approval`` events ``requested``, ``approved``/``denied``/``timed_out``, ``executed``
+(the outcome's digest), ``resumed``.
 """
 
 from __future__ import annotations
@@ -29,22 +34,25 @@ from sandfleet.core.approvals import (
     ApprovalStatus,
     ApprovalStore,
     call_sha256,
+    outcome_sha256,
     request_id,
 )
 from sandfleet.core.contracts import AuditKind, JobSpec
-from sandfleet.core.errors import ApprovalDecidedError, ApprovalWithdrawnError
+from sandfleet.core.errors import ApprovalDecidedError, ApprovalWithdrawnError, UntrustedStateError
 from sandfleet.core.records import RecordReader
 from sandfleet.core.settings import Settings
+from sandfleet.core.signing import KeyRing
 from sandfleet.worker.approval import webhook
-from sandfleet.worker.approval.checkpoint import Checkpoint, load_checkpoint
+from sandfleet.worker.approval.checkpoint import Checkpoint
 from sandfleet.worker.approval.policy import approval_patterns, is_gated, named_arguments, redact
+from sandfleet.worker.approval.trust import EXECUTED, VerifiedState
 
 log = logging.getLogger("sandfleet.approval")
 
 POLL_S = 0.1  # how often a call in its grace looks for a decision (seconds)
 DENIED_ERROR = "ToolDeniedError"
 
-AdmissionKind = Literal["run", "served", "denied", "suspend", "abandoned"]
+AdmissionKind = Literal["run", "served", "denied", "suspend", "abandoned", "untrusted"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +62,7 @@ class Admission:
     kind: AdmissionKind
     request_id: str = ""
     outcome: dict[str, Any] | None = None  # served: the earlier execution's reply
-    message: str = ""  # denied: the ToolDeniedError's message
+    message: str = ""  # denied: the ToolDeniedError's message; untrusted: why the job ends
 
 
 class Emitter(Protocol):
@@ -64,12 +72,19 @@ class Emitter(Protocol):
 
 
 class ApprovalService:
-    """The worker's approvals: one store, the operator's policy, the webhook. One per worker process."""
+    """The worker's approvals: one store, the operator's policy, the webhook. One per worker process.
 
-    def __init__(self, store: ApprovalStore, settings: Settings, worker: str) -> None:
+    ``ring`` gives the keys a job's chain is verified with before its checkpoint or a stored outcome
+    is used (``worker_ring``: the pinned set or the register, and the worker's own key).
+    """
+
+    def __init__(
+        self, store: ApprovalStore, settings: Settings, worker: str, ring: Callable[[], KeyRing]
+    ) -> None:
         self.store = store
         self.settings = settings
         self.worker = worker
+        self.verified = VerifiedState(RecordReader(store.redis, store.keys), ring)
 
     def patterns(self, spec: JobSpec) -> tuple[str, ...]:
         return approval_patterns(self.settings.approval_tools, spec.approval_tools)
@@ -78,16 +93,15 @@ class ApprovalService:
         return RunGate(self, job_id=job_id, spec=spec, attempt=attempt, program=program, audit=audit)
 
     def resume_point(self, job_id: str) -> Checkpoint | None:
-        """The suspended job's checkpoint, checked against its chain; None when it was not suspended.
+        """The suspended job's checkpoint, checked against its verified chain; None when there is none.
 
         Raises:
-            CheckpointMismatchError: the stored checkpoint is not the one the chain commits to.
+            UntrustedStateError: the chain does not verify, or does not commit to this checkpoint.
         """
         raw = self.store.checkpoint(job_id)
         if raw is None:
             return None
-        events = RecordReader(self.store.redis, self.store.keys).audit(job_id)
-        return load_checkpoint(raw, events)
+        return self.verified.checkpoint(job_id, raw)
 
     def audit_decisions(self, job_id: str, audit: Emitter, attempt: int) -> None:
         """Write every decision of the job's requests the chain does not have yet (a resumed job)."""
@@ -130,6 +144,7 @@ class RunGate:
         self.audit = audit
         self.patterns = service.patterns(spec)
         self._occurrences: dict[str, int] = {}
+        self._tools: dict[str, tuple[str, str]] = {}  # request id -> (tool, call sha256), for `executed`
         self._lock = threading.Lock()
 
     def gates(self, tool: str) -> bool:
@@ -149,7 +164,8 @@ class RunGate:
         with self._lock:
             occurrence = self._occurrences.get(sha, 0) + 1
             self._occurrences[sha] = occurrence
-        rid = request_id(self.job_id, self.attempt, sha, occurrence)
+            rid = request_id(self.job_id, self.attempt, sha, occurrence)
+            self._tools[rid] = (tool, sha)
         settings = self.service.settings
         shown, hidden = redact(named_arguments(bound, args, kwargs), settings.approval_redact)
         now = time.time()
@@ -212,7 +228,23 @@ class RunGate:
             closed.wait(POLL_S)
 
     def executed(self, rid: str, reply: dict[str, Any]) -> None:
-        """Keep the executed call's reply on its request (served to any re-run instead of a second call)."""
+        """Keep the executed call's reply on its request (served to any re-run instead of a second call):
+        first the signed ``executed`` event committing to its digest, then the reply itself, so a
+        stored outcome without its event (a worker that died between the two) is never served."""
+        with self._lock:
+            tool, sha = self._tools.get(rid, ("", ""))
+        self.audit.emit(
+            AuditKind.APPROVAL,
+            {
+                "event": EXECUTED,
+                "id": rid,
+                "tool": tool,
+                "call_sha256": sha,
+                "ok": bool(reply.get("ok")),
+                "outcome_sha256": outcome_sha256(reply),
+            },
+            self.attempt,
+        )
         self.store.record_outcome(rid, reply)
 
     def _decided(self, rid: str, tool: str) -> Admission | None:
@@ -221,6 +253,11 @@ class RunGate:
         if status is None or status == ApprovalStatus.PENDING:
             return None
         request = self.store.get(rid)
+        if request.status == ApprovalStatus.EXECUTED and request.outcome is not None:
+            served = self._served(request)  # verified before anything of it is used, its decision too
+            if served.kind == "served":
+                note_decision(self.store, request, self.audit, self.attempt)
+            return served
         note_decision(self.store, request, self.audit, self.attempt)
         if status == ApprovalStatus.APPROVED:
             taken = self.store.consume(rid, self.job_id, self.service.worker)
@@ -233,7 +270,7 @@ class RunGate:
             request = self.store.get(rid)  # taken meanwhile by another delivery of the job
             status = request.status
         if status == ApprovalStatus.EXECUTED and request.outcome is not None:
-            return Admission("served", rid, outcome=request.outcome)
+            return self._served(request)
         if status == ApprovalStatus.EXECUTING:
             return Admission(
                 "denied",
@@ -252,6 +289,15 @@ class RunGate:
                 f"(request {rid} timed out): denied",
             )
         return Admission("denied", rid, message=f"call to {tool} refused: its request {rid} was withdrawn")
+
+    def _served(self, request: ApprovalRequest) -> Admission:
+        """An executed request's stored outcome, served only if the job's verified chain commits to it."""
+        try:
+            outcome = self.service.verified.outcome(request)
+        except UntrustedStateError as e:
+            log.warning("job %s: %s", self.job_id, e)
+            return Admission("untrusted", request.id, message=str(e))
+        return Admission("served", request.id, outcome=outcome)
 
 
 def note_decision(store: ApprovalStore, request: ApprovalRequest, audit: Emitter, attempt: int) -> None:

@@ -109,7 +109,7 @@ class ToolBridge:
     call_timeout_s: float | None = None
     gate: Any = None  # worker/approval/gate.py RunGate: asked before a gated call runs
     resume: list[ToolCallRecord] | None = None  # a resumed run: calls completed before, served again
-    on_suspend: Callable[[], None] | None = None  # stops the program when a call waits past the grace
+    on_suspend: Callable[[], None] | None = None  # stops the program (waits past the grace, or untrusted)
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_time_s: float = 0.0
     budget_exceeded: bool = False
@@ -120,6 +120,7 @@ class ToolBridge:
     _running: dict[int, _Running] = field(default_factory=dict, init=False, repr=False)
     _replayed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
     suspended_for: list[str] = field(default_factory=list, init=False)  # requests the run stopped for
+    untrusted: str | None = field(default=None, init=False)  # why it stopped: state the chain lacks
     _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _quiet: set[int] = field(default_factory=set, init=False, repr=False)  # resumed: not audited again
     _resumed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
@@ -237,7 +238,7 @@ class ToolBridge:
     ) -> tuple[Any, bool]:
         if self.replay is not None:
             return self._replayed(seq, tool, args, kwargs), True
-        if self.suspended:
+        if self.suspended or self.untrusted is not None:
             raise _Unanswered()  # the program is being stopped: nothing more runs
         if self.resume:
             resumed = self._from_checkpoint(seq, tool, args, kwargs)
@@ -296,6 +297,12 @@ class ToolBridge:
             with self._lock:
                 first = not self.suspended_for
                 self.suspended_for.append(admission.request_id)
+            if first and self.on_suspend is not None:
+                self.on_suspend()
+        if admission.kind == "untrusted":  # a stored outcome the chain does not commit to: nothing served
+            with self._lock:
+                first = self.untrusted is None
+                self.untrusted = self.untrusted or admission.message
             if first and self.on_suspend is not None:
                 self.on_suspend()
         return None

@@ -39,8 +39,8 @@ from sandfleet.core.contracts import (
     TokenUsage,
     ToolCallRecord,
 )
-from sandfleet.core.errors import InvalidSpecError, ModelError, SandboxError
-from sandfleet.worker.approval.checkpoint import Checkpoint, CheckpointMismatchError, JobSuspended
+from sandfleet.core.errors import InvalidSpecError, ModelError, SandboxError, UntrustedStateError
+from sandfleet.worker.approval.checkpoint import Checkpoint, JobSuspended
 from sandfleet.worker.approval.policy import approval_patterns, is_gated
 from sandfleet.worker.artifacts import ArtifactCaps, keep_artifacts
 from sandfleet.worker.bridge.host import call_key
@@ -105,8 +105,20 @@ def run_job(
             error=ErrorInfo(kind=ErrorKind.REFUSED, message=message),
             timings={"total_s": time.perf_counter() - began},
         )
+    try:  # a suspended job's checkpoint, used only if its verified chain commits to it: before any sandbox
+        resume = services.approvals.resume_point(job_id) if services.approvals is not None else None
+    except UntrustedStateError as e:
+        log.warning("job %s: %s", job_id, e)
+        audit.emit(AuditKind.ERROR, {"kind": ErrorKind.UNTRUSTED_STATE.value, "message": str(e)})
+        return JobResult(
+            job_id=job_id,
+            status=JobStatus.FAILED,
+            model=model_name,
+            error=ErrorInfo(kind=ErrorKind.UNTRUSTED_STATE, message=str(e)),
+            timings={"total_s": time.perf_counter() - began},
+        )
     with services.pool.expecting(config):  # this job will want a sandbox: the pool warms one ahead
-        return _answer(spec, job_id, config, caps, allowed, model, model_name, services, audit, began)
+        return _answer(spec, job_id, config, caps, allowed, model, model_name, services, audit, began, resume)
 
 
 def _answer(
@@ -120,8 +132,10 @@ def _answer(
     services: EngineServices,
     audit: AuditSink,
     began: float,
+    resume: Checkpoint | None,
 ) -> JobResult:
-    """The code-action attempts of an accepted job: model, program, run, repair."""
+    """The code-action attempts of an accepted job: model, program, run, repair (``resume``: the
+    verified checkpoint of a suspended job, whose attempt goes on without a model call)."""
     system = system_message(
         allowed.describe(),
         max_tool_calls=spec.code_action.max_tool_calls,
@@ -144,11 +158,6 @@ def _answer(
             limits_hit=limits_hit,
         )  # fmt: skip
 
-    try:
-        resume = services.approvals.resume_point(job_id) if services.approvals is not None else None
-    except CheckpointMismatchError as e:
-        error = ErrorInfo(kind=ErrorKind.INTERNAL, message=str(e))
-        return ended(JobStatus.FAILED, error)
     first = 1
     if resume is not None:  # a suspended job resumes its attempt: no model call, the same program
         messages, attempts, memo = list(resume.messages), list(resume.attempts), dict(resume.memo)
@@ -217,6 +226,12 @@ def _answer(
             return ended(JobStatus.FAILED, error)
         last_run = (number, run)
         _account(phase, run)
+        if run.untrusted_state is not None:  # stopped before being served state the chain lacks
+            audit.emit(AuditKind.SANDBOX_RUN, _run_event(run), number)
+            attempts.append(_attempt(number, program, reply_text, run, run.untrusted_state))
+            return ended(
+                JobStatus.FAILED, ErrorInfo(kind=ErrorKind.UNTRUSTED_STATE, message=run.untrusted_state)
+            )
         # A call waits for a person: the program was stopped, and no container is kept while they decide.
         # (A program that answered, or ran out of time, on its own meanwhile is not suspended: its
         # waiting call is left undecided, never runs, and is withdrawn when the job ends.)
