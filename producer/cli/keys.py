@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from sandfleet.core.console import echo, echo_json_text, escape_line
 from sandfleet.core.key_registry import KeyRegistry, rotate_key
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.settings import get_settings
@@ -42,9 +43,11 @@ def list_keys(as_json: bool) -> None:
         infos = client.registry.all()
     for info in infos:
         if as_json:
-            click.echo(info.model_dump_json())
-        else:
-            click.echo(f"{info.key_id}  {info.status.value:<8} {_when(info.created_at)}  {info.worker}")
+            echo_json_text(info.model_dump_json())
+        else:  # ids and worker names as Redis holds them (a Redis writer chooses them)
+            echo(
+                f"{escape_line(info.key_id)}  {info.status.value:<8} {_when(info.created_at)}  {escape_line(info.worker)}"
+            )
 
 
 @keys.command("export")
@@ -61,10 +64,10 @@ def export_keys(out: Path | None) -> None:
         infos = client.registry.all()
     text = json.dumps(KeyRing(infos, "export").export(settings.key_prefix), indent=2) + "\n"
     if out is None:
-        click.echo(text, nl=False)
+        echo_json_text(text.removesuffix("\n"))
     else:
         out.write_text(text)
-        click.echo(f"{len(infos)} keys written to {out}", err=True)
+        echo(f"{len(infos)} keys written to {out}", err=True)
 
 
 @keys.command("rotate")
@@ -82,8 +85,8 @@ def rotate(worker: str, revoke: bool) -> None:
             settings, worker, KeyRegistry(client.redis, FleetKeys(settings.key_prefix)), revoke=revoke
         )
     if old is not None:
-        click.echo(f"{old.key_id}  {old.status.value}")
-    click.echo(f"{new.key_id}  {new.status.value} (worker {worker})")
+        echo(f"{escape_line(old.key_id)}  {old.status.value}")
+    echo(f"{escape_line(new.key_id)}  {new.status.value} (worker {escape_line(worker)})")
 
 
 @keys.command("revoke")
@@ -92,4 +95,4 @@ def revoke(key_id: str) -> None:
     """Revoke KEY_ID: every entry it signed is refused, and its worker will not start with it."""
     with cli_errors(), Client() as client, client.redis_errors():
         info = client.registry.set_status(key_id, KeyStatus.REVOKED)
-    click.echo(f"{info.key_id}  {info.status.value} (worker {info.worker})")
+    echo(f"{escape_line(info.key_id)}  {info.status.value} (worker {escape_line(info.worker)})")
