@@ -42,7 +42,10 @@ def cancel(job_ids: tuple[str, ...], batch_id: str | None, timeout: float, as_js
 
     with cli_errors(), Client() as client:
         ids = client.batch(batch_id).job_ids if batch_id else list(job_ids)
-        reports = client.cancel(ids)
+        try:
+            reports = client.cancel(ids)
+        except ValueError as e:  # not a job id: said plainly, not a traceback
+            raise BadInputError(str(e)) from None
         missing = [r.job_id for r in reports if r.outcome == CancelOutcome.MISSING]
         if missing and not batch_id:
             raise JobNotFoundError(
