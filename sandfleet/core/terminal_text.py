@@ -41,14 +41,17 @@ paths, ``"\\n"`` in a program) prints unchanged, and escaping twice gives the sa
 (no unsafe character is left after one pass). Text that already holds the four characters ``\\x1b``
 looks like an escaped ESC; the exact value is in ``--json``.
 
-Cost (benchmarks/sanitise.py): one regex scan. A one-line ASCII field that is already printable
-returns after ``str.isprintable`` (about 0.2 µs for 40 characters, against 0.5 µs for the scan); a
-100 KB program listing takes about 1 ms on the 2-core reference host (10 ns a character).
+Cost (benchmarks/sanitise.py; figures from a quick run on the loaded 2-core host, to be taken again
+on a quiet one): one regex scan, of the table's ASCII part when the text is ASCII (about 5-10 ns a
+character), of its BMP part otherwise, and of the rest only for text holding characters above U+FFFF
+(see _Scanner). A one-line ASCII field that is already printable returns after ``str.isprintable``
+(about 0.15 µs for a 36-character job id); a 100 KiB program listing takes about 1 ms.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # (first, last, what): every code point a person's terminal must not receive raw, in order.
 UNSAFE_RANGES: tuple[tuple[int, int, str], ...] = (
@@ -102,8 +105,34 @@ def _char_class(ranges: tuple[tuple[int, int, str], ...], keep: str = "") -> str
     return "[" + "".join(f"\\U{a:08x}" if a == b else f"\\U{a:08x}-\\U{b:08x}" for a, b in parts) + "]"
 
 
-_UNSAFE = re.compile(_char_class(UNSAFE_RANGES))
-_UNSAFE_IN_TEXT = re.compile(_char_class(UNSAFE_RANGES, keep=KEPT_IN_TEXT))
+def _clipped(low: int, high: int) -> tuple[tuple[int, int, str], ...]:
+    return tuple((max(a, low), min(b, high), w) for a, b, w in UNSAFE_RANGES if a <= high and b >= low)
+
+
+_ANY_ASTRAL = re.compile("[\\U00010000-\\U0010ffff]")
+
+
+class _Scanner:
+    """The table as three regexes, because the engine tests a class of characters below U+10000 with
+    bitmaps but one above it range by range (measured: about 5 ns a character for the ASCII or the
+    BMP class, 40-55 ns for the whole table): ASCII text (``str.isascii`` is a flag) is scanned for
+    the ASCII part only, other text for the BMP part, and for the rest only if it has a character
+    above U+FFFF at all."""
+
+    def __init__(self, keep: str = "") -> None:
+        self.ascii = re.compile(_char_class(_clipped(0, 0x7F), keep))
+        self.bmp = re.compile(_char_class(_clipped(0, 0xFFFF), keep))
+        self.astral = re.compile(_char_class(_clipped(0x10000, 0x10FFFF), keep))
+
+    def sub(self, replace: Callable[[re.Match[str]], str], text: str) -> str:
+        if text.isascii():
+            return self.ascii.sub(replace, text)
+        text = self.bmp.sub(replace, text)
+        return self.astral.sub(replace, text) if _ANY_ASTRAL.search(text) else text
+
+
+_EVERY_UNSAFE = _Scanner()
+_UNSAFE_IN_TEXT = _Scanner(keep=KEPT_IN_TEXT)
 
 
 _SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}  # as repr() writes them
@@ -131,7 +160,7 @@ def escape_line(text: str) -> str:
     """``text`` for one line of a terminal: every unsafe character escaped, newline and tab included."""
     if text.isascii() and text.isprintable():  # the common case, in C: none of UNSAFE_RANGES
         return text
-    return _UNSAFE.sub(_python_escape, text)
+    return _EVERY_UNSAFE.sub(_python_escape, text)
 
 
 def escape_text(text: str) -> str:
