@@ -389,3 +389,30 @@ def test_a_bad_job_id_is_refused_plainly_and_escaped(redis_server: str) -> None:
     done = sandfleet(settings, "cancel", f"job-{ESC}[2J{BEL}\u202e")
     assert_escaped("cancel of a bad job id", done, exit_code=2)
     assert done.stderr.startswith(b"Error: job id must be 1-128 of letters, digits and _.:-, got 'job-\\x1b")
+
+
+def test_run_and_sandbox_run_show_a_programs_output_escaped(docker_engine: object, tmp_path: Path) -> None:
+    """``sandfleet run`` prints the program's RESULT and stderr, ``sandbox run`` its command's output:
+    escaped, lines kept; ``--json`` carries the exact text."""
+    program = tmp_path / "hostile.py"
+    program.write_text(FAILING_PROGRAM.replace("raise SystemExit(3)", f"print('RESULT: ' + {TEXT_RESULT!r})"))
+    shown = assert_escaped("run (RESULT text)", sandfleet(None, "run", str(program)))
+    assert shown.startswith("\\x1b[2J\\x1b[H") and shown.endswith(" Zürich\n")
+    program.write_text(FAILING_PROGRAM)
+    failed = sandfleet(None, "run", str(program))
+    assert_escaped("run (program stderr)", failed, exit_code=1)
+    assert failed.stderr.startswith(b"\\x1b[2J\\x1b[H\\x1b]0;all approved\\x07")
+
+    command = [
+        "sandbox",
+        "run",
+        "--",
+        "python3",
+        "-c",
+        f"import sys; print({HOSTILE!r}); sys.stderr.write('\\x9b2J')",
+    ]
+    assert "\\x1b[2J" in assert_escaped("sandbox run", sandfleet(None, *command))
+    exact = json.loads(
+        assert_escaped("sandbox run --json", sandfleet(None, *command[:2], "--json", *command[2:]))
+    )
+    assert exact["stdout"] == HOSTILE + "\n" and exact["stderr"] == "\x9b2J"
