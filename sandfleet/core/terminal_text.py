@@ -28,7 +28,7 @@ Which whitespace a field keeps is decided per field, by which function prints it
   listing, a RESULT text, an error message). ``\\r`` is always escaped, ``\\r\\n`` shows as ``\\r``
   at the end of a line, so an overwrite can never hide;
 - :func:`escape_program` is :func:`escape_text` for a Python program: its line ends are the ones
-  Python reads (``\r\n``, ``\r`` and ``\n``), so code after a lone ``\r`` shows on the line of its
+  Python reads (``\\r\\n``, ``\\r`` and ``\\n``), so code after a lone ``\\r`` shows on the line of its
   own that Python runs it on, not hidden at the end of a comment; U+2028 and friends, which Python
   does not break lines at, are escaped;
 - :func:`escape_json` is for JSON text (``--json`` outputs): each unsafe character becomes a JSON
