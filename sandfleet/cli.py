@@ -132,6 +132,17 @@ class LazyGroup(click.Group):
         command: click.Command = getattr(module, attr)
         return command
 
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a ClickException it raises is shown with its message escaped (it may
+        quote a job's input, a server's reply or a record from Redis: sandfleet/core/console.py)."""
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as e:
+            from sandfleet.core.console import escaped_click_error
+
+            escaped_click_error(e)
+            raise
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list from COMMANDS, shortened as click shortens each command's own help."""
         names = self.list_commands(ctx)
@@ -160,10 +171,12 @@ def main(verbose: int) -> None:
     """Sandfleet: run LLM-written code-action jobs in locked-down, single-use sandboxes."""
     import logging  # here, not at the top: `sandfleet --help` needs none of it
 
+    from sandfleet.core.console import escaping_formatter
+
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(escaping_formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 if __name__ == "__main__":  # pragma: no cover

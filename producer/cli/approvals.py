@@ -6,7 +6,6 @@ because its job ended, another call hash) or Redis failed, 2 bad input.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line, escape_program, escape_text, json_text
 from sandfleet.core.errors import ApprovalError, InvalidSpecError, QueueUnavailableError
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 EXIT_REFUSED = 1
 EXIT_BAD_INPUT = 2
 PROGRAM_LINES_SHOWN = 40
+LABEL_WIDTH = 13
 
 
 @contextmanager
@@ -29,10 +30,10 @@ def approval_errors() -> Iterator[None]:
     try:
         yield
     except ApprovalError as e:
-        click.echo(f"refused: {e}", err=True)
+        echo(f"refused: {e}", err=True)
         sys.exit(EXIT_REFUSED)
     except InvalidSpecError as e:
-        click.echo(str(e), err=True)
+        echo(str(e), err=True)
         sys.exit(EXIT_BAD_INPUT)
     except QueueUnavailableError as e:
         raise click.ClickException(str(e)) from None
@@ -51,40 +52,52 @@ def _when(ts: float | None) -> str:
 
 
 def _line(request: ApprovalRequest) -> str:
-    arguments = json.dumps(request.arguments, ensure_ascii=False)
-    return f"{request.id}  {request.status.value:<9}  {request.tool}({arguments[:60]})  job {request.job_id}"
+    arguments = json_text(request.arguments)[:60]
+    return (
+        f"{escape_line(request.id)}  {request.status.value:<9}  {escape_line(request.tool)}({arguments})  "
+        f"job {escape_line(request.job_id)}"
+    )
 
 
 def show_request(request: ApprovalRequest, as_json: bool) -> None:
+    """Every field an approver judges, escaped (they come from the program, the submitter, the model
+    and Redis): one-line fields show no line break at all; the question, the arguments and the
+    program keep their lines, each indented under its label so that none can pose as another row."""
     if as_json:
-        click.echo(json.dumps(request.model_dump(mode="json"), ensure_ascii=False))
+        echo_json(request.model_dump(mode="json"))
         return
+    job = escape_line(request.job_id) + (
+        f" (batch {escape_line(request.batch_id)})" if request.batch_id else ""
+    )
     rows = [
-        ("request", request.id),
+        ("request", escape_line(request.id)),
         ("status", request.status.value),
-        ("tool", request.tool),
-        ("arguments", json.dumps(request.arguments, ensure_ascii=False, indent=2)),
-        ("redacted", ", ".join(request.redacted) or "-"),
-        ("call sha256", request.call_sha256),
-        ("job", request.job_id + (f" (batch {request.batch_id})" if request.batch_id else "")),
+        ("tool", escape_line(request.tool)),
+        ("arguments", json_text(request.arguments, indent=2)),
+        ("redacted", ", ".join(escape_line(name) for name in request.redacted) or "-"),
+        ("call sha256", escape_line(request.call_sha256)),
+        ("job", job),
         ("attempt", str(request.attempt)),
-        ("asked", f"{_when(request.asked_at)} by worker {request.worker or '?'}"),
+        ("asked", f"{_when(request.asked_at)} by worker {escape_line(request.worker or '?')}"),
         ("deadline", _when(request.deadline)),
-        ("question", request.question),
+        ("question", escape_text(request.question)),
     ]
     if request.decided_by:
-        why = f": {request.reason}" if request.reason else ""
-        rows.append(
-            ("decided", f"{request.status.value} by {request.decided_by} at {_when(request.decided_at)}{why}")
+        why = f": {escape_line(request.reason)}" if request.reason else ""
+        decided = (
+            f"{request.status.value} by {escape_line(request.decided_by)} at {_when(request.decided_at)}"
         )
+        rows.append(("decided", decided + why))
     for name, value in rows:
-        click.echo(f"{name + ':':<13}{value}")
-    lines = request.program.splitlines()
-    click.echo("program:")
+        echo(f"{name + ':':<{LABEL_WIDTH}}" + value.replace("\n", "\n" + " " * LABEL_WIDTH))
+    # The lines Python runs (a lone CR ends a line for it too), each escaped.
+    program = escape_program(request.program).removesuffix("\n")
+    lines = program.split("\n") if program else []
+    echo("program:")
     for line in lines[:PROGRAM_LINES_SHOWN]:
-        click.echo(f"    {line}")
+        echo(f"    {line}")
     if len(lines) > PROGRAM_LINES_SHOWN:
-        click.echo(f"    ... {len(lines) - PROGRAM_LINES_SHOWN} more lines (--json shows all)")
+        echo(f"    ... {len(lines) - PROGRAM_LINES_SHOWN} more lines (--json shows all)")
 
 
 @click.group()
@@ -102,11 +115,12 @@ def list_requests(show_all: bool, job_id: str | None, limit: int, as_json: bool)
     with approval_errors(), _client() as client:
         found = client.approvals(pending_only=not (show_all or job_id), job_id=job_id, limit=limit)
     for request in found:
-        click.echo(
-            json.dumps(request.model_dump(mode="json"), ensure_ascii=False) if as_json else _line(request)
-        )
+        if as_json:
+            echo_json(request.model_dump(mode="json"))
+        else:
+            echo(_line(request))
     if not found and not as_json:
-        click.echo("no approval requests" + ("" if show_all or job_id else " waiting"), err=True)
+        echo("no approval requests" + ("" if show_all or job_id else " waiting"), err=True)
 
 
 @approvals.command("show")
@@ -132,7 +146,10 @@ def approve(request_id: str, call_sha256: str, by: str | None, as_json: bool) ->
     if as_json:
         show_request(request, True)
     else:
-        click.echo(f"approved {request.id}: {request.tool} of job {request.job_id} runs once")
+        echo(
+            f"approved {escape_line(request.id)}: {escape_line(request.tool)} of job "
+            f"{escape_line(request.job_id)} runs once"
+        )
 
 
 @approvals.command("deny")
@@ -147,4 +164,7 @@ def deny(request_id: str, reason: str, by: str | None, as_json: bool) -> None:
     if as_json:
         show_request(request, True)
     else:
-        click.echo(f"denied {request.id}: {request.tool} of job {request.job_id} will not run")
+        echo(
+            f"denied {escape_line(request.id)}: {escape_line(request.tool)} of job "
+            f"{escape_line(request.job_id)} will not run"
+        )

@@ -8,12 +8,12 @@ the one the audit chain proves (nothing is written then).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line
 from sandfleet.core.errors import UnverifiedResultError
 from sandfleet.producer.cli.jobs import EXIT_NOT_DONE, cli_errors, client_for, keys_option, refuse_unverified
 
@@ -35,7 +35,7 @@ def artifacts(job_id: str, out: Path | None, as_json: bool, keys: Path | None) -
         try:
             checked = handle.checked()
             if checked.result is None:
-                click.echo(f"job {job_id} is {checked.verdict.status}: no artifacts yet", err=True)
+                echo(f"job {escape_line(job_id)} is {checked.verdict.status}: no artifacts yet", err=True)
                 sys.exit(EXIT_NOT_DONE)
             result = checked.result
             written = handle.download_artifacts(out) if out is not None else []
@@ -50,13 +50,14 @@ def artifacts(job_id: str, out: Path | None, as_json: bool, keys: Path | None) -
             "skipped": [s.model_dump(mode="json") for s in result.artifacts_skipped],
             "written": [str(p) for p in written],
         }
-        click.echo(json.dumps(data, ensure_ascii=False))
+        echo_json(data)
         return
+    # Names and media types come from the program, reasons quote them: one line each, every field.
     for a in result.artifacts:
-        click.echo(f"{a.name}\t{a.size}\t{a.media_type}\t{a.sha256}")
+        echo(f"{escape_line(a.name)}\t{a.size}\t{escape_line(a.media_type)}\t{escape_line(a.sha256)}")
     for s in result.artifacts_skipped:
-        click.echo(f"skipped: {s.name}: {s.reason}", err=True)
+        echo(f"skipped: {escape_line(s.name)}: {escape_line(s.reason)}", err=True)
     if out is not None:
-        click.echo(f"{len(written)} file(s) written to {out}", err=True)
+        echo(f"{len(written)} file(s) written to {out}", err=True)
     elif not result.artifacts:
-        click.echo(f"job {job_id} has no artifacts", err=True)
+        echo(f"job {escape_line(job_id)} has no artifacts", err=True)

@@ -12,13 +12,13 @@ chain does not hold), 3 when a batch has jobs that have not ended (or have no re
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from sandfleet.core.console import echo, echo_json, echo_json_text, escape_line, json_text
 from sandfleet.core.errors import SigningKeyError
 from sandfleet.producer.cli.jobs import (
     EXIT_JOB_FAILED,
@@ -54,16 +54,16 @@ def show_report(report: BatchVerdict, as_json: bool) -> None:
             | {"jobs": len(report.verdicts), "events": report.events, "seconds": report.seconds},
             "verdicts": [_verdict_json(v) for v in report.verdicts],
         }
-        click.echo(json.dumps(data, ensure_ascii=False))
+        echo_json(data)
         return
     shown = 0
     for verdict in report.verdicts:
         if not verdict.verified and shown < MAX_PROBLEMS_SHOWN:
-            click.echo(f"{verdict.job_id}  {verdict.describe()}")
+            echo(f"{escape_line(verdict.job_id)}  {verdict.describe()}")
             shown += 1
-    click.echo(report.summary())
+    echo(report.summary())
     if report.verdicts:
-        click.echo(f"keys: {report.verdicts[0].key_source}", err=True)
+        echo(f"keys: {report.verdicts[0].key_source}", err=True)
 
 
 def _verdict_json(verdict: Verdict) -> dict[str, object]:
@@ -117,7 +117,7 @@ def audit(
             handle = client.batch(batch_id)
             report = handle.export(export_path) if export_path else handle.verify()
             if export_path:
-                click.echo(f"bundle of {len(handle)} jobs written to {export_path}", err=True)
+                echo(f"bundle of {len(handle)} jobs written to {export_path}", err=True)
             if verify or export_path:
                 show_report(report, as_json)
             sys.exit(batch_exit_status(report) if verify else 0)
@@ -125,13 +125,13 @@ def audit(
         events = job.audit()
         verdict = job.export(export_path) if export_path else (job.verify() if verify else None)
     if export_path:
-        click.echo(f"bundle of job {job_id} written to {export_path}", err=True)
+        echo(f"bundle of job {escape_line(str(job_id))} written to {export_path}", err=True)
     for event in events:
         if as_json:
-            click.echo(event.model_dump_json())
-        else:
-            data = json.dumps(event.data, ensure_ascii=False, default=str)
-            click.echo(f"{format_time(event.ts)}  #{event.attempt}  {event.kind:<12} {data[:300]}")
+            echo_json_text(event.model_dump_json())
+        else:  # the data of model calls, programs, tool calls: the program's and the model's text
+            data = json_text(event.data, default=str)[:300]
+            echo(f"{format_time(event.ts)}  #{event.attempt}  {escape_line(event.kind):<12} {data}")
     if verify and verdict is not None:
         show_verdict(verdict, len(events), as_json)
 
@@ -141,11 +141,11 @@ def show_verdict(verdict: Verdict, events: int, as_json: bool) -> None:
     chain disagree."""
     if verdict.holds:
         proven = f"; the final record is proven ({verdict.describe()})" if verdict.verified else ""
-        click.echo(f"audit chain holds ({events} events){proven}", err=as_json)
+        echo(f"audit chain holds ({events} events){proven}", err=as_json)
     else:
         where = f" at event {verdict.bad_index}" if verdict.bad_index is not None else ""
         problems = "; ".join(verdict.problems)
-        click.echo(f"audit chain BROKEN{where} of {events}: the record was altered: {problems}", err=True)
+        echo(f"audit chain BROKEN{where} of {events}: the record was altered: {problems}", err=True)
     if not verdict.holds:
         sys.exit(EXIT_JOB_FAILED)
 
@@ -164,7 +164,7 @@ def verify_bundle(path: Path, keys: Path | None, as_json: bool) -> None:
     report = verify_jobs(evidences, ring)
     show_report(report, as_json)
     if keys is None and not as_json:
-        click.echo(
+        echo(
             "note: checked with the keys inside the bundle; pin the fleet's own (--keys FILE from "
             "`sandfleet keys export`) to know they are the fleet's",
             err=True,

@@ -9,8 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import click
-
+from sandfleet.core.console import echo, escape_line
 from sandfleet.core.errors import UnverifiedResultError
 
 if TYPE_CHECKING:
@@ -39,5 +38,5 @@ def save_batch_artifacts(client: Client, checked: list[CheckedResult], folder: P
         try:
             count += len(write_artifacts(client.artifact_store, c.result, folder / c.job_id))
         except (UnverifiedResultError, ValueError) as e:
-            click.echo(f"{c.job_id}: artifacts not written: {e}", err=True)
+            echo(f"{escape_line(c.job_id)}: artifacts not written: {e}", err=True)
     return count

@@ -7,12 +7,12 @@ worker ends it when it can, e.g. once one is running).
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line
 from sandfleet.producer.cli.jobs import EXIT_NOT_DONE, BadInputError, cli_errors
 
 WAIT_POLL_S = 0.05
@@ -42,7 +42,10 @@ def cancel(job_ids: tuple[str, ...], batch_id: str | None, timeout: float, as_js
 
     with cli_errors(), Client() as client:
         ids = client.batch(batch_id).job_ids if batch_id else list(job_ids)
-        reports = client.cancel(ids)
+        try:
+            reports = client.cancel(ids)
+        except ValueError as e:  # not a job id: said plainly, not a traceback
+            raise BadInputError(str(e)) from None
         missing = [r.job_id for r in reports if r.outcome == CancelOutcome.MISSING]
         if missing and not batch_id:
             raise JobNotFoundError(
@@ -52,19 +55,17 @@ def cancel(job_ids: tuple[str, ...], batch_id: str | None, timeout: float, as_js
     for report in reports:
         status = final.get(report.job_id, report.status if report.outcome == CancelOutcome.ENDED else None)
         if as_json:
-            click.echo(
-                json.dumps(
-                    {
-                        "job_id": report.job_id,
-                        "outcome": report.outcome.value,
-                        "was": report.status,
-                        "status": status,
-                    }
-                )
+            echo_json(
+                {
+                    "job_id": report.job_id,
+                    "outcome": report.outcome.value,
+                    "was": report.status,
+                    "status": status,
+                }
             )
-        else:
+        else:  # ids and states as Redis holds them: one line per job, whatever they contain
             ended = f"; it ended {status}" if report.requested and status else ""
-            click.echo(f"{report}{ended}")
+            echo(escape_line(f"{report}{ended}"))
     if batch_id and not as_json:
         counts: dict[str, int] = {}
         for report in reports:
@@ -73,9 +74,9 @@ def cancel(job_ids: tuple[str, ...], batch_id: str | None, timeout: float, as_js
             )
             counts[key] = counts.get(key, 0) + 1
         summary = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-        click.echo(f"batch {batch_id}: {len(reports)} jobs ({summary})", err=True)
+        echo(escape_line(f"batch {batch_id}: {len(reports)} jobs ({summary})"), err=True)
     if any(r.requested and r.job_id not in final for r in reports):
-        click.echo(f"some jobs had not ended after {timeout:g} s: their cancel requests stand", err=True)
+        echo(f"some jobs had not ended after {timeout:g} s: their cancel requests stand", err=True)
         sys.exit(EXIT_NOT_DONE)
 
 

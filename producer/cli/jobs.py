@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line
 from sandfleet.core.errors import (
     ClientStateError,
     InvalidSpecError,
@@ -88,25 +89,33 @@ keys_option = click.option(
 def refuse_unverified(job_id: str, error: UnverifiedResultError, as_json: bool) -> None:
     """Say why a record is not served, and exit 4."""
     if as_json:
-        click.echo(json.dumps({"job_id": job_id, "verified": False, "problems": error.problems}))
-    click.echo(f"refused: {error}", err=True)
+        echo_json({"job_id": job_id, "verified": False, "problems": error.problems})
+    echo(f"refused: {error}", err=True)
     sys.exit(EXIT_UNVERIFIED)
 
 
 def payload_text(value: Any) -> str:
-    """The RESULT payload as printed: text as it is, anything else as JSON."""
+    """The RESULT payload as a results file holds it: text as it is, anything else as JSON."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def show_payload(value: Any) -> None:
+    """The RESULT payload on the screen: text keeping its lines, anything else as JSON; escaped."""
+    if isinstance(value, str):
+        echo(value)
+    else:
+        echo_json(value)
 
 
 def show_result(result: JobResult, as_json: bool) -> None:
     """Print a verified final result and exit 0 if it succeeded, else 1 with the error on stderr."""
     if as_json:
-        click.echo(json.dumps({**result.model_dump(mode="json"), "verified": True}, ensure_ascii=False))
+        echo_json({**result.model_dump(mode="json"), "verified": True})
     elif result.result is not None:
-        click.echo(payload_text(result.result))
+        show_payload(result.result)
     if result.status != JobStatus.SUCCEEDED:
         error = f": {result.error.kind}: {result.error.message}" if result.error else ""
-        click.echo(f"job {result.job_id} {result.status.value}{error}", err=True)
+        echo(f"job {escape_line(result.job_id)} {result.status.value}{error}", err=True)
         sys.exit(EXIT_JOB_FAILED)
 
 
@@ -130,12 +139,15 @@ def submit(
     with cli_errors(), Client() as client:
         job = client.submit(question, **fields)
         if not wait:
-            click.echo(json.dumps({"job_id": job.job_id}) if as_json else job.job_id)
+            if as_json:
+                echo_json({"job_id": job.job_id})
+            else:
+                echo(job.job_id)
             return
         try:
             result = job.result(timeout=timeout)
         except TimeoutError as e:
-            click.echo(str(e), err=True)
+            echo(str(e), err=True)
             sys.exit(EXIT_NOT_DONE)
         except UnverifiedResultError as e:
             refuse_unverified(job.job_id, e, as_json)
@@ -310,38 +322,34 @@ def batch(
     rows = load_specs(file, defaults)
     with cli_errors(), Client() as client:
         handle = client.submit_batch([spec for _, spec in rows], batch_id=batch_id)
-        click.echo(handle.batch_id)
-        click.echo(f"{len(handle)} jobs enqueued in batch {handle.batch_id}", err=True)
+        echo(escape_line(handle.batch_id))
+        echo(f"{len(handle)} jobs enqueued in batch {escape_line(handle.batch_id)}", err=True)
         if not (wait or out):
             return
         try:
             wait_with_bar(handle, timeout)
         except TimeoutError as e:
-            click.echo(str(e), err=True)
+            echo(str(e), err=True)
         except UnverifiedResultError:
             pass  # reported per row below
         checked = handle.checked_results()
         if out_dir is not None:
             out_dir.mkdir(parents=True, exist_ok=True)
             files = save_batch_artifacts(client, checked, out_dir)
-            click.echo(f"{files} artifact file(s) written under {out_dir}/JOB_ID/", err=True)
+            echo(f"{files} artifact file(s) written under {out_dir}/JOB_ID/", err=True)
             out = out_dir / BATCH_RESULTS_NAME
     if out is not None:
         jobs = zip(rows, handle.job_ids, checked, strict=True)
         write_results(out, [(number, job_id, spec, c) for (number, spec), job_id, c in jobs])
-        click.echo(f"results written to {out}", err=True)
+        echo(f"results written to {out}", err=True)
     finished = [c.result for c in checked if c.result is not None]
     counts = {s.value: sum(r.status == s for r in finished) for s in JobStatus}
-    click.echo(str(BatchProgress(total=len(handle), counts=counts)), err=True)
+    echo(str(BatchProgress(total=len(handle), counts=counts)), err=True)
     unverified = [c for c in checked if c.verdict.state == VerdictState.MISMATCHED]
     if other := sum(c.other_question for c in unverified):
-        click.echo(
-            f"{other} result(s) answer a different question than the one submitted (not shown)", err=True
-        )
+        echo(f"{other} result(s) answer a different question than the one submitted (not shown)", err=True)
     if len(unverified) > other:
-        click.echo(
-            f"{len(unverified) - other} result(s) not proven by their audit chains (not shown)", err=True
-        )
+        echo(f"{len(unverified) - other} result(s) not proven by their audit chains (not shown)", err=True)
     if unverified:
         sys.exit(EXIT_UNVERIFIED)
     if len(finished) < len(checked):
@@ -382,7 +390,7 @@ def result(job_id: str, as_json: bool, keys: Path | None) -> None:
         except UnverifiedResultError as e:
             refuse_unverified(job_id, e, as_json)
     if checked.result is None:
-        click.echo(f"job {job_id} is {checked.verdict.status}", err=True)
+        echo(f"job {escape_line(job_id)} is {escape_line(str(checked.verdict.status))}", err=True)
         sys.exit(EXIT_NOT_DONE)
     show_result(checked.result, as_json)
 
@@ -412,11 +420,11 @@ def jobs(batch_id: str | None, status: str | None, limit: int, as_json: bool) ->
                 mode="json", include={"job_id", "status", "batch_id", "timestamps", "attempts"}
             )
             extra = {"mode": mode, "priority": record.priority, "deliveries": record.deliveries}
-            click.echo(json.dumps({**summary, **extra, "question": question}))
+            echo_json({**summary, **extra, "question": question})
         else:
             queued = format_time(record.timestamps["queued"]) if "queued" in record.timestamps else "-"
-            line = " ".join(question.split())
+            line = escape_line(" ".join(question.split())[:60])
             priority = "-" if record.priority is None else str(record.priority)
-            click.echo(
-                f"{record.job_id}  {record.status.value:<9}  {mode:<11}  p{priority}  {queued}  {line[:60]}"
+            echo(
+                f"{escape_line(record.job_id)}  {record.status.value:<9}  {mode:<11}  p{priority}  {queued}  {line}"
             )

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 
+from sandfleet.core.console import echo, echo_json, echo_json_text, escape_line
 from sandfleet.core.key_registry import KeyRegistry, rotate_key
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.settings import get_settings
@@ -47,14 +48,16 @@ def list_keys(as_json: bool) -> None:
         contents = client.registry.contents()
     for info in contents.keys:
         if as_json:
-            click.echo(info.model_dump_json())
-        else:
-            click.echo(f"{info.key_id}  {info.status.value:<8} {_when(info.created_at)}  {info.worker}")
+            echo_json_text(info.model_dump_json())
+        else:  # ids and worker names as Redis holds them (a Redis writer chooses them)
+            echo(
+                f"{escape_line(info.key_id)}  {info.status.value:<8} {_when(info.created_at)}  {escape_line(info.worker)}"
+            )
     for name, problem in contents.rejected.items():
         if as_json:
-            click.echo(json.dumps({"key_id": name, "status": "invalid", "problem": problem}))
+            echo_json({"key_id": name, "status": "invalid", "problem": problem})
         else:
-            click.echo(f"{name}  INVALID  (not used: see below)")
+            echo(f"{escape_line(name)}  INVALID  (not used: see below)")
     _refuse_if_rejected(contents.rejected, "listed as INVALID")
 
 
@@ -63,8 +66,8 @@ def _refuse_if_rejected(rejected: dict[str, str], what: str) -> None:
     if not rejected:
         return
     for problem in rejected.values():
-        click.echo(f"refused: {problem}", err=True)
-    click.echo(
+        echo(f"refused: {escape_line(problem)}", err=True)
+    echo(
         f"{len(rejected)} entr{'y' if len(rejected) == 1 else 'ies'} of the key register {what}: "
         "signatures under those key ids do not verify. Check who can write Redis; remove the entries "
         "(HDEL of the register's field) once the real keys are known",
@@ -89,10 +92,10 @@ def export_keys(out: Path | None) -> None:
     infos = contents.keys
     text = json.dumps(KeyRing(infos, "export").export(settings.key_prefix), indent=2) + "\n"
     if out is None:
-        click.echo(text, nl=False)
+        echo_json_text(text.removesuffix("\n"))
     else:
         out.write_text(text)
-        click.echo(f"{len(infos)} keys written to {out}", err=True)
+        echo(f"{len(infos)} keys written to {out}", err=True)
 
 
 @keys.command("rotate")
@@ -110,8 +113,8 @@ def rotate(worker: str, revoke: bool) -> None:
             settings, worker, KeyRegistry(client.redis, FleetKeys(settings.key_prefix)), revoke=revoke
         )
     if old is not None:
-        click.echo(f"{old.key_id}  {old.status.value}")
-    click.echo(f"{new.key_id}  {new.status.value} (worker {worker})")
+        echo(f"{escape_line(old.key_id)}  {old.status.value}")
+    echo(f"{escape_line(new.key_id)}  {new.status.value} (worker {escape_line(worker)})")
 
 
 @keys.command("revoke")
@@ -120,4 +123,4 @@ def revoke(key_id: str) -> None:
     """Revoke KEY_ID: every entry it signed is refused, and its worker will not start with it."""
     with cli_errors(), Client() as client, client.redis_errors():
         info = client.registry.set_status(key_id, KeyStatus.REVOKED)
-    click.echo(f"{info.key_id}  {info.status.value} (worker {info.worker})")
+    echo(f"{escape_line(info.key_id)}  {info.status.value} (worker {escape_line(info.worker)})")

@@ -34,6 +34,7 @@ from typing import IO, Any
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line, json_text
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.fleet.local import SANDFLEET_ARGV, FleetConfig, LocalFleet, WorkerProcess
 
@@ -272,7 +273,7 @@ def demo(
     from sandfleet.producer.client import Client
     from sandfleet.worker.scenario import REFERENCE_QUESTION, expected_q3_revenue, generate_orders
 
-    say = (lambda text: click.echo(text, err=True)) if as_json else click.echo
+    say = (lambda text: echo(text, err=True)) if as_json else echo
     base = get_settings()
     chosen = choose_model(model, base)
     try:
@@ -431,29 +432,29 @@ def format_side_by_side(rows: list[dict[str, Any]], expected: dict[str, float]) 
     for r in rows:
         lines.append(
             f"  {r['mode']:<12} {r['status']}: {r['model_calls']} model calls, {r['tokens']:,} tokens, "
-            f"{r['tool_calls']} tool calls, {r['seconds']} s; matches: {r['check']}"
+            f"{r['tool_calls']} tool calls, {r['seconds']} s; matches: {escape_line(r['check'])}"
         )
     return "\n".join(lines)
 
 
 def _print_report(report: dict[str, Any], as_json: bool, keep_running: bool) -> None:
     if as_json:
-        click.echo(json.dumps(report))
+        echo_json(report)
         return
-    click.echo(f"job {report['job_id']}: {report['status']} in {report['elapsed_s']} s")
+    echo(f"job {report['job_id']}: {report['status']} in {report['elapsed_s']} s")
     if report.get("error"):
-        click.echo(f"  error: {report['error']['kind']}: {report['error']['message']}")
-    click.echo(f"RESULT: {json.dumps(report['result'])}")
-    click.echo(format_comparison(report["result"], report["expected"]))
-    click.echo(f"match: {'yes' if report['match'] else 'NO'}")
+        echo(f"  error: {report['error']['kind']}: {report['error']['message']}")
+    echo(f"RESULT: {json_text(report['result'])}")
+    echo(format_comparison(report["result"], report["expected"]))
+    echo(f"match: {'yes' if report['match'] else 'NO'}")
     if "compare" in report:
-        click.echo("\ncode-action beside chat (the same question, tool and data; chat has no sandbox):")
-        click.echo(format_side_by_side(report["compare"], report["expected"]))
+        echo("\ncode-action beside chat (the same question, tool and data; chat has no sandbox):")
+        echo(format_side_by_side(report["compare"], report["expected"]))
         if report["model"].startswith("replay:"):
-            click.echo("  (replay model: it plays back the reference run's program and chat reply)")
+            echo("  (replay model: it plays back the reference run's program and chat reply)")
     if "flower_url" in report:
         state = "still running" if keep_running else "stopped now; --keep-running keeps it up"
-        click.echo(f"Flower: {report['flower_url']} ({state})")
+        echo(f"Flower: {report['flower_url']} ({state})")
     if keep_running and report.get("running"):
         pids = " ".join(str(pid) for pid in report["running"].values())
-        click.echo(f"running: {report['running']}; stop with: kill {pids}; scratch folder {report['folder']}")
+        echo(f"running: {report['running']}; stop with: kill {pids}; scratch folder {report['folder']}")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from sandfleet.core.console import echo
 from sandfleet.core.settings import Settings
 from sandfleet.fleet.local_redis import RedisServer, free_port
 from sandfleet.producer.client import Client
@@ -316,4 +317,4 @@ def _remove_containers_of(owners: set[str]) -> None:
 
         prune(owners=owners)
     except Exception as e:  # the engine is gone: nothing of ours can be running on it either
-        print(f"local fleet: could not check for leftover containers: {e}", file=sys.stderr)
+        echo(f"local fleet: could not check for leftover containers: {e}", err=True)

@@ -72,6 +72,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         ["--requests", "20", "--megabytes", "5", "--transfers", "1"],
         r"added +p50 [\d.]+[\s\S]*ratio \d+\.\d\d",
     ),
+    "sanitise": (
+        ["--calls", "100", "--kib", "2", "--rounds", "1"],
+        r"ASCII job id +\d+ chars: +[\d.]+ us per call[\s\S]*json_text +[\d.]+ us: ratio \d+\.\d\d",
+    ),
     "metrics_overhead": (
         ["--rounds", "1", "--jobs", "4"],
         r"ratio on/off \d+\.\d{3}[\s\S]*jobs not succeeded: 0[\s\S]*metrics work per job: [\d.]+ us",

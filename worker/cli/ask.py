@@ -8,17 +8,17 @@ result lists; kept in this process's memory meanwhile).
 
 from __future__ import annotations
 
-import json
 import sys
 import uuid
 from pathlib import Path
 
 import click
 
+from sandfleet.core.console import echo, echo_json_text, escape_line, escape_program
 from sandfleet.core.contracts import JobMode
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import describe_validation_error, parse_options, sandbox_option
-from sandfleet.worker.cli.common import mcp_config_option
+from sandfleet.worker.cli.common import echo_payload, mcp_config_option
 
 
 @click.command()
@@ -128,20 +128,20 @@ def ask(
         raise click.ClickException(str(e)) from None
     if out is not None:
         for s in result.artifacts_skipped:
-            click.echo(f"artifact skipped: {s.name}: {s.reason}", err=True)
-        click.echo(f"{len(written)} artifact file(s) written to {out}", err=True)
+            echo(f"artifact skipped: {escape_line(s.name)}: {escape_line(s.reason)}", err=True)
+        echo(f"{len(written)} artifact file(s) written to {out}", err=True)
     if show_program and result.final_program:
-        click.echo(f"--- program ---\n{result.final_program}--- end ---", err=True)
+        echo(f"--- program ---\n{escape_program(result.final_program)}--- end ---", err=True)
     if as_json:
-        click.echo(result.model_dump_json())
+        echo_json_text(result.model_dump_json())
     elif result.status == JobStatus.SUCCEEDED:
         text = result.attempts[-1].result_text if result.attempts else None
         if text is None and isinstance(result.result, str):
             text = result.result
-        click.echo(text if text is not None else json.dumps(result.result))
+        echo_payload(result.result, text)
     if result.status != JobStatus.SUCCEEDED:
         if not as_json:
-            click.echo(
+            echo(
                 f"sandfleet ask: {result.status.value}: {result.error.message if result.error else ''}",
                 err=True,
             )

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from sandfleet.core.console import echo, echo_json, echo_json_text
 
 if TYPE_CHECKING:  # the settings load only when --tools does not name the modules
     from sandfleet.core.settings import Settings
@@ -71,8 +72,12 @@ def tool_specs(tool_modules: tuple[str, ...], settings: Settings | None = None) 
 
 
 def echo_payload(payload: Any, raw_text: str | None) -> None:
-    """Print a RESULT payload exactly as the program printed it."""
-    if raw_text is not None:
-        click.echo(raw_text)
+    """Print a RESULT payload as the program printed it, escaped for the terminal: JSON with its
+    unsafe characters as ``\\u`` escapes (it still parses to the same value), text as
+    :func:`~sandfleet.core.console.echo` escapes it."""
+    if raw_text is None:
+        echo_json(payload)
+    elif isinstance(payload, str) and payload == raw_text:  # not JSON: printed as text
+        echo(raw_text)
     else:
-        click.echo(json.dumps(payload))
+        echo_json_text(raw_text)

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import describe_validation_error, parse_options, sandbox_option
 from sandfleet.worker.cli.common import tools_option
@@ -98,9 +99,9 @@ def compare(
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(json.dumps({"question": question, "expected": expected, "jobs": rows}))
+        echo_json({"question": question, "expected": expected, "jobs": rows})
     else:
-        click.echo(format_table(rows, with_check=expected is not None))
+        echo(format_table(rows, with_check=expected is not None))
     sys.exit(0)
 
 
@@ -156,12 +157,13 @@ def format_table(rows: list[dict[str, Any]], *, with_check: bool) -> str:
         answer = r["answer"] if isinstance(r["answer"], str) else json.dumps(r["answer"], ensure_ascii=False)
         lines.append(f"\n{r['mode']} answer: {_short(answer) if r['answer'] is not None else '-'}")
         if r["error"]:
-            lines.append(f"{r['mode']} error: {r['error']}")
+            lines.append(f"{r['mode']} error: {escape_line(r['error'])}")
         if with_check:
             lines.append(f"{r['mode']} matches the expected answer: {r['check']}")
     return "\n".join(lines)
 
 
 def _short(text: str) -> str:
+    """The answer on one line (the model's text: escaped), cut at ANSWER_SHOWN_CHARS."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= ANSWER_SHOWN_CHARS else flat[:ANSWER_SHOWN_CHARS] + " ..."
+    return escape_line(flat if len(flat) <= ANSWER_SHOWN_CHARS else flat[:ANSWER_SHOWN_CHARS] + " ...")

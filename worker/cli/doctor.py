@@ -7,12 +7,12 @@ the fleet (submit, worker) but not by a sandbox, so by default it is reported wi
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 import click
 
+from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.worker.images import DATA_SCIENCE_TAG, SANDBOX_TAG
@@ -249,7 +249,7 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config:
     if mcp_config or settings.mcp_config:
         checks += mcp_checks(mcp_config or settings.mcp_config or "")
     if as_json:
-        click.echo(json.dumps([asdict(c) for c in checks], indent=2))
-    else:
-        click.echo(render_table(checks))
+        echo_json([asdict(c) for c in checks], indent=2)
+    else:  # details quote MCP servers' and the engine's replies: escaped
+        echo(render_table(checks))
     raise SystemExit(exit_status(checks))

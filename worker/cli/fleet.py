@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from sandfleet.core.console import echo
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.core.settings import DEFAULT_CONCURRENCY, get_settings
 from sandfleet.worker.cli.common import mcp_config_option
@@ -83,7 +84,7 @@ def worker(
     except SigningKeyError as e:
         raise click.ClickException(f"refusing to start: {e}") from None
     except redis.RedisError as e:  # Redis not up yet: the key is registered once the worker connects
-        click.echo(f"warning: cannot register the signing key yet ({e}); retrying when connected", err=True)
+        echo(f"warning: cannot register the signing key yet ({e}); retrying when connected", err=True)
     argv = [
         "worker",
         f"--hostname={name}",

@@ -15,6 +15,7 @@ import ipaddress
 
 import click
 
+from sandfleet.core.console import echo
 from sandfleet.core.queue import redact_url
 from sandfleet.core.settings import Settings, get_settings
 
@@ -127,7 +128,7 @@ def flower(port: int, address: str, basic_auth: str | None, read_only: bool) -> 
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     settings = get_settings()
-    click.echo(
+    echo(
         f"Flower for the fleet at {flower_url(address, port)} (broker {redact_url(settings.redis_url)}, "
         f"basic auth {'on' if auth_pairs else 'off: localhost only'})",
         err=True,

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import functools
-import json
 from pathlib import Path
 
 import click
 
+from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.worker import custom_images
 from sandfleet.worker import images as recipes
@@ -80,7 +80,7 @@ def build(
     params = recipes.DebootstrapParams(
         mirror=(mirror or recipes.default_mirror()).rstrip("/"), keyring=recipes.default_keyring()
     )
-    progress = (lambda _msg: None) if as_json else (lambda msg: click.echo(f"[images] {msg}", err=True))
+    progress = (lambda _msg: None) if as_json else (lambda msg: echo(f"[images] {msg}", err=True))
     builders = {}
     try:
         if name is not None:
@@ -101,17 +101,17 @@ def build(
     except SandfleetError as e:
         raise click.ClickException(str(e)) from e
     if name is not None and not as_json:
-        click.echo(
+        echo(
             f"jobs may use {results[-1].tag} once the operator's policy allows it, e.g. "
             f"SANDFLEET_POLICY_IMAGES=...,{results[-1].tag} (or {custom_images.CUSTOM_PREFIX}*:py3.11)",
             err=True,
         )
     if as_json:
-        click.echo(json.dumps([r.as_dict() for r in results], indent=2))
+        echo_json([r.as_dict() for r in results], indent=2)
         return
     width = max([30, *(len(r.tag) for r in results)])
-    click.echo(f"{'IMAGE':<{width}} {'STATUS':<20} {'TIME':>8} {'SIZE':>8}")
+    echo(f"{'IMAGE':<{width}} {'STATUS':<20} {'TIME':>8} {'SIZE':>8}")
     for r in results:
         status = "unchanged, skipped" if r.status == recipes.BuildStatus.SKIPPED else "built"
         took = "-" if r.status == recipes.BuildStatus.SKIPPED else f"{r.seconds:.1f} s"
-        click.echo(f"{r.tag:<{width}} {status:<20} {took:>8} {recipes.format_size(r.size_bytes):>8}")
+        echo(f"{r.tag:<{width}} {status:<20} {took:>8} {recipes.format_size(r.size_bytes):>8}")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 from pathlib import Path
@@ -10,6 +9,7 @@ from types import FrameType
 
 import click
 
+from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.worker.llm.replay_server import DEFAULT_HOST, ReplayServer
 
@@ -59,7 +59,10 @@ def model_server(script_path: Path, host: str, port: int, latency_s: float, as_j
         stopping.set()
 
     signal.signal(signal.SIGTERM, on_terminate)  # before the URL: a caller may stop it once it reads it
-    click.echo(json.dumps({"base_url": base_url}) if as_json else base_url)
+    if as_json:
+        echo_json({"base_url": base_url})
+    else:
+        echo(base_url)
     try:
         stopping.wait()
     except KeyboardInterrupt:

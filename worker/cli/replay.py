@@ -3,12 +3,12 @@ results, once their records are proven by their audit chains; match or differenc
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line
 from sandfleet.core.errors import SandfleetError
 
 # As sandfleet.worker.replay_batch.DEFAULT_REPLAY_CONCURRENCY, which is not imported here: the
@@ -88,13 +88,19 @@ def replay(
         raise click.ClickException(str(e)) from None
     if job_id is not None:
         [outcome] = report.outcomes
-        click.echo(json.dumps(outcome.to_json(), ensure_ascii=False) if as_json else outcome.describe())
+        if as_json:
+            echo_json(outcome.to_json())
+        else:
+            echo(outcome.describe())
         sys.exit(0 if outcome.matches else (3 if outcome.state == ReplayState.MISSING else 1))
     for outcome in report.outcomes:
         if as_json:
-            click.echo(json.dumps(outcome.to_json(), ensure_ascii=False))
+            echo_json(outcome.to_json())
         elif not outcome.matches and outcome.state != ReplayState.SKIPPED:
-            click.echo(f"{outcome.job_id}  {outcome.describe()}")
+            echo(f"{escape_line(outcome.job_id)}  {outcome.describe()}")
     summary = report.summary()
-    click.echo(json.dumps({"summary": summary, "seconds": report.seconds}) if as_json else summary)
+    if as_json:
+        echo_json({"summary": summary, "seconds": report.seconds})
+    else:
+        echo(summary)
     sys.exit(report.exit_status())

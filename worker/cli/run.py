@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
 from sandfleet.core.config import CodeActionSettings
+from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import sandbox_config_from, sandbox_option
 from sandfleet.worker.cli.common import (
@@ -57,12 +57,12 @@ def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(json.dumps(result.to_dict(), default=str))
+        echo_json(result.to_dict(), default=str)
     elif result.result_found:
         echo_payload(result.result, result.result_text)
     failure = result.failure()
     if failure:
         if not as_json:
-            sys.stderr.write(result.stderr[-4000:])
-            click.echo(f"sandfleet run: {failure}", err=True)
+            echo(result.stderr[-4000:], err=True, nl=False)  # the program's own stderr, escaped
+            echo(f"sandfleet run: {failure}", err=True)
         sys.exit(1)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
+from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import sandbox_config_from, sandbox_option
 
@@ -40,16 +40,16 @@ def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tup
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(json.dumps(result.to_dict()))
-    else:
-        sys.stdout.write(result.stdout)
-        sys.stderr.write(result.stderr)
+        echo_json(result.to_dict())
+    else:  # the command's output, escaped as every command's (its exact bytes: --json)
+        echo(result.stdout, nl=False)
+        echo(result.stderr, err=True, nl=False)
         if result.stdout_truncated or result.stderr_truncated:
-            click.echo(
+            echo(
                 f"[output truncated: {result.stdout_bytes} bytes of stdout, {result.stderr_bytes} of stderr]",
                 err=True,
             )
-        click.echo(f"[exit code {result.exit_code}{', timed out' if result.timed_out else ''}]", err=True)
+        echo(f"[exit code {result.exit_code}{', timed out' if result.timed_out else ''}]", err=True)
     sys.exit(result.exit_code if 0 <= result.exit_code < 256 else 1)
 
 
@@ -100,7 +100,7 @@ def inspect(options: tuple[str, ...], as_json: bool) -> None:
         "EffectiveUid": int(ids.stdout.split()[0]) if ids.exit_code == 0 else None,
         "EffectiveGid": int(ids.stdout.split()[1]) if ids.exit_code == 0 else None,
     }
-    click.echo(json.dumps(report, indent=None if as_json else 2))
+    echo_json(report, indent=None if as_json else 2)
 
 
 @sandbox.command()
@@ -115,13 +115,11 @@ def prune(everything: bool, as_json: bool) -> None:
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(
-            json.dumps(
-                {"removed": report.removed, "kept": report.kept, "killed_processes": report.killed_processes}
-            )
+        echo_json(
+            {"removed": report.removed, "kept": report.kept, "killed_processes": report.killed_processes}
         )
     else:
-        click.echo(
+        echo(
             f"removed {len(report.removed)} container(s), kept {len(report.kept)}, "
             f"killed {len(report.killed_processes)} orphaned runtime process(es)"
         )

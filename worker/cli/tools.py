@@ -8,12 +8,12 @@ reported on stderr with the fix, and the exit status is then 1.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict
 
 import click
 
+from sandfleet.core.console import echo, echo_json, escape_line
 from sandfleet.core.errors import SandfleetError
 from sandfleet.worker.cli.common import (
     mcp_config_option,
@@ -54,18 +54,21 @@ def tools(tool_modules: tuple[str, ...], mcp_config: str | None, as_json: bool) 
     ]
     down = [s for s in servers if not s.up and not s.disabled]
     if as_json:
-        click.echo(json.dumps({"tools": rows, "servers": [asdict(s) for s in servers]}, indent=2))
-    else:
+        echo_json({"tools": rows, "servers": [asdict(s) for s in servers]}, indent=2)
+    else:  # names, signatures and descriptions come from MCP servers: one line each
         for row in rows:
             mark = ", side effects" if row["side_effects"] else ""
-            click.echo(f"{row['name']}  ({row['source']}{mark})\n    {row['signature']}")
+            echo(
+                f"{escape_line(row['name'])}  ({escape_line(row['source'])}{mark})\n"
+                f"    {escape_line(row['signature'])}"
+            )
             if row["description"]:
-                click.echo(f"    {row['description']}")
+                echo(f"    {escape_line(row['description'])}")
         if not rows:
-            click.echo("no tools (give --tools MODULE or --mcp-config FILE)")
+            echo("no tools (give --tools MODULE or --mcp-config FILE)")
         for server in down:
-            click.echo(
-                f"mcp:{server.name} is down: {server.detail}"
+            echo(
+                f"mcp:{escape_line(server.name)} is down: {server.detail}"
                 + (f"\n  fix: {server.fix}" if server.fix else ""),
                 err=True,
             )

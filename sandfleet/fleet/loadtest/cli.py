@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 import click
 
+from sandfleet.core.console import echo, echo_json
 from sandfleet.core.options import parse_options, sandbox_option
 
 
@@ -166,16 +166,14 @@ def loadtest(
     except (SandfleetError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(
-            json.dumps({k: v for k, v in report.items() if k not in ("jobs", "completions_s")}, indent=1)
-        )
-    else:
-        click.echo(format_summary(report))
+        echo_json({k: v for k, v in report.items() if k not in ("jobs", "completions_s")}, indent=1)
+    else:  # failure kinds and metrics labels come from the fleet's records and endpoints
+        echo(format_summary(report))
         if "metrics" in report:
             from sandfleet.fleet.loadtest.scrape import format_metrics
 
-            click.echo(format_metrics(report["metrics"]))
-        click.echo(f"report: {out / 'report.json'}" + ("" if no_plot else f", plot: {out / 'report.png'}"))
+            echo(format_metrics(report["metrics"]))
+        echo(f"report: {out / 'report.json'}" + ("" if no_plot else f", plot: {out / 'report.png'}"))
     if not report["finished"]:
-        print("loadtest: not every job ended in time", file=sys.stderr)
+        echo("loadtest: not every job ended in time", err=True)
         sys.exit(1)
