@@ -113,6 +113,9 @@ class ReplayScript:
 def load_script(path: str | Path) -> ReplayScript:
     """Read and validate a script file: ``.json`` as JSON, anything else as YAML (a superset of JSON).
 
+    For a file the operator named (errors quote the parser, which may quote the file); a file a job
+    names is read by ``sandfleet.worker.llm.replay_access`` instead.
+
     Raises:
         InvalidSpecError: the file is missing or unreadable, or the script is malformed.
     """
@@ -121,6 +124,16 @@ def load_script(path: str | Path) -> ReplayScript:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise InvalidSpecError(f"cannot read replay script {path}: {e.strerror or e}") from e
+    return parse_script_text(text, path)
+
+
+def parse_script_text(text: str, path: Path) -> ReplayScript:
+    """Parse and validate the text of the script file ``path`` (JSON for ``.json``, else YAML).
+
+    Raises:
+        InvalidSpecError: the text does not parse, or the script is malformed; the message quotes
+            the parser, so it is for the file's owner only.
+    """
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
