@@ -2,7 +2,8 @@
 
     SandfleetError
     ├── InvalidSpecError          bad input: a spec, an option, a size; nothing was enqueued or run
-    │   └── PolicyViolationError  valid, but beyond what the operator allows
+    │   ├── PolicyViolationError  valid, but beyond what the operator allows
+    │   └── ReplayScriptError     a replay script unreadable or malformed (quotes it: its owner's eyes only)
     ├── TransientError            infrastructure that may come back: retries key on this branch
     │   ├── SandboxUnavailableError   no Docker engine reachable right now
     │   ├── ModelUnavailableError     rate-limited, timed out or 5xx after the retries
@@ -42,6 +43,11 @@ class InvalidSpecError(SandfleetError, ValueError):
 
 class PolicyViolationError(InvalidSpecError):
     """A valid request that the operator's policy does not allow."""
+
+
+class ReplayScriptError(InvalidSpecError):
+    """A replay script file that cannot be read or is malformed. The message may quote the file, so
+    it is shown to the file's owner only, never in the record of a job that did not choose the file."""
 
 
 class TransientError(SandfleetError):

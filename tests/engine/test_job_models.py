@@ -5,6 +5,7 @@ replay server; no sandbox is started (no program runs)."""
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,28 @@ def test_distinct_model_names_keep_the_client_cache_bounded(folders: tuple[Path,
         for i in range(MAX_CACHED_MODEL_CLIENTS + 50):
             services.job_model(JobSpec(question="q", model=f"replay:answer.json?latency=0.{i:04d}"), "job")
         assert len(services._models) == MAX_CACHED_MODEL_CLIENTS
+
+
+def test_a_broken_default_script_is_not_quoted_to_a_job_on_a_worker(
+    folders: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The operator's own script, malformed: a job did not choose it, so it does not read it."""
+    scripts, outside = folders
+    (outside / "broken.yaml").write_text("SECRET-default-4b1e: [unclosed\n")
+    settings = make_settings(scripts, outside).model_copy(
+        update={"model": f"replay:{outside / 'broken.yaml'}"}
+    )
+    for services in services_for(settings):
+        with (
+            caplog.at_level(logging.ERROR, logger="sandfleet.engine"),
+            pytest.raises(InvalidSpecError) as caught,
+        ):
+            services.job_model(JobSpec(question="q"), "job-1")
+        assert (
+            str(caught.value)
+            == "this worker's default model (SANDFLEET_MODEL) is unusable; the worker's log says why"
+        )
+        assert "SECRET-default-4b1e" in caplog.text  # the operator's log has the parser's words
+    for services in services_for(settings, job_model_trust=ModelTrust.OPERATOR):  # ask: the user's own file
+        with pytest.raises(InvalidSpecError, match="SECRET-default-4b1e"):
+            services.job_model(JobSpec(question="q"), "job-1")

@@ -74,21 +74,19 @@ def fleet(
         r.close()
 
 
-def submit(
-    fleet: ReplayFleet, model: str, *more: str
-) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """``sandfleet submit --wait --json --model MODEL QUESTION`` with the fleet's settings only."""
+def submit(fleet: ReplayFleet, model: str | None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``sandfleet submit --wait --json [--model MODEL] QUESTION`` with the fleet's settings only."""
     from fleet.helpers import SANDFLEET
 
     settings = fleet.worker.settings
+    more = ["--model", model] if model is not None else []
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
     }
     done = subprocess.run(
-        [SANDFLEET, "submit", "--wait", "--json", "--timeout", str(JOB_TIMEOUT_S), "--model", model, *more,
-         "What is six times seven?"],
+        [SANDFLEET, "submit", "--wait", "--json", "--timeout", str(JOB_TIMEOUT_S), *more, "What is six times seven?"],
         env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S + 30,
     )  # fmt: skip
     assert done.stdout, done.stderr
@@ -196,6 +194,31 @@ def test_distinct_latencies_grow_neither_threads_nor_ports(fleet: ReplayFleet) -
         chat(f"0.00{i:02d}")
     assert listening_ports(pid) == ports
     assert thread_count(pid) <= threads + 2  # slack for the worker's own threads; it was +2 a job
+
+
+def test_a_workers_broken_default_script_is_not_quoted_to_its_jobs(
+    fleet: ReplayFleet, redis_server: str, tmp_path: Path
+) -> None:
+    """The operator's SANDFLEET_MODEL may name any file, but its parser's words are the operator's."""
+    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
+
+    settings = fleet_settings_for(redis_server)
+    env = {"SANDFLEET_MODEL": f"replay:{fleet.outside / 'secret.yaml'}"}
+    worker = start_worker(settings, tmp_path / "fleet", sandboxes=1, concurrency=1, env=env)
+    try:
+        broken = ReplayFleet(worker, fleet.outside)
+        done, result = submit(broken, None)
+        assert done.returncode == 1 and result["status"] == "refused", result
+        message = "this worker's default model (SANDFLEET_MODEL) is unusable; the worker's log says why"
+        assert result["error"]["message"] == message
+        assert SECRET not in done.stdout + done.stderr and SECRET not in stored(broken, result["job_id"])
+        assert SECRET in worker.log()  # the operator reads why
+    finally:
+        stop_worker(worker)
+        r = redis.Redis.from_url(redis_server)
+        if leftovers := keys_under(r, settings.key_prefix):
+            r.delete(*leftovers)
+        r.close()
 
 
 def test_sandfleet_ask_names_any_file_its_user_can_read(fleet: ReplayFleet, tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ with the services)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from sandfleet.core.artifacts import ArtifactStore, MemoryArtifactStore
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import JobSpec
+from sandfleet.core.errors import InvalidSpecError, ReplayScriptError
 from sandfleet.core.settings import Settings
 from sandfleet.worker.bridge.host import CallPolicy, allow_all
 from sandfleet.worker.cancel.model import cancellable
@@ -20,6 +22,8 @@ from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.shell.keeper import SessionKeeper
 from sandfleet.worker.tools.registry import ToolRegistry
+
+logger = logging.getLogger("sandfleet.engine")
 
 # Model clients kept for reuse, the oldest dropped first: a job chooses its model's name (one per
 # distinct ``replay:FILE?latency=S``, say), and a client is cheap to make again.
@@ -166,8 +170,21 @@ class EngineServices:
         if spec.model:
             inner = self.model_client(spec.model, base_url, trust=self.job_model_trust)
         else:
-            inner = self.model_client(self.settings.model, base_url, trust=ModelTrust.OPERATOR)
+            inner = self._default_model(base_url)
         return BoundedModelClient(inner, limits, job_id, self.usage_ledger)
+
+    def _default_model(self, base_url: str | None) -> ModelClient:
+        """The settings' model. Its name is the operator's, so its ``replay:`` may name any file; but a
+        job reads the error, so a broken script's words go to the log when jobs are a submitter's."""
+        try:
+            return self.model_client(self.settings.model, base_url, trust=ModelTrust.OPERATOR)
+        except ReplayScriptError as e:
+            if self.job_model_trust is ModelTrust.OPERATOR:
+                raise
+            logger.error("the default model %s (SANDFLEET_MODEL) is unusable: %s", self.settings.model, e)
+            raise InvalidSpecError(
+                "this worker's default model (SANDFLEET_MODEL) is unusable; the worker's log says why"
+            ) from None
 
     def close(self) -> None:
         """Destroy the session sandboxes and drain the pool (no container outlives the services), then
