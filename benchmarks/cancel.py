@@ -66,7 +66,7 @@ def main() -> int:
         try:
             worker = fleet.start_worker(concurrency=args.busy + 1, sandboxes=args.busy + 1)
             pid = worker.process.pid
-            model = f"replay:{sleeper_script(folder, 60)}"
+            model = f"replay:{sleeper_script(fleet.scripts_dir, 60)}"
             with fleet.client() as client:
                 busy = [client.submit(f"Keep busy {i}", model=model) for i in range(args.busy)]
                 if not wait_until(lambda: len(owned_containers(docker_client, pid)) >= args.busy, 120, 0.1):

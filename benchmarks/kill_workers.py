@@ -40,7 +40,7 @@ def main() -> int:
         try:
             fleet.start_worker()
             fleet.start_worker()
-            model = f"replay:{sleeper_script(folder, args.sleep)}"
+            model = f"replay:{sleeper_script(fleet.scripts_dir, args.sleep)}"
             with fleet.client() as client:
                 for i in range(args.kills):
                     r = kill_round(fleet, client, model)

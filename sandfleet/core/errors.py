@@ -3,7 +3,8 @@
     SandfleetError
     ├── InvalidSpecError          bad input: a spec, an option, a size; nothing was enqueued or run
     │   ├── PolicyViolationError  valid, but beyond what the operator allows
-    │   └── BatchOwnerError       the batch named was created by another submitter: joining it is refused
+    │   ├── BatchOwnerError       the batch named was created by another submitter: joining it is refused
+    │   └── ReplayScriptError     a replay script unreadable or malformed (quotes it: its owner's eyes only)
     ├── TransientError            infrastructure that may come back: retries key on this branch
     │   ├── SandboxUnavailableError   no Docker engine reachable right now
     │   ├── ModelUnavailableError     rate-limited, timed out or 5xx after the retries
@@ -51,6 +52,11 @@ class PolicyViolationError(InvalidSpecError):
 class BatchOwnerError(InvalidSpecError):
     """A job names a batch that another submitter created (or one that records no creator): nothing
     was enqueued. A batch's jobs are the ones its creator submitted (sandfleet/core/batch_creator.py)."""
+
+
+class ReplayScriptError(InvalidSpecError):
+    """A replay script file that cannot be read or is malformed. The message may quote the file, so
+    it is shown to the file's owner only, never in the record of a job that did not choose the file."""
 
 
 class TransientError(SandfleetError):

@@ -95,6 +95,11 @@ class Settings(BaseSettings):
     )
     model_request_timeout_s: float = DEFAULT_MODEL_REQUEST_TIMEOUT_S
     model_max_retries: int = DEFAULT_MODEL_MAX_RETRIES
+    replay_scripts_dir: str | None = Field(
+        None,
+        description="the folder whose files a job's replay:FILE model may name on a worker (unset: "
+        "workers refuse replay: models from jobs)",
+    )
 
     pool_size: int = Field(DEFAULT_POOL_SIZE, ge=0, description="warm containers kept per sandbox config")
     pool_follows_demand: bool = Field(

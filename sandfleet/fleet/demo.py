@@ -293,13 +293,14 @@ def demo(
         _start(stack, report, with_flower=not no_flower, say=say)
         began = time.monotonic()
         with Client(settings=stack.settings) as client:
-            job = client.submit(REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"])
+            # No model named: the job takes its worker's, report["model"], which this command's user
+            # chose (a replay: script anywhere is theirs to name; a job could name only the worker's
+            # SANDFLEET_REPLAY_SCRIPTS_DIR).
+            job = client.submit(REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES)
             say(f"job {job.job_id}: submitted; waiting (at most {timeout_s:g} s)")
             chat_job = None
             if compare:
-                chat_job = client.submit(
-                    REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, model=report["model"], mode="chat"
-                )
+                chat_job = client.submit(REFERENCE_QUESTION, tools=DEMO_TOOL_NAMES, mode="chat")
                 say(f"job {chat_job.job_id}: the same question as a chat job (the baseline)")
             result = _wait(job, stack, timeout_s)
             chat_result = _wait(chat_job, stack, timeout_s) if chat_job is not None else None

@@ -2,8 +2,9 @@
 
 The one helper behind ``sandfleet loadtest --local``, ``sandfleet demo``, the benchmarks and the
 tests that need real workers. It owns, in a scratch folder: a ``redis-server`` on a free loopback
-port (no persistence) unless it is given a Redis to use, the reference data, optionally a replay
-model script whose every answer is one program, and the worker subprocesses, each in a process
+port (no persistence) unless it is given a Redis to use, the reference data, the folder of replay
+scripts its workers accept from jobs (``scripts/``, their SANDFLEET_REPLAY_SCRIPTS_DIR) holding its
+replay model script whose every answer is one program, and the worker subprocesses, each in a process
 group of its own (so a signal reaches exactly that worker). :meth:`LocalFleet.stop` ends exactly
 those processes and removes any container they still own (by owner label), so nothing outlives it.
 """
@@ -58,6 +59,9 @@ class FleetConfig:
         concurrency, sandboxes: each worker's jobs in flight and live containers.
         tools: the workers' ``SANDFLEET_TOOLS``.
         program: what the fleet's replay model (its workers' default model) answers every question with.
+        replay_scripts_dir: the workers' SANDFLEET_REPLAY_SCRIPTS_DIR, the folder whose scripts a
+            job's ``replay:FILE`` model may name; None: ``scripts/`` in the fleet's folder. The fleet's
+            own script is written there; so should a test's (``LocalFleet.scripts_dir``).
         env: more ``SANDFLEET_*`` settings for the workers (e.g. ``SANDFLEET_POOL_SIZE``).
         inherit_settings: pass this process's ``SANDFLEET_*`` variables on (the demo: the user's
             model endpoint); otherwise workers see only what the fleet sets.
@@ -70,6 +74,7 @@ class FleetConfig:
     program: str = ""
     model_latency_s: float = 0.0
     replay_rules: list[dict[str, object]] = field(default_factory=list)  # before the default answer
+    replay_scripts_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     loglevel: str = "warning"
     inherit_settings: bool = False
@@ -125,7 +130,8 @@ class LocalFleet:
         self._redis_url = redis_url
         self.key_prefix = key_prefix
         self.workers: list[WorkerProcess] = []
-        self.script_path = self.folder / "replay.json"
+        self.scripts_dir = self.config.replay_scripts_dir or self.folder / "scripts"
+        self.script_path = self.scripts_dir / "replay.json"
         self.data_dir = self.folder / "data"
         self.model = replay_model_name(self.script_path, self.config.model_latency_s)
 
@@ -165,6 +171,7 @@ class LocalFleet:
     def prepare(self) -> None:
         """The folder, the reference data, the replay script and our Redis (each once)."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.scripts_dir.mkdir(parents=True, exist_ok=True)
         if not self.data_dir.exists():
             write_reference_data(self.data_dir)
         if not self.script_path.exists():
@@ -185,6 +192,7 @@ class LocalFleet:
                 "SANDFLEET_TOOLS": self.config.tools,
                 "SANDFLEET_MAX_SANDBOXES": str(self.config.sandboxes),
                 "SANDFLEET_WORKER_STATE_DIR": str(self.folder / "worker-state"),  # its signing keys
+                "SANDFLEET_REPLAY_SCRIPTS_DIR": str(self.scripts_dir),
             }
         )
         env["SANDFLEET_MODEL"] = self.model  # config.env may name another model

@@ -77,7 +77,7 @@ def fleet_with(
     """A worker of a new fleet, or of the fleet of ``settings`` (its key prefix)."""
     settings = settings or fleet_settings_for(redis_url, worker_state_dir=str(folder / "worker-state"))
     worker = start_worker(settings, folder, tools=TOOLS, env=env, **kw)  # type: ignore[arg-type]
-    worker.model = f"replay:{write_script(folder)}"  # type: ignore[attr-defined]
+    worker.model = f"replay:{write_script(worker.scripts_dir)}"  # type: ignore[attr-defined]
     return worker
 
 

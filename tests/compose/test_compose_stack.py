@@ -105,6 +105,9 @@ def test_services_and_their_safety(compose: list[str]) -> None:
     # Flower listens on every interface of its container, so it must have (and does) basic auth.
     assert "0.0.0.0" in flower["command"] and flower["environment"]["SANDFLEET_FLOWER_AUTH"]
     assert worker["depends_on"]["redis"]["condition"] == "service_healthy"
+    # A job's replay:FILE reaches only the demo's scripts, the folder the model server's script is in.
+    scripts = worker["environment"]["SANDFLEET_REPLAY_SCRIPTS_DIR"]
+    assert scripts == "/opt/sandfleet-demo" and f"{scripts}/replay.json" in services["model"]["command"]
 
 
 def test_base_image_is_chosen_by_one_variable(compose: list[str]) -> None:

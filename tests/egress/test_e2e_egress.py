@@ -100,13 +100,13 @@ def fleet(
     egress_env: dict[str, Any], service: Any, redis_server: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[EgressFleet]:
     folder = tmp_path_factory.mktemp("egress-fleet")
-    script = folder / "replay.json"
-    script.write_text(json.dumps(replay_script(service.address)))
     settings = fleet_settings_for(redis_server)
     wheelhouse = pip_wheelhouse(folder / "wheelhouse")  # pip alone: the packages come from the mirror
     publish(service.index, PACKAGE, "2.0", "VALUE = 'sfe2epkg from the mirror'\n")
     env = {**egress_env["env"], "SANDFLEET_WHEELHOUSE_DIR": str(wheelhouse)}
     worker = start_worker(settings, folder, env=env)
+    script = worker.scripts_dir / "egress.json"
+    script.write_text(json.dumps(replay_script(service.address)))
     yield EgressFleet(worker, settings, f"replay:{script}")
     stop_worker(worker)
     r = redis.Redis.from_url(redis_server, decode_responses=True)

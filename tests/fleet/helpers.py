@@ -37,6 +37,11 @@ class FleetWorker:
     def process(self) -> object:
         return self.worker.process
 
+    @property
+    def scripts_dir(self) -> Path:
+        """The worker's SANDFLEET_REPLAY_SCRIPTS_DIR: a job's replay:FILE must be in there."""
+        return self.fleet.scripts_dir
+
     def log(self) -> str:
         return self.worker.log()
 
@@ -53,16 +58,19 @@ def start_worker(
     concurrency: int = 8,
     name: str | None = None,
     env: dict[str, str] | None = None,
+    replay_scripts_dir: Path | None = None,
 ) -> FleetWorker:
     """A worker (``name@host``, a fresh name when None) with ``settings``' Redis, key prefix and
     retention, and its signing key in ``folder/worker-state``; fails the test if it does not start.
-    ``env``: more ``SANDFLEET_*`` settings for it."""
+    ``env``: more ``SANDFLEET_*`` settings for it. ``replay_scripts_dir``: its
+    SANDFLEET_REPLAY_SCRIPTS_DIR (default ``folder/scripts``; ``FleetWorker.scripts_dir``)."""
     config = FleetConfig(
         workers=0,
         concurrency=concurrency,
         sandboxes=sandboxes,
         tools=tools,
         loglevel="info",
+        replay_scripts_dir=replay_scripts_dir,
         env={"SANDFLEET_RETENTION_S": str(settings.retention_s), "SANDFLEET_POOL_SIZE": "0", **(env or {})},
     )
     fleet = LocalFleet(config, folder, redis_url=settings.redis_url, key_prefix=settings.key_prefix)

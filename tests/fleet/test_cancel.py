@@ -104,9 +104,9 @@ def cli(fleet: FleetWorker, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_running_job_is_stopped_its_sandbox_killed_and_recorded_cancelled(
-    fleet: FleetWorker, client: Client, tmp_path: Path
+    fleet: FleetWorker, client: Client
 ) -> None:
-    job = client.submit("Sleep for a minute", model=sleeper(tmp_path, 60))
+    job = client.submit("Sleep for a minute", model=sleeper(fleet.scripts_dir, 60))
     wait_for(lambda: job.status() == JobStatus.RUNNING and worker_containers(fleet), 60, "the job's sandbox")
     [container] = worker_containers(fleet)
     done = cli(fleet, "cancel", job.job_id)
@@ -126,8 +126,8 @@ def test_a_running_job_is_stopped_its_sandbox_killed_and_recorded_cancelled(
     assert fleet.alive()
 
 
-def test_a_model_call_in_flight_is_abandoned(fleet: FleetWorker, client: Client, tmp_path: Path) -> None:
-    job = client.submit("Think for a long time", model=sleeper(tmp_path, 1, model_latency_s=60))
+def test_a_model_call_in_flight_is_abandoned(fleet: FleetWorker, client: Client) -> None:
+    job = client.submit("Think for a long time", model=sleeper(fleet.scripts_dir, 1, model_latency_s=60))
     wait_for(lambda: job.status() == JobStatus.RUNNING, 60, "the job to run")
     time.sleep(3)  # the replay server is up and the model request on its way (it answers after 60 s)
     began = time.monotonic()
@@ -141,8 +141,8 @@ def test_a_model_call_in_flight_is_abandoned(fleet: FleetWorker, client: Client,
     assert event.data["model_calls_abandoned"] == 1 and event.data["sandboxes_destroyed"] == []
 
 
-def test_a_queued_job_cancelled_never_starts(fleet: FleetWorker, client: Client, tmp_path: Path) -> None:
-    model = sleeper(tmp_path, 60)
+def test_a_queued_job_cancelled_never_starts(fleet: FleetWorker, client: Client) -> None:
+    model = sleeper(fleet.scripts_dir, 60)
     busy = [client.submit(f"Occupy slot {i}", model=model) for i in range(2)]  # concurrency 2: both slots
     wait_for(lambda: all(j.status() == JobStatus.RUNNING for j in busy), 60, "both slots busy")
     waiting = client.submit("Wait in the queue", model=model)
@@ -166,9 +166,9 @@ def test_a_queued_job_cancelled_never_starts(fleet: FleetWorker, client: Client,
 
 
 def test_cancelling_a_finished_job_is_a_no_op_with_a_clear_message(
-    fleet: FleetWorker, client: Client, tmp_path: Path
+    fleet: FleetWorker, client: Client
 ) -> None:
-    job = client.submit("Answer at once", model=sleeper(tmp_path, 0))
+    job = client.submit("Answer at once", model=sleeper(fleet.scripts_dir, 0))
     assert job.result(timeout=120).status == JobStatus.SUCCEEDED
     before = job.record()
     report = job.cancel()
@@ -184,8 +184,8 @@ def test_cancelling_a_finished_job_is_a_no_op_with_a_clear_message(
     assert missing.returncode == 1 and "no record for job(s) no-such-job" in missing.stderr
 
 
-def test_cancelling_a_batch_while_it_runs(fleet: FleetWorker, client: Client, tmp_path: Path) -> None:
-    batch = client.submit_batch([f"Sleep {i}" for i in range(6)], model=sleeper(tmp_path, 60))
+def test_cancelling_a_batch_while_it_runs(fleet: FleetWorker, client: Client) -> None:
+    batch = client.submit_batch([f"Sleep {i}" for i in range(6)], model=sleeper(fleet.scripts_dir, 60))
     wait_for(lambda: batch.progress().counts.get("running") == 2, 60, "two of the batch running")
     done = cli(fleet, "cancel", "--batch", batch.batch_id)
     assert done.returncode == 0, done.stderr

@@ -111,16 +111,20 @@ def fleet(
         ],
         "default": ['```python\nprint("RESULT: 42")\n```'],
     }
-    (folder / "script.json").write_text(json.dumps(script))
+    scripts = folder / "scripts"  # the worker's SANDFLEET_REPLAY_SCRIPTS_DIR
+    scripts.mkdir()
+    (scripts / "script.json").write_text(json.dumps(script))
     settings = fleet_settings_for(redis_server)
     env = {
         "SANDFLEET_POLICY_IMAGES": f"sandfleet/sandbox:py3.11,{DATA_SCIENCE_IMAGE}",
         "SANDFLEET_ARTIFACT_MAX_FILE_BYTES": "16M",
         "SANDFLEET_POOL_SIZE": "1",  # warm sandboxes: one job's files must not reach the next
     }
-    worker = start_worker(settings, folder / "worker", concurrency=4, sandboxes=2, env=env)
+    worker = start_worker(
+        settings, folder / "worker", concurrency=4, sandboxes=2, env=env, replay_scripts_dir=scripts
+    )
     raw = redis.Redis.from_url(redis_server)
-    yield ArtifactFleet(worker, settings, f"replay:{folder / 'script.json'}", raw)
+    yield ArtifactFleet(worker, settings, "replay:script.json", raw)  # relative to the scripts folder
     stop_worker(worker)
     text = redis.Redis.from_url(redis_server, decode_responses=True)
     if leftovers := keys_under(text, settings.key_prefix):

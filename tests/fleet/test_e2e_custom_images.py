@@ -89,14 +89,14 @@ def test_the_image_keeps_the_sandbox_user_and_has_the_package_without_pip(six_im
 def test_a_job_imports_the_package_in_the_custom_image(
     six_image: str, redis_server: str, tmp_path: Path
 ) -> None:
-    script = tmp_path / "script.json"
-    script.write_text(json.dumps({"default": [IMPORT_SIX]}))
     settings = fleet_settings_for(redis_server)
     worker = start_worker(
         settings,
         tmp_path / "worker",
         env={"SANDFLEET_POLICY_IMAGES": "sandfleet/sandbox:py3.11,sandfleet/custom-*:py3.11"},
     )
+    script = worker.scripts_dir / "script.json"
+    script.write_text(json.dumps({"default": [IMPORT_SIX]}))
     try:
         tag = custom_tag(six_image)
         job = worker.client.submit(

@@ -86,10 +86,10 @@ def fleet(
     write_reference_data(folder / "data")
     script = demo_replay_script()
     script["rules"].insert(0, shell_rule())
-    (folder / "replay.json").write_text(json.dumps(script))
     settings = fleet_settings_for(redis_server)
     worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders")
-    yield ModesFleet(worker, f"replay:{folder / 'replay.json'}")
+    (worker.scripts_dir / "modes.json").write_text(json.dumps(script))
+    yield ModesFleet(worker, f"replay:{worker.scripts_dir / 'modes.json'}")
     stop_worker(worker)
     r = redis.Redis.from_url(redis_server, decode_responses=True)
     if leftovers := keys_under(r, settings.key_prefix):

@@ -65,7 +65,6 @@ def scale_fleet(
     worker = start_worker(
         settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=4, concurrency=200
     )
-    worker.folder = folder  # type: ignore[attr-defined]
     yield worker
     stop_worker(worker)
     r = redis.Redis.from_url(redis_server, decode_responses=True)
@@ -77,7 +76,7 @@ def scale_fleet(
 def test_batches_of_fifty_from_csv_and_jsonl_write_their_results(
     scale_fleet: FleetWorker, tmp_path: Path
 ) -> None:
-    model = script(scale_fleet.folder)  # type: ignore[attr-defined]
+    model = script(scale_fleet.scripts_dir)
     questions = [f"What is six times seven? (copy {i})" for i in range(50)]
     csv_in = tmp_path / "questions.csv"
     with csv_in.open("w", newline="") as f:
@@ -108,7 +107,7 @@ def test_batches_of_fifty_from_csv_and_jsonl_write_their_results(
 def test_a_finished_job_replays_to_the_same_result(scale_fleet: FleetWorker) -> None:
     from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
-    model = script(scale_fleet.folder)  # type: ignore[attr-defined]
+    model = script(scale_fleet.scripts_dir)
     job = scale_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=model)
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.result == REFERENCE_ANSWER
@@ -130,7 +129,7 @@ def test_two_hundred_jobs_in_flight_share_four_sandbox_slots(scale_fleet: FleetW
     """Jobs waiting 2 s on the model hold no container: 200 finish, never more than 4 containers live."""
     import docker
 
-    model = script(scale_fleet.folder, latency=2.0)  # type: ignore[attr-defined]
+    model = script(scale_fleet.scripts_dir, latency=2.0)
     pid = scale_fleet.process.pid
     owner = Owner(Owner.current().host, pid, process_start_ticks(pid) or 0).label()
     engine = docker.from_env()

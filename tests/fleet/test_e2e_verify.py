@@ -75,9 +75,13 @@ def two(
 ) -> Iterator[TwoWorkers]:
     folder = tmp_path_factory.mktemp("two-workers")
     settings = fleet_settings_for(redis_server)
-    workers = [start_worker(settings, folder / f"w{i}", concurrency=4, sandboxes=2) for i in range(2)]
+    scripts = folder / "scripts"  # both workers' SANDFLEET_REPLAY_SCRIPTS_DIR
+    workers = [
+        start_worker(settings, folder / f"w{i}", concurrency=4, sandboxes=2, replay_scripts_dir=scripts)
+        for i in range(2)
+    ]
     # Each model call takes 0.3 s, so both workers, four jobs at a time each, share the batch.
-    yield TwoWorkers(settings, workers, write_script(folder, 0.3), folder)
+    yield TwoWorkers(settings, workers, write_script(scripts, 0.3), folder)
     for worker in workers:
         stop_worker(worker)
     r = redis.Redis.from_url(redis_server, decode_responses=True)
@@ -202,10 +206,10 @@ def test_an_exported_bundle_verifies_offline(two: TwoWorkers, batch_id: str, tmp
 
 def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: object, tmp_path: Path) -> None:
     settings = fleet_settings_for(redis_server)
-    model = write_script(tmp_path, 0.0)
     worker = start_worker(
         settings, tmp_path / "w", concurrency=2, sandboxes=1, name=f"rotating-{free_port()}"
     )
+    model = write_script(worker.scripts_dir, 0.0)
     name = worker.worker.name  # name@host, as the worker signs
     env = {"SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "w" / "worker-state")}
     client = worker.client

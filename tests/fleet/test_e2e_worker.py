@@ -179,7 +179,7 @@ def engine_fleet(
     write_reference_data(folder / "data")
     settings = fleet_settings_for(redis_server)
     worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=2)
-    worker.model = f"replay:{replay_script(folder)}"  # type: ignore[attr-defined]
+    worker.model = f"replay:{replay_script(worker.scripts_dir)}"  # type: ignore[attr-defined]
     yield worker
     stop_worker(worker)
     r = redis.Redis.from_url(redis_server, decode_responses=True)

@@ -41,9 +41,9 @@ def fleet(redis_server: str, docker_engine: object, tmp_path: Path) -> Iterator[
     r.close()
 
 
-def test_a_single_job_overtakes_a_backlog_of_batch_jobs(fleet: FleetWorker, tmp_path: Path) -> None:
+def test_a_single_job_overtakes_a_backlog_of_batch_jobs(fleet: FleetWorker) -> None:
     client = fleet.client
-    model = sleeper(tmp_path, 1.0)
+    model = sleeper(fleet.scripts_dir, 1.0)
     batch = client.submit_batch([f"Backlog {i}" for i in range(BACKLOG)], model=model)
     deadline = time.monotonic() + 60
     while batch.progress().counts.get("running", 0) == 0 and time.monotonic() < deadline:

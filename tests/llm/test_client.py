@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from sandfleet.core.errors import InvalidSpecError, ModelError, ModelUnavailableError, TransientError
 from sandfleet.core.settings import Settings
-from sandfleet.worker.llm.client import ModelReply, make_model_client
+from sandfleet.worker.llm.client import ModelReply, ModelTrust, make_model_client
 from sandfleet.worker.llm.replay_registry import parse_replay_spec, shared_replay_server
 from sandfleet.worker.llm.replay_server import ReplayServer
 from sandfleet.worker.llm.retry import RetryPolicy
@@ -21,6 +22,7 @@ from .helpers import assistant, user
 StartServer = Callable[..., ReplayServer]
 MakeSettings = Callable[..., Settings]
 FAST_RETRY = RetryPolicy(max_retries=2, backoff_base_s=0.01, backoff_max_s=0.05)
+OPERATOR = ModelTrust.OPERATOR  # the model names of these tests are their own user's
 
 
 def test_a_reply_carries_text_usage_latency_and_model(
@@ -167,38 +169,72 @@ def test_a_replay_model_starts_one_server_and_reuses_it(
     write_script: Callable[..., Path], make_settings: MakeSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_script({"rules": [{"match": "revenue", "responses": ["first", "second"]}]}, fmt="yaml")
-    first = make_model_client(f"replay:{path}", make_settings())
+    first = make_model_client(f"replay:{path}", make_settings(), trust=OPERATOR)
     assert first.name == f"replay:{path}"
     assert first.complete([user("revenue?")]).text == "first"
     monkeypatch.chdir(path.parent)
-    again = make_model_client(f"replay:{path.name}", make_settings())  # relative: the same script
+    again = make_model_client(f"replay:{path.name}", make_settings(), trust=OPERATOR)  # relative: the same
     assert again.complete([user("revenue?"), assistant("first"), user("broken")]).text == "second"
-    server = shared_replay_server(str(path))
-    assert server is shared_replay_server(path.name)
+    server = shared_replay_server(str(path), trust=OPERATOR)
+    assert server is shared_replay_server(path.name, trust=OPERATOR)
     assert server.stats().requests == 2
 
 
-def test_a_replay_model_takes_a_latency(
+def test_a_replay_model_takes_a_latency_per_request_from_one_server(
     write_script: Callable[..., Path], make_settings: MakeSettings
 ) -> None:
     path = write_script({"default": ["slow"]})
-    reply = make_model_client(f"replay:{path}?latency=0.3", make_settings()).complete([user("q")])
+    reply = make_model_client(f"replay:{path}?latency=0.3", make_settings(), trust=OPERATOR).complete(
+        [user("q")]
+    )
     assert reply.text == "slow"
     assert reply.latency_s >= 0.3
-    assert shared_replay_server(f"{path}?latency=0.3") is not shared_replay_server(str(path))
+    fast = make_model_client(f"replay:{path}", make_settings(), trust=OPERATOR).complete([user("q")])
+    assert fast.latency_s < 0.3
+    server = shared_replay_server(str(path), trust=OPERATOR)
+    assert server.stats().requests == 2  # both names were answered by the one server
+    sent = [r.get("model") for r in server.requests()]
+    assert sent == ["replay", "replay"]
 
 
-def test_a_replay_model_is_checked_before_any_call(
+def test_distinct_latencies_start_no_thread_and_no_server(
+    write_script: Callable[..., Path], make_settings: MakeSettings
+) -> None:
+    """Every distinct ``?latency=`` used to start a server (a thread and a port each): a job could
+    grow a worker's threads without bound by varying it."""
+    path = write_script({"default": ["x"]})
+    make_model_client(f"replay:{path}", make_settings(), trust=OPERATOR).complete([user("q")])
+    threads = threading.active_count()
+    for i in range(1, 31):
+        reply = make_model_client(f"replay:{path}?latency=0.00{i}", make_settings(), trust=OPERATOR)
+        assert reply.complete([user("q")]).text == "x"
+    assert threading.active_count() <= threads
+    assert shared_replay_server(str(path), trust=OPERATOR).stats().requests == 31
+
+
+def test_a_replay_model_named_by_the_operator_is_checked_before_any_call(
     tmp_path: Path, write_script: Callable[..., Path], make_settings: MakeSettings
 ) -> None:
+    """The operator's own file: the errors say exactly what is wrong (it is their file)."""
     with pytest.raises(InvalidSpecError, match="cannot read replay script"):
-        make_model_client(f"replay:{tmp_path / 'absent.yaml'}", make_settings())
+        make_model_client(f"replay:{tmp_path / 'absent.yaml'}", make_settings(), trust=OPERATOR)
     bad = write_script({"rules": [{"match": "(", "responses": ["x"]}]})
     with pytest.raises(InvalidSpecError, match="bad regular expression"):
-        make_model_client(f"replay:{bad}", make_settings())
+        make_model_client(f"replay:{bad}", make_settings(), trust=OPERATOR)
     good = write_script({"default": ["x"]})
     with pytest.raises(InvalidSpecError, match="takes no base URL"):
-        make_model_client(f"replay:{good}", make_settings(), base_url="http://127.0.0.1:1/v1")
+        make_model_client(f"replay:{good}", make_settings(), trust=OPERATOR, base_url="http://127.0.0.1:1/v1")
+
+
+def test_a_replay_model_is_a_jobs_unless_the_caller_says_otherwise(
+    write_script: Callable[..., Path], make_settings: MakeSettings
+) -> None:
+    """The factory's default is the strict rule: a caller that forgets to say fails closed."""
+    good = write_script({"default": ["x"]})
+    with pytest.raises(InvalidSpecError, match="SANDFLEET_REPLAY_SCRIPTS_DIR is not set"):
+        make_model_client(f"replay:{good}", make_settings())
+    inside = make_model_client(f"replay:{good.name}", make_settings(replay_scripts_dir=str(good.parent)))
+    assert inside.complete([user("q")]).text == "x"
 
 
 @pytest.mark.parametrize(
@@ -207,6 +243,8 @@ def test_a_replay_model_is_checked_before_any_call(
         ("s.yaml?latency=-1", "latency must be a number"),
         ("s.yaml?latency=soon", "latency must be a number"),
         ("s.yaml?latency=nan", "latency must be a number"),
+        ("s.yaml?latency=61", "latency must be a number of seconds from 0 to 60"),
+        ("s.yaml?latency=inf", "latency must be a number"),
         ("s.yaml?speed=2", "unknown option 'speed'"),
         ("?latency=1", "needs a script file"),
     ],
@@ -216,10 +254,10 @@ def test_bad_replay_specs_are_refused(spec: str, expected: str) -> None:
         parse_replay_spec(spec)
 
 
-def test_a_replay_spec_resolves_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(tmp_path)
-    assert parse_replay_spec("s.yaml?latency=0.5") == (tmp_path.resolve() / "s.yaml", 0.5)
-    assert parse_replay_spec("s.yaml") == (tmp_path.resolve() / "s.yaml", 0.0)
+def test_a_replay_spec_keeps_its_name_as_written() -> None:
+    """Resolving the name is the caller's, by who wrote it (worker/llm/replay_access.py)."""
+    assert parse_replay_spec("s.yaml?latency=0.5") == ("s.yaml", 0.5)
+    assert parse_replay_spec("../s.yaml") == ("../s.yaml", None)
 
 
 def test_latency_is_measured_around_the_call(start_server: StartServer, make_settings: MakeSettings) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from sandfleet.worker.llm.replay_server import NO_MATCH_MESSAGE, ReplayServer
+from sandfleet.worker.llm.replay_server import NO_MATCH_MESSAGE, REPLAY_LATENCY_HEADER, ReplayServer
 
 from .helpers import assistant, system, user
 
@@ -163,6 +163,30 @@ def test_rule_and_response_latency_override_the_server_latency(
         started = time.monotonic()
         ask(client, [user(text)])
         assert time.monotonic() - started >= expected_s
+
+
+def test_a_requests_latency_header_comes_after_the_scripts_and_before_the_servers(
+    start_server: StartServer, openai_client: MakeClient
+) -> None:
+    script = {"rules": [{"match": "rule", "responses": ["r"], "latency": 0.0}], "default": ["d"]}
+    client = openai_client(start_server(script, latency_s=2.0))
+    slow = {REPLAY_LATENCY_HEADER: "0.3"}
+    started = time.monotonic()
+    ask(client, [user("anything")], extra_headers=slow)
+    assert 0.3 <= time.monotonic() - started < 2.0  # the header, not the server's 2 s
+    started = time.monotonic()
+    ask(client, [user("rule")], extra_headers=slow)
+    assert time.monotonic() - started < 0.3  # the rule's own latency wins
+
+
+@pytest.mark.parametrize("value", ["-1", "soon", "nan", "inf", "61"])
+def test_a_bad_latency_header_is_a_400(
+    value: str, start_server: StartServer, openai_client: MakeClient
+) -> None:
+    """A latency past the cap would hold a handler thread asleep after its client gave up."""
+    client = openai_client(start_server({"default": ["d"]}))
+    with pytest.raises(openai.BadRequestError, match=REPLAY_LATENCY_HEADER):
+        ask(client, [user("q")], extra_headers={REPLAY_LATENCY_HEADER: value})
 
 
 def test_a_yaml_script_file_serves(write_script: Callable[..., Path], openai_client: MakeClient) -> None:

@@ -140,7 +140,6 @@ def mcp_fleet(
             "down": {"command": str(folder / "no-such-server")},
         },
     )
-    (folder / "script.json").write_text(json.dumps(script(repo)))
     settings = fleet_settings_for(redis_server)
     worker = start_worker(
         settings,
@@ -151,7 +150,8 @@ def mcp_fleet(
             "SANDFLEET_TRANSIENT_BACKOFF_S": "0.2",
         },
     )
-    worker.model = f"replay:{folder / 'script.json'}"  # type: ignore[attr-defined]
+    (worker.scripts_dir / "script.json").write_text(json.dumps(script(repo)))
+    worker.model = f"replay:{worker.scripts_dir / 'script.json'}"  # type: ignore[attr-defined]
     worker.repo = repo  # type: ignore[attr-defined]
     yield worker
     stop_worker(worker)

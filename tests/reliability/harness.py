@@ -19,7 +19,9 @@ from sandfleet.producer.client import Client
 
 
 def sleeper_script(folder: Path, seconds: float) -> Path:
-    """A replay-model script: every question gets a program that sleeps, then proves it ran sandboxed."""
+    """A replay-model script: every question gets a program that sleeps, then proves it ran sandboxed.
+    ``folder``: where the workers accept scripts from (``LocalFleet.scripts_dir``)."""
+    folder.mkdir(parents=True, exist_ok=True)
     source = (
         "import os, socket, time\n"
         f"time.sleep({seconds})\n"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,12 +20,12 @@ LIMIT_S = 90.0
 
 
 def test_a_cancelled_job_redelivered_after_a_kill_stays_cancelled(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet]
 ) -> None:
     server = redis_factory()
     fleet = make_fleet(server.url)
     first = fleet.start_worker(concurrency=1, sandboxes=1)
-    model = f"replay:{sleeper_script(tmp_path, 60)}"
+    model = f"replay:{sleeper_script(fleet.scripts_dir, 60)}"
     with fleet.client() as client:
         job = client.submit("Sleep, then answer.", model=model)
         assert wait_for(lambda: running_on(client, job.job_id) == first.name, 60)

@@ -259,7 +259,6 @@ def test_jobs_wait_out_a_docker_outage_and_none_runs_unsandboxed(
     second_engine: SecondEngine,
     redis_factory: Callable[..., Any],
     make_fleet: Callable[..., LocalFleet],
-    tmp_path: Path,
 ) -> None:
     began_wall = time.time()
     server = redis_factory()
@@ -273,7 +272,7 @@ def test_jobs_wait_out_a_docker_outage_and_none_runs_unsandboxed(
     worker = fleet.start_worker(concurrency=4, sandboxes=4)
     owner_prefix = f"{socket.gethostname()}:{worker.process.pid}:"
     events = [second_engine.events_since(began_wall)]
-    model = f"replay:{sleeper_script(tmp_path, JOB_SLEEP_S)}"
+    model = f"replay:{sleeper_script(fleet.scripts_dir, JOB_SLEEP_S)}"
     on_main: set[str] = set()
     trace: dict[str, list[str]] = {}
 

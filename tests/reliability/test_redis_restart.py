@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,11 +60,11 @@ def restart_under_load(server: Any, fleet: LocalFleet, model: str) -> dict[str, 
 
 
 def test_with_aof_a_redis_restart_loses_no_job(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet]
 ) -> None:
     server = redis_factory("--save", "", "--appendonly", "yes", "--appendfsync", "always")
     fleet = make_fleet(server.url)
-    figures = restart_under_load(server, fleet, f"replay:{sleeper_script(tmp_path, 3)}")
+    figures = restart_under_load(server, fleet, f"replay:{sleeper_script(fleet.scripts_dir, 3)}")
     note_figure("redis_restart_aof", figures)
     assert figures["lost"] == 0, figures
     assert figures["duplicate_final_records"] == 0, figures
@@ -73,10 +72,10 @@ def test_with_aof_a_redis_restart_loses_no_job(
 
 
 def test_without_persistence_the_harness_sees_the_loss(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet]
 ) -> None:
     server = redis_factory()  # no RDB, no AOF: the control
     fleet = make_fleet(server.url)
-    figures = restart_under_load(server, fleet, f"replay:{sleeper_script(tmp_path, 3)}")
+    figures = restart_under_load(server, fleet, f"replay:{sleeper_script(fleet.scripts_dir, 3)}")
     note_figure("redis_restart_no_persistence_control", figures)
     assert figures["lost"] > 0, figures  # the harness can see loss

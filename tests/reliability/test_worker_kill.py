@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,13 +30,13 @@ LIMIT_S = 60.0
 
 
 def test_killed_workers_jobs_are_redelivered_completed_once_and_their_containers_reaped(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet]
 ) -> None:
     server = redis_factory()
     fleet = make_fleet(server.url)
     fleet.start_worker()
     fleet.start_worker()
-    model = f"replay:{sleeper_script(tmp_path, JOB_SLEEP_S)}"
+    model = f"replay:{sleeper_script(fleet.scripts_dir, JOB_SLEEP_S)}"
     with fleet.client() as client:
         rounds = [kill_round(fleet, client, model, limit_s=LIMIT_S) for _ in range(KILLS)]
     for r in rounds:
@@ -49,12 +48,12 @@ def test_killed_workers_jobs_are_redelivered_completed_once_and_their_containers
 
 
 def test_sigterm_lets_running_jobs_finish_or_go_back_and_loses_none(
-    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet], tmp_path: Path
+    redis_factory: Callable[..., Any], make_fleet: Callable[..., LocalFleet]
 ) -> None:
     server = redis_factory()
     fleet = make_fleet(server.url)
     first = fleet.start_worker(concurrency=1, sandboxes=1)
-    model = f"replay:{sleeper_script(tmp_path, 4)}"
+    model = f"replay:{sleeper_script(fleet.scripts_dir, 4)}"
     with fleet.client() as client:
         jobs = [client.submit(f"Sleep {i}", model=model) for i in range(3)]
         assert wait_for(lambda: any(running_on(client, j.job_id) for j in jobs), 60)

@@ -106,12 +106,12 @@ def test_a_client_and_a_worker_with_the_password_run_a_job(
     from fleet.helpers import start_worker, stop_worker
 
     settings = fleet_settings(protected_redis.url())
-    script = tmp_path / "script.json"
-    script.write_text(
-        json.dumps({"rules": [], "default": ["```python\nprint('RESULT: ' + str(6 * 7))\n```"]})
-    )
     worker = start_worker(settings, tmp_path / "worker", sandboxes=1, concurrency=2)
     try:
+        script = worker.scripts_dir / "script.json"
+        script.write_text(
+            json.dumps({"rules": [], "default": ["```python\nprint('RESULT: ' + str(6 * 7))\n```"]})
+        )
         job = worker.client.submit({"question": "What is six times seven?", "model": f"replay:{script}"})
         result = job.result(timeout=90)
     finally:

@@ -85,10 +85,14 @@ def fleet(
         {"match": "(?i)tool budget", "responses": [f"```python\n{TOOL_BUDGET_PROGRAM}```"]},
         {"match": "(?i)no program", "responses": ["I would rather not write a program."]},
     ]
-    (folder / "script.json").write_text(json.dumps(script))
-    model = f"replay:{folder / 'script.json'}"
+    scripts = folder / "scripts"  # the worker's SANDFLEET_REPLAY_SCRIPTS_DIR
+    scripts.mkdir()
+    (scripts / "script.json").write_text(json.dumps(script))
+    model = f"replay:{scripts / 'script.json'}"
     settings = fleet_settings_for(redis_server, worker_state_dir=str(folder / "worker-state"))
-    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders")
+    worker = start_worker(
+        settings, folder, tools="sandfleet.worker.tools.examples.orders", replay_scripts_dir=scripts
+    )
     r = redis.Redis.from_url(redis_server, decode_responses=True)
     try:
         client = worker.client

@@ -91,7 +91,7 @@ def fleet(redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPa
     write_reference_data(folder / "data")
     settings = fleet_settings_for(redis_server)
     worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=2)
-    worker.model = f"replay:{replay_script(folder)}"
+    worker.model = f"replay:{replay_script(worker.scripts_dir)}"
     pid = worker.process.pid  # the thread pool: jobs run in this very process
     worker.owner_label = Owner(socket.gethostname(), pid, process_start_ticks(pid) or 0).label()
     watch = ContainerWatch(worker.owner_label)

@@ -76,6 +76,7 @@ def ask(
     from sandfleet.core.settings import get_settings
     from sandfleet.worker.cli.common import mcp_config_path, mcp_sessions, tool_specs
     from sandfleet.worker.engine import EngineServices, NullAudit, run_job
+    from sandfleet.worker.llm.client import ModelTrust
     from sandfleet.worker.tools.registry import ToolRegistry
 
     settings = get_settings()
@@ -106,13 +107,18 @@ def ask(
         with (
             mcp_sessions(mcp_config_path(mcp_config, settings)) as mcp,
             EngineServices.start(
-                settings, registry=python_tools, mcp=mcp, pool_size=0, max_sandboxes=1
+                settings,
+                registry=python_tools,
+                mcp=mcp,
+                pool_size=0,
+                max_sandboxes=1,
+                job_model_trust=ModelTrust.OPERATOR,  # the model is this command's user's: any file
             ) as services,
         ):
             # The job may call every tool offered, the MCP servers' included.
             spec = spec.model_copy(update={"tools": services.registry.names()})
             # refuse a missing key before any work
-            services.model_client(spec.model or settings.model, base_url)
+            services.model_client(spec.model or settings.model, base_url, trust=ModelTrust.OPERATOR)
             result = run_job(
                 spec,
                 f"local-{uuid.uuid4().hex[:12]}",

@@ -63,6 +63,7 @@ def compare(
     from sandfleet.core.settings import get_settings
     from sandfleet.worker.cli.common import tool_specs
     from sandfleet.worker.engine import EngineServices, NullAudit, run_job
+    from sandfleet.worker.llm.client import ModelTrust
     from sandfleet.worker.tools.registry import ToolRegistry
 
     settings = get_settings()
@@ -85,8 +86,15 @@ def compare(
         raise click.ClickException(str(e)) from None
     rows = []
     try:
-        with EngineServices.start(settings, registry=registry, pool_size=0, max_sandboxes=1) as services:
-            services.model_client(model or settings.model, base_url)  # refuse a missing key before any work
+        with EngineServices.start(
+            settings,
+            registry=registry,
+            pool_size=0,
+            max_sandboxes=1,
+            job_model_trust=ModelTrust.OPERATOR,  # the model is this command's user's: any file
+        ) as services:
+            # refuse a missing key before any work
+            services.model_client(model or settings.model, base_url, trust=ModelTrust.OPERATOR)
             for spec in specs:
                 result = run_job(
                     spec,

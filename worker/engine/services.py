@@ -4,6 +4,7 @@ with the services)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -11,15 +12,22 @@ from typing import TYPE_CHECKING, Any
 from sandfleet.core.artifacts import ArtifactStore, MemoryArtifactStore
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import JobSpec
+from sandfleet.core.errors import InvalidSpecError, ReplayScriptError
 from sandfleet.core.settings import Settings
 from sandfleet.worker.bridge.host import CallPolicy, allow_all
 from sandfleet.worker.cancel.model import cancellable
 from sandfleet.worker.llm.bounds import BoundedModelClient, MemoryLedger, UsageLedger, resolve_limits
-from sandfleet.worker.llm.client import ModelClient, make_model_client
+from sandfleet.worker.llm.client import ModelClient, ModelTrust, make_model_client
 from sandfleet.worker.runtime import ProgramRuntime
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.shell.keeper import SessionKeeper
 from sandfleet.worker.tools.registry import ToolRegistry
+
+logger = logging.getLogger("sandfleet.engine")
+
+# Model clients kept for reuse, the oldest dropped first: a job chooses its model's name (one per
+# distinct ``replay:FILE?latency=S``, say), and a client is cheap to make again.
+MAX_CACHED_MODEL_CLIENTS = 256
 
 if TYPE_CHECKING:
     from sandfleet.worker.approval.gate import ApprovalService
@@ -34,6 +42,11 @@ class EngineServices:
     ``registry`` is every tool offered right now: the Python tools given, plus the tools of the MCP
     servers in ``mcp`` that are up. ``artifacts`` keeps the files programs hand back (a worker's is
     the fleet's store, sandfleet/core/artifacts.py; by default they are kept in memory).
+
+    ``job_model_trust`` says who writes a job's ``model`` field: on a worker a submitter (the default:
+    ``replay:FILE`` reaches only SANDFLEET_REPLAY_SCRIPTS_DIR), in ``sandfleet ask`` and ``compare``
+    the user of the process (``ModelTrust.OPERATOR``: any file). The default model of the settings is
+    always the operator's.
     """
 
     def __init__(
@@ -46,8 +59,10 @@ class EngineServices:
         *,
         owns_mcp: bool = False,
         artifacts: ArtifactStore | None = None,
+        job_model_trust: ModelTrust = ModelTrust.SUBMITTER,
     ) -> None:
         self.settings = settings
+        self.job_model_trust = job_model_trust
         self.artifacts: ArtifactStore = artifacts if artifacts is not None else MemoryArtifactStore()
         self.pool = pool
         self.mcp = mcp
@@ -60,7 +75,7 @@ class EngineServices:
         self._python_tools = registry
         self.runtime = ProgramRuntime(pool, registry, policy)
         self.sessions = SessionKeeper(settings, backend=pool.backend)
-        self._models: dict[tuple[str, str | None], ModelClient] = {}
+        self._models: dict[tuple[str, str | None, ModelTrust], ModelClient] = {}
         # Human approval of gated calls (worker/approval/gate.py ApprovalService): set by a fleet
         # worker, None elsewhere (``sandfleet ask``), where jobs with gated tools are refused.
         self.approvals: ApprovalService | None = None
@@ -80,6 +95,7 @@ class EngineServices:
         warm: bool = True,
         mcp: McpSessions | None = None,
         artifacts: ArtifactStore | None = None,
+        job_model_trust: ModelTrust = ModelTrust.SUBMITTER,
     ) -> EngineServices:
         """Services from settings. With ``settings.mcp_config`` (and no ``mcp`` given) its servers are
         started here and stopped by :meth:`close`.
@@ -99,7 +115,16 @@ class EngineServices:
             max_live=max_sandboxes or settings.max_sandboxes,
             follow_demand=settings.pool_follows_demand,
         )
-        services = cls(settings, pool, registry, policy, mcp, owns_mcp=owns_mcp, artifacts=artifacts)
+        services = cls(
+            settings,
+            pool,
+            registry,
+            policy,
+            mcp,
+            owns_mcp=owns_mcp,
+            artifacts=artifacts,
+            job_model_trust=job_model_trust,
+        )
         if owns_mcp and mcp is not None:
             mcp.start()
         if warm and pool.pool_size:
@@ -120,13 +145,18 @@ class EngineServices:
         if self._catalog is not None:
             self._catalog.require(names)
 
-    def model_client(self, model: str, base_url: str | None = None) -> ModelClient:
-        """A model client per (model, base URL), made once. Raises InvalidSpecError when unusable."""
-        key = (model, base_url)
+    def model_client(
+        self, model: str, base_url: str | None = None, *, trust: ModelTrust = ModelTrust.SUBMITTER
+    ) -> ModelClient:
+        """A model client per (model, base URL, trust), made once; ``trust``: who named the model
+        (make_model_client). Raises InvalidSpecError when unusable."""
+        key = (model, base_url, trust)
         with self._lock:
             client = self._models.get(key)
             if client is None:
-                client = make_model_client(model, self.settings, base_url=base_url)
+                client = make_model_client(model, self.settings, trust=trust, base_url=base_url)
+                if len(self._models) >= MAX_CACHED_MODEL_CLIENTS:  # names are the jobs': keep it bounded
+                    del self._models[next(iter(self._models))]
                 self._models[key] = client
         return cancellable(client)  # inside a delivery: a cancel abandons its calls (worker/cancel/)
 
@@ -137,8 +167,24 @@ class EngineServices:
             InvalidSpecError: the model is unusable, or the limits are beyond the operator's policy.
         """
         limits = resolve_limits(spec.model_limits, self.settings)
-        inner = self.model_client(spec.model or self.settings.model, base_url)
+        if spec.model:
+            inner = self.model_client(spec.model, base_url, trust=self.job_model_trust)
+        else:
+            inner = self._default_model(base_url)
         return BoundedModelClient(inner, limits, job_id, self.usage_ledger)
+
+    def _default_model(self, base_url: str | None) -> ModelClient:
+        """The settings' model. Its name is the operator's, so its ``replay:`` may name any file; but a
+        job reads the error, so a broken script's words go to the log when jobs are a submitter's."""
+        try:
+            return self.model_client(self.settings.model, base_url, trust=ModelTrust.OPERATOR)
+        except ReplayScriptError as e:
+            if self.job_model_trust is ModelTrust.OPERATOR:
+                raise
+            logger.error("the default model %s (SANDFLEET_MODEL) is unusable: %s", self.settings.model, e)
+            raise InvalidSpecError(
+                "this worker's default model (SANDFLEET_MODEL) is unusable; the worker's log says why"
+            ) from None
 
     def close(self) -> None:
         """Destroy the session sandboxes and drain the pool (no container outlives the services), then

@@ -10,7 +10,9 @@ Model names are ``provider:model``:
   so ``make_model_client`` refuses before any work starts.
 - ``replay:FILE`` (or ``replay:FILE?latency=SECONDS``) starts, or reuses, this process's replay
   server for that script (see ``sandfleet.worker.llm.replay_registry``) and calls it through the same
-  ``openai`` client: the same code path as a real model.
+  ``openai`` client: the same code path as a real model. Which FILE it may name depends on who named
+  the model, which the caller states (``trust``, a ``ModelTrust``): the operator of this process any
+  file, a job only a file inside ``SANDFLEET_REPLAY_SCRIPTS_DIR`` (worker/llm/replay_access.py).
 
 Function calling: ``complete(messages, tools=...)`` sends OpenAI function tools (JSON schemas) and the
 reply carries the calls the model asked for (``ModelReply.tool_calls``), their arguments as the raw
@@ -36,13 +38,16 @@ import openai
 
 from sandfleet.core.errors import InvalidSpecError, ModelError, ModelTimeBudgetError, ModelUnavailableError
 from sandfleet.core.settings import Settings
-from sandfleet.worker.llm.replay_registry import shared_replay_server
+from sandfleet.worker.llm.replay_access import ModelTrust
+from sandfleet.worker.llm.replay_registry import parse_replay_spec, shared_replay_server
+from sandfleet.worker.llm.replay_server import REPLAY_LATENCY_HEADER
 from sandfleet.worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
 
 __all__ = [
     "ModelClient",
     "ModelReply",
     "ModelToolCall",
+    "ModelTrust",
     "OpenAIChatClient",
     "RetryPolicy",
     "compute_backoff",
@@ -144,6 +149,7 @@ class OpenAIChatClient:
         retry: RetryPolicy,
         sleep: Callable[[float], None] = time.sleep,
         token_limit_param: str = "max_tokens",
+        headers: dict[str, str] | None = None,
     ) -> None:
         """Args:
         name: the fleet's model name (``openai:gpt-5-mini``), for messages and records.
@@ -152,6 +158,7 @@ class OpenAIChatClient:
         retry: how many tries and how long to wait between them.
         sleep: waits between tries (seconds); injectable so a test need not wait.
         token_limit_param: the request field that carries the completion-token limit.
+        headers: HTTP headers sent with every request (the replay latency), on the shared SDK client.
         """
         self.name = name
         self.token_limit_param = token_limit_param
@@ -159,6 +166,7 @@ class OpenAIChatClient:
         self._client = client
         self._retry = retry
         self._sleep = sleep
+        self._headers = dict(headers or {})
 
     def complete(
         self,
@@ -248,6 +256,8 @@ class OpenAIChatClient:
             options["timeout"] = max(0.1, timeout_s)
         if max_completion_tokens is not None:
             options[self.token_limit_param] = max_completion_tokens
+        if self._headers:
+            options["extra_headers"] = self._headers
         return options
 
     def _reply(self, response: Any, latency_s: float, attempts: int) -> ModelReply:
@@ -281,19 +291,27 @@ class OpenAIChatClient:
 
 
 def make_model_client(
-    model: str, settings: Settings, *, base_url: str | None = None, retry: RetryPolicy | None = None
+    model: str,
+    settings: Settings,
+    *,
+    trust: ModelTrust = ModelTrust.SUBMITTER,
+    base_url: str | None = None,
+    retry: RetryPolicy | None = None,
 ) -> ModelClient:
     """The client for a ``provider:model`` name; nothing is called yet.
 
     Args:
         model: ``openai:NAME``, ``replay:FILE`` or ``replay:FILE?latency=SECONDS``.
-        settings: key, base URL, request timeout and retry count.
+        settings: key, base URL, request timeout, retry count, the replay scripts folder.
+        trust: who named the model. ``OPERATOR`` (this process's own user) lets ``replay:`` name
+            any file; ``SUBMITTER`` (a job's field, the default so that forgetting fails closed)
+            only a file inside ``settings.replay_scripts_dir``.
         base_url: this job's endpoint, ahead of the settings' (not for ``replay:``).
         retry: overrides the retry policy built from the settings (tests use short waits).
 
     Raises:
         InvalidSpecError: a malformed name, an unknown provider, no key and no base URL, or a
-            replay script that is missing or malformed.
+            replay script that is missing, out of reach or malformed.
     """
     provider, colon, rest = model.partition(":")
     if not colon or not provider or not rest:
@@ -306,11 +324,11 @@ def make_model_client(
         raise InvalidSpecError(
             f"unknown model provider {provider!r} in {model!r}; known providers: {', '.join(_PROVIDERS)}"
         )
-    return factory(model, rest, settings, base_url, retry or RetryPolicy.from_settings(settings))
+    return factory(model, rest, settings, base_url, retry or RetryPolicy.from_settings(settings), trust)
 
 
 def _openai_provider(
-    name: str, model: str, settings: Settings, base_url: str | None, retry: RetryPolicy
+    name: str, model: str, settings: Settings, base_url: str | None, retry: RetryPolicy, trust: ModelTrust
 ) -> ModelClient:
     url = base_url or settings.model_base_url
     key = settings.model_api_key
@@ -327,15 +345,18 @@ def _openai_provider(
 
 
 def _replay_provider(
-    name: str, spec: str, settings: Settings, base_url: str | None, retry: RetryPolicy
+    name: str, spec: str, settings: Settings, base_url: str | None, retry: RetryPolicy, trust: ModelTrust
 ) -> ModelClient:
     if base_url:
         raise InvalidSpecError(f"model {name} runs its own replay server; it takes no base URL ({base_url})")
-    server = shared_replay_server(spec)
-    # Never send the real key to the local server.
+    script, latency_s = parse_replay_spec(spec)
+    server = shared_replay_server(script, trust=trust, scripts_dir=settings.replay_scripts_dir)
+    # Never send the real key to the local server. One SDK client per server, whatever the latency:
+    # the latency travels in a header of each request, so it opens no connection of its own.
     sdk = _shared_sdk_client(PLACEHOLDER_API_KEY, server.base_url, settings)
     param = token_limit_param(settings, server.base_url)
-    return OpenAIChatClient(name, REPLAY_MODEL_ID, sdk, retry=retry, token_limit_param=param)
+    headers = {} if latency_s is None else {REPLAY_LATENCY_HEADER: repr(latency_s)}
+    return OpenAIChatClient(name, REPLAY_MODEL_ID, sdk, retry=retry, token_limit_param=param, headers=headers)
 
 
 def token_limit_param(settings: Settings, base_url: str) -> str:
@@ -348,7 +369,7 @@ def token_limit_param(settings: Settings, base_url: str) -> str:
     return "max_completion_tokens" if host == "api.openai.com" else "max_tokens"
 
 
-_ProviderFactory = Callable[[str, str, Settings, "str | None", RetryPolicy], ModelClient]
+_ProviderFactory = Callable[[str, str, Settings, "str | None", RetryPolicy, ModelTrust], ModelClient]
 _PROVIDERS: dict[str, _ProviderFactory] = {"openai": _openai_provider, "replay": _replay_provider}
 
 # One SDK client (one connection pool) per endpoint, shared by every job of the process.

@@ -49,7 +49,7 @@ from typing import Any, TypeGuard
 
 import yaml
 
-from sandfleet.core.errors import InvalidSpecError
+from sandfleet.core.errors import InvalidSpecError, ReplayScriptError
 
 DEFAULT_FAIL_STATUS = 429
 SIMULATED_ERROR_MESSAGE = "simulated error from the replay script"
@@ -113,19 +113,36 @@ class ReplayScript:
 def load_script(path: str | Path) -> ReplayScript:
     """Read and validate a script file: ``.json`` as JSON, anything else as YAML (a superset of JSON).
 
+    For a file the operator named (errors quote the parser, which may quote the file); a file a job
+    names is read by ``sandfleet.worker.llm.replay_access`` instead.
+
     Raises:
-        InvalidSpecError: the file is missing or unreadable, or the script is malformed.
+        ReplayScriptError: the file is missing or unreadable, or the script is malformed.
     """
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InvalidSpecError(f"cannot read replay script {path}: {e.strerror or e}") from e
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise ReplayScriptError(f"cannot read replay script {path}: {reason}") from e
+    return parse_script_text(text, path)
+
+
+def parse_script_text(text: str, path: Path) -> ReplayScript:
+    """Parse and validate the text of the script file ``path`` (JSON for ``.json``, else YAML).
+
+    Raises:
+        ReplayScriptError: the text does not parse, or the script is malformed; the message quotes
+            the parser, so it is for the file's owner only.
+    """
     try:
         data = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
     except (json.JSONDecodeError, yaml.YAMLError) as e:
-        raise InvalidSpecError(f"replay script {path} is not valid {_format_name(path)}: {e}") from e
-    return parse_script(data, source=str(path))
+        raise ReplayScriptError(f"replay script {path} is not valid {_format_name(path)}: {e}") from e
+    try:
+        return parse_script(data, source=str(path))
+    except InvalidSpecError as e:
+        raise ReplayScriptError(str(e)) from e
 
 
 def parse_script(data: object, *, source: str = "<script>") -> ReplayScript:

@@ -13,8 +13,10 @@ Endpoints (enough for the official client, unchanged):
 - ``GET /v1/models``: lists one model, ``replay`` (any model name is accepted in requests and echoed).
 
 Latency: each reply waits ``latency`` seconds in its own handler thread before answering, taken from
-the response entry, else its rule, else the server-wide ``latency_s``. Every connection has its own
-thread, so many slow requests are in flight at once (hundreds, bounded by threads and sockets).
+the response entry, else its rule, else the request's ``X-Sandfleet-Replay-Latency`` header (what a
+``replay:FILE?latency=S`` model name sends; at most ``MAX_REQUEST_LATENCY_S``), else the server-wide
+``latency_s``. Every connection has its own thread, so many slow requests are in flight at once
+(hundreds, bounded by threads and sockets).
 
 Simulated failures (``{"status": 429}`` entries and ``fail_first``) answer with that HTTP status and
 an OpenAI-style error body, after the same latency. A request no rule matches is refused at once.
@@ -35,6 +37,7 @@ import collections
 import contextlib
 import json
 import logging
+import math
 import socket
 import socketserver
 import sys
@@ -69,6 +72,11 @@ IDLE_CONNECTION_TIMEOUT_S = 60.0
 MAX_REQUEST_BYTES = 32 * 1024 * 1024
 MAX_RECORDED_REQUESTS = 10_000
 NO_MATCH_MESSAGE = "no replay rule matches the request and the script has no default"
+# The latency of one request, in seconds, from its client (``replay:FILE?latency=S``). Capped at the
+# default model request timeout: a longer wait could only time out, and would hold its handler thread
+# asleep after the client gave up.
+REPLAY_LATENCY_HEADER = "X-Sandfleet-Replay-Latency"
+MAX_REQUEST_LATENCY_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -101,21 +109,24 @@ class _ReplayState:
         with self._lock:
             return list(self._received)
 
-    def choose(self, messages: list[dict[str, Any]]) -> tuple[ScriptedResponse | None, float]:
-        """The scripted response for a request and the seconds to wait before sending it."""
+    def choose(
+        self, messages: list[dict[str, Any]], request_latency_s: float | None = None
+    ) -> tuple[ScriptedResponse | None, float]:
+        """The scripted response for a request and the seconds to wait before sending it
+        (``request_latency_s``: what the request asked for, ahead of the server's own)."""
         index = match_rule(self.script, messages)
         assistant_count = count_assistant_messages(messages)
         if index is None:
             if self.script.default is None:
                 return None, 0.0
             response = pick_response(self.script.default, assistant_count)
-            return response, _first_set(response.latency_s, self.latency_s)
+            return response, _first_set(response.latency_s, request_latency_s, self.latency_s)
         rule = self.script.rules[index]
         with self._lock:
             hit_number = self._rule_hits[index]
             self._rule_hits[index] += 1
         response = rule_response(rule, hit_number, assistant_count)
-        return response, _first_set(response.latency_s, rule.latency_s, self.latency_s)
+        return response, _first_set(response.latency_s, rule.latency_s, request_latency_s, self.latency_s)
 
     def enter(self) -> None:
         with self._lock:
@@ -231,7 +242,12 @@ class _ReplayHandler(BaseHTTPRequestHandler):
         if problem:
             self._send_error(400, problem, code="invalid_tool_messages")
             return
-        response, latency_s = self.server.state.choose(messages)
+        try:
+            request_latency_s = request_latency(self.headers.get(REPLAY_LATENCY_HEADER))
+        except ValueError as e:
+            self._send_error(400, str(e), code="invalid_latency")
+            return
+        response, latency_s = self.server.state.choose(messages, request_latency_s)
         if response is None:
             self._send_error(400, NO_MATCH_MESSAGE, code="no_replay_rule")
             return
@@ -442,6 +458,26 @@ def tool_message_problem(messages: list[dict[str, Any]]) -> str | None:
     if waiting:
         return f"the last assistant message's tool calls have no answers: {', '.join(waiting)}"
     return None
+
+
+def request_latency(header: str | None) -> float | None:
+    """The seconds a request's latency header asks for (None without one).
+
+    Raises:
+        ValueError: not a number from 0 to ``MAX_REQUEST_LATENCY_S``.
+    """
+    if header is None:
+        return None
+    try:
+        seconds = float(header)
+    except ValueError:
+        seconds = math.nan
+    if not 0 <= seconds <= MAX_REQUEST_LATENCY_S:  # also refuses nan
+        raise ValueError(
+            f"{REPLAY_LATENCY_HEADER} must be a number of seconds from 0 to {MAX_REQUEST_LATENCY_S:g}, "
+            f"got {header[:40]!r}"
+        )
+    return seconds
 
 
 def _parse_json_object(raw: bytes) -> dict[str, Any]:

@@ -84,8 +84,11 @@ def run_loadtest(opts: LoadTestOptions) -> dict[str, Any]:
         settings = get_settings()
         redis_url = opts.redis_url or settings.redis_url
         model = opts.model
-        if model is None:  # the fleet's workers must see this file: same host or a shared folder
-            script = (opts.out / "replay.json").resolve()
+        if model is None:  # the fleet's workers must accept this file: in their scripts folder
+            folder = (
+                Path(settings.replay_scripts_dir).expanduser() if settings.replay_scripts_dir else opts.out
+            )
+            script = (folder / "sandfleet-loadtest.json").resolve()
             script.write_text(json.dumps(replay_script(opts.program)))
             model = replay_model_name(script, opts.model_latency_s)
         plan = make_plan(opts, model, warmup=0)
