@@ -144,7 +144,7 @@ def owned_targets():  # -> owned_targets.OwnedTargets
     from owned_targets import OwnedTargets
 
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("iptables") is None:
-        skip_or_fail("the owned test targets need root, iproute2 and iptables (a dummy interface, INPUT counters)")
+        skip_or_fail("the owned test targets need root, iproute2 and iptables (an interface, INPUT counters)")
     targets = OwnedTargets.start()
     try:
         yield targets

@@ -87,7 +87,11 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
         "sandbox filter: 127.0.0.11 rejected",
         None,
     ),
-    "DNS tunnel to an outside resolver (UDP 53)": (refused("EPERM"), "sandbox filter: ICMP port unreachable", None),
+    "DNS tunnel to an outside resolver (UDP 53)": (
+        refused("EPERM"),
+        "sandbox filter: ICMP port unreachable",
+        None,
+    ),
     "DNS over TCP to an outside resolver (53)": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "UDP to the gateway": (refused("EPERM"), "sandbox filter: ICMP port unreachable", None),
     "IPv6 to an outside address": (
