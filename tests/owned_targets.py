@@ -15,7 +15,8 @@ refusal failed, its packets must arrive here, be counted, and go no further. ``O
 - blackhole routes for 198.51.100.0/24, 203.0.113.0/24 and 2001:db8::/32 (metric 1000000 + pid,
   so runs at the same time each keep their own), so that their other addresses go nowhere either;
 - a chain ``egress-seen-<pid>`` at the head of INPUT (iptables and ip6tables) counting every packet
-  to a target address, any port, any protocol, from anywhere (a sandbox, Squid, the host);
+  to a target address, any port, any protocol, from anywhere (a sandbox, Squid, the host), except
+  the ICMP "unreachable" errors this host's own REJECT rules send back;
 - listeners on the usual ports of each target (TCP accept, UDP receive), recording who came and
   their first bytes: what ``arrivals`` shows beside the packet counts.
 
@@ -146,6 +147,10 @@ class OwnedTargets:
                 _run("ip", family, "route", "add", "blackhole", net, "metric", str(self.metric))
             for tool, version in (("iptables", 4), ("ip6tables", 6)):
                 _run(tool, "-N", self.chain)
+                # Not counted: the "unreachable" a REJECT rule of this host sends back to the sender,
+                # which for a connection to a local address is that address itself.
+                icmp = ["-p", "icmp", "--icmp-type"] if version == 4 else ["-p", "ipv6-icmp", "--icmpv6-type"]
+                _run(tool, "-A", self.chain, *icmp, "destination-unreachable", "-j", "RETURN")
                 for address in self.targets.values():
                     if ipaddress.ip_address(address).version == version:
                         _run(tool, "-A", self.chain, "-d", address)

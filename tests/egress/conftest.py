@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
+from .destination_names import DESTINATION_DOMAIN, destination_names
 from .dns_server import TestDNSServer
 from .service import TestService
-
-DESTINATION_DOMAIN = "dst.invalid"
 
 
 def free_port_everywhere(addresses: list[str]) -> int:
@@ -63,7 +62,10 @@ def egress_env(
     folder = base / "service"
     service = TestService.start(folder, tag, octet)
     dns = TestDNSServer(owned_targets.resolver).start()
-    dst_port = free_port_everywhere(list(owned_targets.targets.values()))
+    destinations = destination_names(owned_targets, f"10.213.{octet}.1")
+    dst_port = free_port_everywhere(["127.0.0.1", *owned_targets.targets.values()])
+    with open(service.hosts_file, "a") as hosts:
+        hosts.write("".join(f"{address} {name}\n" for name, address in destinations.items()))
     env = {
         "SANDFLEET_EGRESS_NETWORK": f"sfeg-test-{tag}",
         "SANDFLEET_EGRESS_BRIDGE": f"sfegt{tag}"[:15],
@@ -84,7 +86,14 @@ def egress_env(
     get_settings.cache_clear()
     gateway_module._gateway.cache_clear()
     try:
-        yield {"service": service, "env": env, "octet": octet, "dns": dns, "dst_port": dst_port}
+        yield {
+            "service": service,
+            "env": env,
+            "octet": octet,
+            "dns": dns,
+            "dst_port": dst_port,
+            "destinations": destinations,
+        }
     finally:
         _tear_down(gateway_module.egress_gateway())
         for k, v in saved.items():

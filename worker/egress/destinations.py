@@ -12,15 +12,18 @@ its Docker networks where no other category covers them (a host's public address
 CIDRs are cut out of every category.
 
 Enforced twice. Squid's ``dst`` ACLs (squid.py) refuse a request when *any* address of the name's
-answer (A and AAAA) is in a refused range, at the CONNECT and again after the TLS ClientHello (the
-program chooses how long to wait in between); the refusal is recorded with its reason. Squid keeps
-IPv4 addresses as IPv4-mapped IPv6 internally, so 127.0.0.0/8 also matches ::ffff:127.0.0.1 (an
-explicit ::ffff:0:0/96 entry would match every IPv4 address: none is written). Squid resolves a name
-again when its cached answer expires (at least negative_dns_ttl, 60 s, after the lookup, counted in
-whole seconds), so an answer that changes between the check and the connection (DNS rebinding)
-could still pick an internal address: the host's kernel (network.py) therefore also refuses the
-proxy's own connections, marked by Squid (``tcp_outgoing_mark``), to the same ranges and to every
-address of the host (``addrtype LOCAL``, which follows interfaces as they come and go).
+answer (A and AAAA) is in a refused range, before any connection: a plain HTTP request with a 403,
+a CONNECT before its "200"; the refusal is recorded with its reason. Squid keeps IPv4 addresses as
+IPv4-mapped IPv6 internally, so 127.0.0.0/8 also matches ::ffff:127.0.0.1 (an explicit
+::ffff:0:0/96 entry would match every IPv4 address: none is written). But the ACL and the
+connection are two lookups of Squid's cache: when the answer expires in between (at least
+negative_dns_ttl, 60 s, after the lookup, and a program decides how long to wait between its
+CONNECT and its ClientHello), Squid resolves the name again for the connection, and a changed answer
+(DNS rebinding) is not checked by the ACL again (``dst`` does not look a name up twice for one
+request). So the host's kernel (network.py) refuses the proxy's own connections, marked by Squid
+(``tcp_outgoing_mark``), to the same ranges and to every address of the host (``addrtype LOCAL``,
+which follows interfaces as they come and go); the helper's log mode records such a refusal from
+Squid's log (the connection failed, to which address).
 """
 
 from __future__ import annotations

@@ -123,8 +123,6 @@ class ProxyConfig:
                 "ssl_bump terminate step1 !sf_request_ok",
                 *denied.squid_refusals("ssl_bump terminate step1"),
                 "ssl_bump peek step1",
-                # Again after the ClientHello: the program chose how long to wait, the answer may be new.
-                *denied.squid_refusals("ssl_bump terminate step2"),
                 "ssl_bump splice step2 sf_tls_ok",
                 "ssl_bump terminate all",
                 "on_unsupported_protocol respond all",
