@@ -137,8 +137,8 @@ def log_outcomes(state: str, lines: Iterable[str]) -> None:
             denial = {"host": host, "port": int(port_text), "method": method}
             denial["reason"] = destinations.filter_reason(server, key)
             record(state, found[0] if found else None, ip, denial)
-        except (ValueError, OSError):
-            continue  # never let a line stop the log: Squid would stop with it
+        except Exception:  # never let a line stop the log: Squid stops when its log daemon dies
+            continue
 
 
 def main() -> None:

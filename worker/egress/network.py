@@ -73,11 +73,11 @@ def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProce
 
 
 def require_tools() -> None:
-    for tool in ("nsenter", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore"):
+    for tool in ("nsenter", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore", "ip"):
         if shutil.which(tool) is None:
             raise EgressError(
                 f"network 'restricted' needs {tool} on the worker host (run deploy/bootstrap.sh: "
-                "apt-get install iptables util-linux)"
+                "apt-get install iptables util-linux iproute2)"
             )
 
 
@@ -257,6 +257,7 @@ def fleet_networks(client: Any) -> list[IPNetwork]:
                 found.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
             except ValueError:
                 continue
+    require_tools()
     shown = _run(["ip", "-j", "addr", "show"])
     try:
         interfaces = json.loads(shown.stdout) if shown.returncode == 0 else []
