@@ -4,7 +4,8 @@ Every name these jobs use is on their allow-list (``*.dst.invalid`` on one port)
 through the proxy's hosts file or the test's own DNS server, to an internal address: this machine's
 loopback, the run's link-local "metadata" address and a private one (tests/owned_targets.py),
 Docker's bridge gateway, the egress network's own gateway, the host's main address, IPv4-mapped
-IPv6 forms, an answer that mixes an allowed address with 127.0.0.1, an IPv6-only ::1. Each is tried
+IPv6 forms, an answer that mixes an allowed address with 127.0.0.1, an IPv6-only ::1, an allowed
+IPv4 address beside an IPv6 ::1 (Squid's happy eyeballs could pick either). Each is tried
 as plain HTTP through the proxy and as a CONNECT followed by a TLS ClientHello. Each must be refused
 by the proxy's destination rule (a 403 page naming it; a CONNECT closed before its "200"), the job's
 network denials must name the rule and the category, and nothing may arrive: listeners on every one
@@ -163,6 +164,7 @@ def dns_names(owned: Any) -> dict[str, list[str]]:
     return {
         f"multi.{DESTINATION_DOMAIN}": [owned.private_b, "127.0.0.1"],
         f"v6-loopback.{DESTINATION_DOMAIN}": ["::1"],
+        f"dual-stack.{DESTINATION_DOMAIN}": [owned.private_b, "::1"],  # happy eyeballs may pick either
     }
 
 
@@ -257,6 +259,7 @@ CATEGORY = {
     f"mapped-metadata.{DESTINATION_DOMAIN}": "a link-local address",
     f"multi.{DESTINATION_DOMAIN}": "a loopback address",
     f"v6-loopback.{DESTINATION_DOMAIN}": "a loopback address",
+    f"dual-stack.{DESTINATION_DOMAIN}": "a loopback address",
 }
 
 
