@@ -6,7 +6,6 @@ The model's key and base URL also come from the names every OpenAI-compatible to
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from functools import lru_cache
 from typing import Annotated, Any, Literal
@@ -184,6 +183,8 @@ class Settings(BaseSettings):
     @field_validator("egress_allow_destinations")
     @classmethod
     def _destination_cidrs(cls, v: list[str]) -> list[str]:
+        import ipaddress  # here, not at the top: the import block is where merges meet
+
         cidrs = []
         for entry in v:
             try:
@@ -198,6 +199,8 @@ class Settings(BaseSettings):
     @field_validator("egress_dns_servers")
     @classmethod
     def _dns_addresses(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
         for entry in v:
             try:
                 ipaddress.ip_address(entry)
