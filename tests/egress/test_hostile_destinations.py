@@ -146,17 +146,34 @@ class PortListener:
 
 
 @dataclass
-class DestinationRuns:
-    """The jobs' results by (kind, backend), what arrived, and the addresses behind the names."""
+class DestinationFleet:
+    """One real worker for these jobs, the listeners, and the addresses behind the names."""
 
-    results: dict[tuple[str, str], Any]
+    worker: FleetWorker
+    model: str
     names: dict[str, str]  # name -> the address it resolves to (the first refused one of an answer)
     listener: PortListener
-    arrived: dict[str, Any]
+    owned: Any
+    dns: Any
     port: int
-    rebind_queries: dict[str, int]
-    link_local: str
-    private_b: str
+
+    def run(self, question: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The question's job under each runtime, submitted at once: (results by backend, what
+        reached the run's owned addresses meanwhile)."""
+        mark = self.owned.mark()
+        sandbox = {"network": "restricted", "allow_hosts": [f"*.{DESTINATION_DOMAIN}:{self.port}"]}
+        jobs = {
+            backend: self.worker.client.submit(
+                f"{question} ({backend})", model=self.model, sandbox={**sandbox, "backend": backend}
+            )
+            for backend in BACKENDS
+        }
+        results = {backend: job.result(timeout=300) for backend, job in jobs.items()}
+        for backend, result in results.items():
+            assert result.status == JobStatus.SUCCEEDED, (
+                f"{backend}: {result.error} {self.worker.log()[-3000:]}"
+            )
+        return results, self.owned.arrived_since(mark)
 
 
 def dns_names(owned: Any) -> dict[str, list[str]]:
@@ -186,13 +203,14 @@ def rebind_name(backend: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def runs(
+def fleet(
     egress_env: dict[str, Any],
     owned_targets: Any,
     redis_server: str,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[DestinationRuns]:
-    """Both jobs per runtime, submitted at once to one real worker; listeners on every target."""
+) -> Iterator[DestinationFleet]:
+    """A real worker (four sandboxes: both runtimes' jobs at once), the test DNS server's names, and
+    listeners on the destination port of every address a name points at."""
     from sandfleet.worker.egress.gateway import egress_gateway
     from sandfleet.worker.sandbox.engine import docker_client
 
@@ -211,32 +229,9 @@ def runs(
     script = folder / "replay.json"
     script.write_text(json.dumps(replay_script(port, sorted(names))))
     settings = fleet_settings_for(redis_server)
-    worker: FleetWorker = start_worker(settings, folder, env=egress_env["env"], sandboxes=4)
+    worker = start_worker(settings, folder, env=egress_env["env"], sandboxes=4)
     try:
-        mark = owned_targets.mark()
-        sandbox = {"network": "restricted", "allow_hosts": [f"*.{DESTINATION_DOMAIN}:{port}"]}
-        jobs = {
-            (kind, backend): worker.client.submit(
-                f"{question} ({backend})", model=f"replay:{script}", sandbox={**sandbox, "backend": backend}
-            )
-            for backend in BACKENDS
-            for kind, question in (("probe", PROBE_QUESTION), ("rebind", REBIND_QUESTION))
-        }
-        results = {key: job.result(timeout=300) for key, job in jobs.items()}
-        for key, result in results.items():
-            assert result.status == JobStatus.SUCCEEDED, f"{key}: {result.error} {worker.log()[-3000:]}"
-        yield DestinationRuns(
-            results=results,
-            names=names,
-            listener=listener,
-            arrived=owned_targets.arrived_since(mark),
-            port=port,
-            rebind_queries={
-                b: sum(1 for n, t in dns.queries if n == rebind_name(b) and t == 1) for b in BACKENDS
-            },
-            link_local=owned_targets.link_local,
-            private_b=owned_targets.private_b,
-        )
+        yield DestinationFleet(worker, f"replay:{script}", names, listener, owned_targets, dns, port)
     finally:
         stop_worker(worker)
         listener.stop()
@@ -244,6 +239,16 @@ def runs(
         if leftovers := keys_under(r, settings.key_prefix):
             r.delete(*leftovers)
         r.close()
+
+
+@pytest.fixture(scope="module")
+def probes(fleet: DestinationFleet) -> tuple[dict[str, Any], dict[str, Any]]:
+    return fleet.run(PROBE_QUESTION)
+
+
+@pytest.fixture(scope="module")
+def rebinds(fleet: DestinationFleet) -> tuple[dict[str, Any], dict[str, Any]]:
+    return fleet.run(REBIND_QUESTION)
 
 
 LISTED = f"listed.{DESTINATION_DOMAIN}"
@@ -274,24 +279,26 @@ def refused_by_the_rule(outcome: dict[str, Any]) -> bool:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CATEGORY))
 def test_an_allowed_name_that_resolves_inside_is_refused_by_the_destination_rule(
-    runs: DestinationRuns, backend: str, name: str
+    fleet: DestinationFleet, probes: tuple[dict[str, Any], dict[str, Any]], backend: str, name: str
 ) -> None:
-    result = runs.results[("probe", backend)]
+    results, arrived = probes
+    result = results[backend]
     outcome = result.result[name]
     denials = [d for d in result.network_denied if d.host == name]
     category = CATEGORY[name]
-    address = runs.names[name].removeprefix("::ffff:")
-    heard = runs.listener.at(address) if address != runs.private_b else []
-    mentioned = [data for _where, data in runs.listener.arrived if name.encode() in data]
+    address = fleet.names[name].removeprefix("::ffff:")
+    heard = fleet.listener.at(address) if address != fleet.owned.private_b else []
+    mentioned = [data for _where, data in fleet.listener.arrived if name.encode() in data]
     ok = (
         refused_by_the_rule(outcome)
         and {d.method for d in denials} == {"GET", "CONNECT"}
         and all(
-            d.port == runs.port and "(destination rule)" in d.reason and category in d.reason for d in denials
+            d.port == fleet.port and "(destination rule)" in d.reason and category in d.reason
+            for d in denials
         )
         and heard == []
         and mentioned == []
-        and address not in runs.arrived.get("packets", {})
+        and address not in arrived.get("packets", {})
     )
     detail = {
         "outcome": outcome,
@@ -300,52 +307,60 @@ def test_an_allowed_name_that_resolves_inside_is_refused_by_the_destination_rule
     }
     runtime = result.attempts[0].runtime
     record(f"egress destination: {name.split('.')[0]} ({category or 'host'})", runtime, ok, detail)
-    assert ok, (detail, mentioned, runs.arrived)
+    assert ok, (detail, mentioned, arrived)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_an_address_the_operator_lists_is_reached(runs: DestinationRuns, backend: str) -> None:
+def test_an_address_the_operator_lists_is_reached(
+    fleet: DestinationFleet, probes: tuple[dict[str, Any], dict[str, Any]], backend: str
+) -> None:
     """The switch: the same kind of private address, listed in SANDFLEET_EGRESS_ALLOW_DESTINATIONS."""
-    result = runs.results[("probe", backend)]
+    result = probes[0][backend]
     outcome = result.result[LISTED]
-    got = [data for data in runs.listener.at(runs.private_b) if LISTED.encode() in data]
+    got = [data for data in fleet.listener.at(fleet.owned.private_b) if LISTED.encode() in data]
     assert outcome["connect"].get("connect_reply", "").startswith("HTTP/1.1 200"), outcome
     assert any(data.startswith(b"GET /probe") for data in got), (got, outcome)  # plain HTTP arrived
     assert any(data[:1] == b"\x16" for data in got), (got, outcome)  # the ClientHello (SNI: the name)
     assert not [d for d in result.network_denied if d.host == LISTED], result.network_denied
 
 
-def test_nothing_arrived_anywhere_else(runs: DestinationRuns) -> None:
+def test_nothing_arrived_anywhere_else(
+    fleet: DestinationFleet, probes: tuple[dict[str, Any], dict[str, Any]]
+) -> None:
     """Of everything that arrived at a listener or a counted address, only the listed address's."""
-    elsewhere = [(where, data[:80]) for where, data in runs.listener.arrived if where != runs.private_b]
+    private_b = fleet.owned.private_b
+    elsewhere = [(where, data[:80]) for where, data in fleet.listener.arrived if where != private_b]
     assert elsewhere == []
-    assert set(runs.arrived.get("packets", {})) <= {runs.private_b}, runs.arrived
+    assert set(probes[1].get("packets", {})) <= {private_b}, probes[1]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_name_rebound_after_the_check_is_refused_by_the_hosts_destination_filter(
-    runs: DestinationRuns, backend: str
+    fleet: DestinationFleet, rebinds: tuple[dict[str, Any], dict[str, Any]], backend: str
 ) -> None:
-    result = runs.results[("rebind", backend)]
+    results, arrived = rebinds
+    result = results[backend]
     outcome = result.result
     name = rebind_name(backend)
     denials = [d for d in result.network_denied if d.host == name]
+    link_local = fleet.owned.link_local
+    queries = sum(1 for asked, kind in fleet.dns.queries if asked == name and kind == 1)  # A queries
     ok = (
         outcome.get("connect_reply", "").startswith("HTTP/1.1 200")  # the first answer passed the rule
         and outcome.get("then") not in (None, "handshake completed")
-        and runs.rebind_queries[backend] >= 2  # Squid did ask again, for the connection
+        and queries >= 2  # Squid did ask again, for the connection
         and len(denials) == 1
         and "refused by the host's destination filter" in denials[0].reason
-        and f"connection to {runs.link_local} (a link-local address" in denials[0].reason
-        and runs.listener.at(runs.link_local) == []
-        and not [data for data in runs.listener.arrived if name.encode() in data]
-        and runs.link_local not in runs.arrived.get("packets", {})
+        and f"connection to {link_local} (a link-local address" in denials[0].reason
+        and fleet.listener.at(link_local) == []
+        and not [data for data in fleet.listener.arrived if name.encode() in data]
+        and link_local not in arrived.get("packets", {})
     )
     detail = {
         "outcome": outcome,
         "denials": [d.model_dump(exclude_none=True) for d in denials],
-        "a_queries": runs.rebind_queries[backend],
+        "a_queries": queries,
     }
     record("egress destination: DNS rebinding after the check", result.attempts[0].runtime, ok, detail)
     assert ok, detail
