@@ -99,7 +99,7 @@ out["CONNECT to port 22 of an allowed name"] = connect_raw("api.egress.test:22",
 out["SNI differs from the CONNECT target"] = connect_then_tls("api.egress.test:443", "other.egress.test")
 out["non-TLS bytes through an allowed CONNECT"] = connect_raw("api.egress.test:443", b"GET / HTTP/1.0\r\n\r\n")
 try:
-    out["DNS lookup"] = {"resolved": socket.getaddrinfo("api.egress.test", 443)[0][4][0]}
+    out["DNS lookup"] = {"resolved": socket.getaddrinfo("lookup.egress.invalid", 443)[0][4][0]}
 except Exception as e:
     out["DNS lookup"] = err(e)
 out["DNS tunnel to Docker's resolver (127.0.0.11)"] = udp("127.0.0.11", 53, dns_query("c2VjcmV0.tunnel.invalid"))
