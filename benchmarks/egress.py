@@ -107,6 +107,8 @@ def main() -> None:
 
     service = TestService.start(base / "service", "bench", 77)
     os.environ["SANDFLEET_EGRESS_HOSTS_FILE"] = str(service.hosts_file)
+    # The service is in a private range: the operator lists it, or the destination rule refuses it.
+    os.environ["SANDFLEET_EGRESS_ALLOW_DESTINATIONS"] = f"{service.address}/32"
     from sandfleet.worker.egress.gateway import egress_gateway
     from sandfleet.worker.egress.network import remove_host_rules
     from sandfleet.worker.egress.squid import running_pid, stop_proxy

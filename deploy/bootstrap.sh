@@ -40,6 +40,7 @@ missing_packages() {
   command -v redis-server >/dev/null || echo redis-server
   command -v debootstrap >/dev/null || echo debootstrap
   command -v iptables >/dev/null || echo iptables
+  command -v ip >/dev/null || echo iproute2  # the egress proxy's destination rule reads the host's addresses
   # The egress proxy of network "restricted" (worker/egress/): Squid built with OpenSSL (ssl_bump peek).
   [ -x /usr/sbin/squid ] || command -v squid >/dev/null || echo squid-openssl
   command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server

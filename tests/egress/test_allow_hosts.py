@@ -42,7 +42,7 @@ def test_names_wildcards_and_ports_match_as_documented() -> None:
     assert decide(rules, "evilpythonhosted.org", 443) == "the name is not in the allow-list"
     assert decide(rules, "api.example.com", 443) == "port 443 is not allowed for this name (allowed: 8443)"
     assert decide(rules, "pypi.org", 22).startswith("port 22 is not allowed")
-    assert decide(rules, "151.101.0.223", 443) == "IP addresses are not allowed, only names"
+    assert decide(rules, "203.0.113.9", 443) == "IP addresses are not allowed, only names"
 
 
 def test_config_refuses_restricted_without_hosts_and_hosts_without_restricted() -> None:
@@ -51,7 +51,7 @@ def test_config_refuses_restricted_without_hosts_and_hosts_without_restricted() 
     with pytest.raises(ValidationError, match="allow_hosts applies to network 'restricted' only"):
         SandboxConfig(allow_hosts=["pypi.org"])
     with pytest.raises(ValidationError, match="IP addresses are not allowed"):
-        SandboxConfig(network="restricted", allow_hosts=["1.1.1.1"])
+        SandboxConfig(network="restricted", allow_hosts=["198.51.100.7"])
     with pytest.raises(ValidationError, match="use `allow_hosts`"):
         SandboxConfig.model_validate({"network": "restricted", "allowed_hosts": ["pypi.org"]})
     config = SandboxConfig(network="restricted", allow_hosts="pypi.org, files.pythonhosted.org")  # type: ignore[arg-type]

@@ -2,7 +2,9 @@
 
 The only servers contacted are the test's own: an HTTPS service in a network namespace this test
 creates (its own CA; names the proxy resolves from a test hosts file), a listener in a second
-sandbox, and whatever the host has on its gateway addresses. Each attack's outcome must be the error
+sandbox, whatever the host has on its gateway addresses, and the addresses this test run owns
+(tests/owned_targets.py) for "the Internet" and "a metadata service": nothing that reaches one of
+them leaves the machine, and the run asserts that nothing reached them at all. Each attack's outcome must be the error
 its mechanism gives, and for network-level refusals the sandbox filter's rule that refused it must
 have counted the packet (worker/egress/network.py); proxy refusals must be in the run's denials, and
 so must the filter's, itemised from its NFLOG rules (worker/egress/nflog.py) with the destination.
@@ -85,10 +87,14 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
         "sandbox filter: 127.0.0.11 rejected",
         None,
     ),
-    "DNS tunnel to 1.1.1.1:53 (UDP)": (refused("EPERM"), "sandbox filter: ICMP port unreachable", None),
-    "DNS over TCP to 1.1.1.1:53": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
+    "DNS tunnel to an outside resolver (UDP 53)": (
+        refused("EPERM"),
+        "sandbox filter: ICMP port unreachable",
+        None,
+    ),
+    "DNS over TCP to an outside resolver (53)": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "UDP to the gateway": (refused("EPERM"), "sandbox filter: ICMP port unreachable", None),
-    "IPv6 (2606:4700:4700::1111)": (
+    "IPv6 to an outside address": (
         lambda o: o.get("errno") in ("ENETUNREACH", "ECONNREFUSED", "EADDRNOTAVAIL", "EHOSTUNREACH"),
         "no IPv6 route; ip6tables reject",
         None,
@@ -97,7 +103,7 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
     "host gateway, Redis port": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "Docker bridge gateway, Redis port": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "Docker API over TCP (2375)": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
-    "cloud metadata 169.254.169.254": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
+    "cloud metadata (a link-local address)": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "another sandbox": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
 }
 
@@ -110,14 +116,14 @@ FILTER_DENIED: dict[str, tuple[str, int, str, str]] = {
     "IP literal directly": ("SERVICE_IP", 443, "tcp", DIRECT),
     "DNS lookup": ("127.0.0.11", 53, "udp", DOCKER_DNS),
     "DNS tunnel to Docker's resolver (127.0.0.11)": ("127.0.0.11", 53, "udp", DOCKER_DNS),
-    "DNS tunnel to 1.1.1.1:53 (UDP)": ("1.1.1.1", 53, "udp", DIRECT),
-    "DNS over TCP to 1.1.1.1:53": ("1.1.1.1", 53, "tcp", DIRECT),
+    "DNS tunnel to an outside resolver (UDP 53)": ("OUTSIDE_V4", 53, "udp", DIRECT),
+    "DNS over TCP to an outside resolver (53)": ("OUTSIDE_V4", 53, "tcp", DIRECT),
     "UDP to the gateway": ("GATEWAY", 3128, "udp", DIRECT),
     "host gateway, SSH port": ("GATEWAY", 22, "tcp", DIRECT),
     "host gateway, Redis port": ("GATEWAY", 6379, "tcp", DIRECT),
     "Docker bridge gateway, Redis port": ("DOCKER_GATEWAY", 6379, "tcp", DIRECT),
     "Docker API over TCP (2375)": ("DOCKER_GATEWAY", 2375, "tcp", DIRECT),
-    "cloud metadata 169.254.169.254": ("169.254.169.254", 80, "tcp", DIRECT),
+    "cloud metadata (a link-local address)": ("METADATA", 80, "tcp", DIRECT),
     "another sandbox": ("OTHER_SANDBOX", 8000, "tcp", DIRECT),
 }
 
@@ -129,8 +135,11 @@ def docker_gateway() -> str:
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], service: Any) -> dict[str, Any]:
-    """The hostile program's outcome in one sandbox per runtime, with its denials and rule counters."""
+def hostile_run(
+    request: pytest.FixtureRequest, egress_env: dict[str, Any], service: Any, owned_targets: Any
+) -> dict[str, Any]:
+    """The hostile program's outcome in one sandbox per runtime, with its denials, rule counters and
+    whatever reached the run's own targets meanwhile (nothing, if every refusal held)."""
     from sandfleet.worker.egress.gateway import egress_gateway, take_denials
     from sandfleet.worker.egress.network import rule_counters
     from sandfleet.worker.sandbox.manager import SandboxManager
@@ -154,11 +163,16 @@ def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], serv
             "DOCKER_GATEWAY": docker_gateway(),
             "SERVICE_IP": service.address,
             "OTHER_SANDBOX": other_ip,
+            "OUTSIDE_V4": owned_targets.public_v4,
+            "OUTSIDE_V6": owned_targets.public_v6,
+            "METADATA": owned_targets.link_local,
         }
+        mark = owned_targets.mark()
         prelude = f"CA={service.ca.read_text()!r}\nPROXY=({gateway.network.gateway!r},{gateway.network.proxy_port})\n"
         prelude += "".join(f"{name}={value!r}\n" for name, value in addresses.items())
         done = attacker.execute(["python3", "-c", prelude + ATTACKS], timeout=120)
         after = rule_counters(lease.pid)
+        arrived = owned_targets.arrived_since(mark)
         denials = lease.take_denials()
         listener.join(30)
         other_denials = take_denials(other._container)
@@ -172,6 +186,7 @@ def hostile_run(request: pytest.FixtureRequest, egress_env: dict[str, Any], serv
         "addresses": addresses,
         "other_denials": other_denials,
         "listener": heard.get("out").stdout if heard.get("out") else None,
+        "arrived": arrived,
     }
 
 
@@ -198,8 +213,14 @@ def test_attack_is_refused_by_its_mechanism(hostile_run: dict[str, Any], case: s
             else REJECT_TCP
         )
         ok = ok and hostile_run["counted"].get(rule, 0) > 0
+    ok = ok and hostile_run["arrived"] == {}  # and nothing reached the run's own targets
     record(f"egress: {case}", hostile_run["runtime"], ok, {"outcome": outcome, "mechanism": mechanism})
-    assert ok, (outcome, mechanism, hostile_run["denials"], hostile_run["counted"])
+    assert ok, (outcome, mechanism, hostile_run["denials"], hostile_run["counted"], hostile_run["arrived"])
+
+
+def test_nothing_reached_the_runs_own_targets(hostile_run: dict[str, Any]) -> None:
+    """The stand-ins for the Internet and the metadata service counted no packet, heard no one."""
+    assert hostile_run["arrived"] == {}
 
 
 def test_the_other_sandbox_heard_nothing(hostile_run: dict[str, Any]) -> None:

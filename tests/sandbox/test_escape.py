@@ -2,7 +2,9 @@
 
 It runs inside the sandbox and reports each attempt as JSON; the test compares what it saw with the
 host's own files and environment. Every attempt must be a dead end. The network attempts run with
-network "none", so nothing leaves the machine.
+network "none" and aim at a name under ``.invalid`` and at an address this test run owns
+(tests/owned_targets.py): had one got through, it would have arrived here, and the test checks that
+nothing did.
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ def write_profile():
 
 
 def connect_ip():
-    with socket.create_connection(("1.1.1.1", 53), timeout=3):
+    with socket.create_connection((sys.argv[2], 53), timeout=3):
         return "connected"
 
 
@@ -94,7 +96,7 @@ attempt("environ", lambda: dict(os.environ))
 attempt("init_environ", lambda: read("/proc/1/environ"))
 attempt("proc_environs", environs)
 attempt("write_profile_d", write_profile)
-attempt("dns", lambda: socket.getaddrinfo("pypi.org", 443))
+attempt("dns", lambda: socket.getaddrinfo("escape.sandfleet.invalid", 443))
 attempt("connect_ip", connect_ip)
 attempt("docker_socket_files", lambda: [p for p in ("/var/run/docker.sock", "/run/docker.sock")
                                          if os.path.lexists(p)])
@@ -153,6 +155,7 @@ def test_every_escape_is_a_dead_end(
     backend: str,
     open_session: Any,
     image_view: dict[str, Any],
+    owned_targets: Any,
     monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
 ) -> None:
@@ -164,7 +167,10 @@ def test_every_escape_is_a_dead_end(
 
     session = open_session(backend)
     session.write_file("escape.py", ESCAPE_PROGRAM)
-    result = session.execute(["python3", "escape.py", json.dumps(host_paths)], timeout=60)
+    mark = owned_targets.mark()
+    result = session.execute(
+        ["python3", "escape.py", json.dumps(host_paths), owned_targets.public_v4], timeout=60
+    )
     assert result.exit_code == 0, result.stderr
     report = json.loads(result.stdout)
 
@@ -211,10 +217,13 @@ def test_every_escape_is_a_dead_end(
         e in report["write_profile_d"]["error"] for e in ("Read-only file system", "Permission denied")
     )
 
-    # No network: no name lookup, no connection to an address; no Docker socket.
+    # No network: no resolver to ask (EAI_AGAIN; a resolver would have said NXDOMAIN for .invalid),
+    # no route to an address (runc: only lo; gVisor's stack: no route), nothing arrived; no Docker socket.
     assert not report["dns"]["ok"], report["dns"]
-    assert "gaierror" in report["dns"]["error"]
+    assert "Temporary failure in name resolution" in report["dns"]["error"], report["dns"]
     assert not report["connect_ip"]["ok"], report["connect_ip"]
+    assert any(e in report["connect_ip"]["error"] for e in ("Network is unreachable", "No route to host"))
+    assert owned_targets.arrived_since(mark) == {}
     assert report["docker_socket_files"] == {"ok": True, "value": []}
     assert not report["docker_socket"]["ok"]
     assert "FileNotFoundError" in report["docker_socket"]["error"]

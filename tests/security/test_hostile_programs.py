@@ -8,7 +8,10 @@ is what the results file publishes, and the test asserts it. Every run ends with
 of conftest.py: the container is gone and no host process serves it any more. Outcomes go to
 ``artifacts/security-results.json`` (see SECURITY.md).
 
-The network cases use network "none": nothing can leave the machine, which is the point.
+The network cases use network "none", and aim only at names under ``.invalid`` and at addresses this
+machine owns: the host's own, and the ones this test run holds for "the Internet" and "a metadata
+service" (tests/owned_targets.py). Had a refusal failed, the packet would have arrived there, and
+the network case also asserts that nothing did.
 """
 
 from __future__ import annotations
@@ -350,8 +353,8 @@ def network_source(targets: list[tuple[str, str, int]]) -> str:
             with socket.create_connection((host, port), timeout=3):
                 return "connected"
 
-        attempt("dns pypi.org", lambda: socket.getaddrinfo("pypi.org", 443))
-        attempt("dns localhost-free name", lambda: socket.gethostbyname("example.com"))
+        attempt("dns getaddrinfo", lambda: socket.getaddrinfo("pypi.sandfleet.invalid", 443))
+        attempt("dns gethostbyname", lambda: socket.gethostbyname("example.sandfleet.invalid"))
         for label, host, port in {targets!r}:
             attempt(label, lambda h=host, p=port: connect(h, p))
         report["interfaces"] = {{"ok": False, "errno": None, "error": str(socket.if_nameindex())}}
@@ -361,10 +364,12 @@ def network_source(targets: list[tuple[str, str, int]]) -> str:
 
 
 def network_refusals(targets: list[tuple[str, str, int]]) -> Expected:
-    """Network none: no resolver answers (EAI), no route leaves (runc: ENETUNREACH, gVisor's netstack:
-    EHOSTUNREACH), and on the sandbox's own loopback nothing listens (ECONNREFUSED)."""
+    """Network none: no resolver is reachable (EAI_AGAIN: a resolver would have answered NXDOMAIN for
+    .invalid), no route leaves (runc: ENETUNREACH, gVisor's netstack: EHOSTUNREACH), and on the
+    sandbox's own loopback nothing listens (ECONNREFUSED)."""
     unreachable = {"runc": refused("ENETUNREACH"), "runsc": refused("EHOSTUNREACH")}
-    expected: Expected = {"dns pypi.org": refused("EAI"), "dns localhost-free name": refused("EAI")}
+    no_resolver = refused("EAI", says="Temporary failure in name resolution")
+    expected: Expected = {"dns getaddrinfo": no_resolver, "dns gethostbyname": no_resolver}
     for label, host, _port in targets:
         expected[label] = refused("ECONNREFUSED") if host == "127.0.0.1" else unreachable
     return expected
@@ -378,7 +383,8 @@ def network_check(
         interfaces = report.pop("interfaces")["error"]
         blocked, summary = refused_as(report, network_refusals(targets), runtime)
         summary["interfaces"] = interfaces
-        return blocked and interfaces == "[(1, 'lo')]", summary  # only the loopback interface
+        summary["arrived at the owned targets"] = arrived = ctx["owned"].arrived_since(ctx["owned_mark"])
+        return blocked and interfaces == "[(1, 'lo')]" and arrived == {}, summary  # only loopback
 
     return check_network
 
@@ -619,14 +625,14 @@ def check_secrets(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, An
 
 def cases(ctx: dict[str, Any]) -> list[Case]:
     targets = [
-        ("1.1.1.1:53 (external IP)", "1.1.1.1", 53),
-        ("1.1.1.1:443 (external IP)", "1.1.1.1", 443),
+        (f"external IP {ctx['outside_v4']}:53", ctx["outside_v4"], 53),
+        (f"external IP {ctx['outside_v4_b']}:443", ctx["outside_v4_b"], 443),
         (f"host redis {ctx['host_ip']}:{ctx['redis_port']}", ctx["host_ip"], ctx["redis_port"]),
         (f"bridge gateway 172.17.0.1:{ctx['redis_port']}", "172.17.0.1", ctx["redis_port"]),
         ("bridge gateway 172.17.0.1:2375 (docker)", "172.17.0.1", 2375),
         *[(f"gateway {gw}:{ctx['redis_port']}", gw, ctx["redis_port"]) for gw in ctx["gateways"]],
         ("127.0.0.1:6379 (loopback redis port)", "127.0.0.1", 6379),
-        ("169.254.169.254:80 (metadata)", "169.254.169.254", 80),
+        (f"metadata (link-local) {ctx['metadata']}:80", ctx["metadata"], 80),
     ]
     return [
         Case("fork bomb", FORK_BOMB, check_fork_bomb),
@@ -649,7 +655,13 @@ def cases(ctx: dict[str, Any]) -> list[Case]:
     ]
 
 
-CASE_NAMES = [c.name for c in cases({"host_ip": "", "redis_port": 0, "gateways": [], "host_paths": []})]
+CASE_NAMES = [
+    c.name
+    for c in cases(
+        {"host_ip": "", "redis_port": 0, "gateways": [], "host_paths": [], "outside_v4": "", "outside_v4_b": "",
+         "metadata": ""}
+    )
+]  # fmt: skip
 
 
 def host_ip() -> str:
@@ -718,8 +730,12 @@ def listener(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 @pytest.fixture(scope="module")
-def context(listener: int) -> dict[str, Any]:
+def context(listener: int, owned_targets: Any) -> dict[str, Any]:
     return {
+        "owned": owned_targets,
+        "outside_v4": owned_targets.public_v4,
+        "outside_v4_b": owned_targets.public_v4_b,
+        "metadata": owned_targets.link_local,
         "host_ip": host_ip(),
         "redis_port": listener,
         "gateways": bridge_gateways(),
@@ -742,7 +758,7 @@ def test_hostile_program_is_contained(
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)  # the worker's secret, in the process that starts sandboxes
     case = next(c for c in cases(context) if c.name == case_name)
-    context = {**context, "free_before": host_free_bytes()}
+    context = {**context, "free_before": host_free_bytes(), "owned_mark": context["owned"].mark()}
     result = run(case.source, runtime, sandbox=case.sandbox, **case.settings)
     try:
         blocked, detail = case.check(result, runtime, context)

@@ -1,7 +1,8 @@
 """The egress gateway of network "restricted": what the Docker backend asks of the egress modules.
 
 ``EgressGateway.prepare`` (before a restricted sandbox is created) makes sure the network, the host's
-rules and the proxy are there; ``container_options`` puts the container on that network;
+rules (the proxy's destination filter among them, for the ranges of destinations.py as the host and
+its Docker networks are at that moment) and the proxy are there; ``container_options`` puts the container on that network;
 ``attach`` (after the start, before the agent runs anything) installs and checks the sandbox's own
 filter, opens its filter's log (nflog.py) and registers its allow-list under its address; the returned
 EgressLease reads the sandbox's refused connections (the proxy's and the packet filter's) and
@@ -11,6 +12,7 @@ removed unused (fail closed).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -22,11 +24,15 @@ from typing import Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.settings import Settings, get_settings
+from sandfleet.worker.egress.destinations import DeniedRanges, IPNetwork, parse_networks
 from sandfleet.worker.egress.network import (
     EgressNetwork,
     ensure_docker_network,
+    fleet_networks,
+    install_destination_filter,
     install_host_rules,
     install_sandbox_filter,
+    verify_destination_filter,
     verify_host_rules,
 )
 from sandfleet.worker.egress.nflog import FilterLog, FilterLogError
@@ -153,9 +159,25 @@ class EgressLease:
 class EgressGateway:
     """The egress network, host rules and proxy of one worker host (shared by its sandboxes)."""
 
-    def __init__(self, network: EgressNetwork, state_dir: Path, hosts_file: str) -> None:
+    def __init__(
+        self,
+        network: EgressNetwork,
+        state_dir: Path,
+        hosts_file: str,
+        allowed: tuple[IPNetwork, ...] = (),
+        dns_servers: tuple[str, ...] = (),
+    ) -> None:
         self.network = network
-        self.proxy = ProxyConfig(network.gateway, network.proxy_port, state_dir, hosts_file)
+        self.allowed = allowed  # the operator's SANDFLEET_EGRESS_ALLOW_DESTINATIONS
+        self.proxy = ProxyConfig(
+            network.gateway,
+            network.proxy_port,
+            state_dir,
+            hosts_file,
+            DeniedRanges.build(allowed),
+            dns_servers,
+            network.mark,
+        )
         self._lock = threading.Lock()
         self._checked = 0.0
 
@@ -163,7 +185,13 @@ class EgressGateway:
     def from_settings(cls, settings: Settings) -> EgressGateway:
         network = network_of(settings)
         state = Path(settings.egress_state_dir).expanduser() / network.name
-        return cls(network, state, settings.egress_hosts_file)
+        return cls(
+            network,
+            state,
+            settings.egress_hosts_file,
+            tuple(parse_networks(settings.egress_allow_destinations)),
+            tuple(settings.egress_dns_servers),
+        )
 
     @property
     def state_dir(self) -> Path:
@@ -182,7 +210,10 @@ class EgressGateway:
             if os.geteuid() != 0:
                 raise EgressError("network 'restricted' needs a worker running as root (iptables, nsenter)")
             ensure_docker_network(client, self.network)
+            denied = DeniedRanges.build(self.allowed, fleet_networks(client))
+            self.proxy = dataclasses.replace(self.proxy, denied=denied)
             install_host_rules(self.network)
+            install_destination_filter(self.network, denied)
             ensure_proxy(self.proxy)
             self._checked = time.monotonic()
 
@@ -208,6 +239,7 @@ class EgressGateway:
             )
         install_sandbox_filter(pid, self.network)
         verify_host_rules(self.network)
+        verify_destination_filter(self.network, self.proxy.denied)
         if not running_pid(self.state_dir):
             raise EgressError("the egress proxy is not running")
         try:
@@ -234,14 +266,23 @@ class EgressGateway:
 
 
 @functools.lru_cache(maxsize=8)
-def _gateway(network: EgressNetwork, state_dir: str, hosts_file: str) -> EgressGateway:
-    return EgressGateway(network, Path(state_dir).expanduser() / network.name, hosts_file)
+def _gateway(
+    network: EgressNetwork, state_dir: str, hosts_file: str, allowed: tuple[str, ...], dns: tuple[str, ...]
+) -> EgressGateway:
+    state = Path(state_dir).expanduser() / network.name
+    return EgressGateway(network, state, hosts_file, tuple(parse_networks(allowed)), dns)
 
 
 def egress_gateway(settings: Settings | None = None) -> EgressGateway:
     """The process's gateway for the settings' egress network (one per configuration)."""
     settings = settings or get_settings()
-    return _gateway(network_of(settings), settings.egress_state_dir, settings.egress_hosts_file)
+    return _gateway(
+        network_of(settings),
+        settings.egress_state_dir,
+        settings.egress_hosts_file,
+        tuple(settings.egress_allow_destinations),
+        tuple(settings.egress_dns_servers),
+    )
 
 
 def take_denials(container: Any) -> list[dict[str, Any]]:

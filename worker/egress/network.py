@@ -14,17 +14,25 @@
    (runtime ``runsc-egress``): its sockets are the host kernel's in that namespace, so the same
    filter and log hold.
 
+4. The proxy's own connections (marked by Squid, ``tcp_outgoing_mark``) pass the host's OUTPUT
+   through a chain of this network that refuses the internal ranges of destinations.py and every
+   address of the host, except what the operator listed: whatever Squid resolved, the kernel sees
+   the address it really connects to.
+
 Every rule is checked after it is written; one that is not there refuses the sandbox (EgressError).
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import shutil
 import subprocess
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from sandfleet.worker.egress.destinations import DeniedRanges, IPNetwork
 from sandfleet.worker.egress.nflog import nflog_rule
 from sandfleet.worker.egress.squid import EgressError
 
@@ -49,17 +57,27 @@ class EgressNetwork:
     def chain(self) -> str:
         return f"SFEG-{self.bridge}"[:28]
 
+    @property
+    def destination_chain(self) -> str:
+        return f"SFEGD-{self.bridge}"[:28]
+
+    @property
+    def mark(self) -> int:
+        """The netfilter mark of this network's proxy connections: 0x5346 ("SF") and 16 bits of
+        the bridge's name, so that two proxies on one host keep their own destination filters."""
+        return 0x53460000 | (zlib.crc32(self.bridge.encode()) & 0xFFFF)
+
 
 def _run(args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, input=stdin, capture_output=True, text=True, timeout=20)
 
 
 def require_tools() -> None:
-    for tool in ("nsenter", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore"):
+    for tool in ("nsenter", "iptables", "iptables-restore", "ip6tables", "ip6tables-restore", "ip"):
         if shutil.which(tool) is None:
             raise EgressError(
                 f"network 'restricted' needs {tool} on the worker host (run deploy/bootstrap.sh: "
-                "apt-get install iptables util-linux)"
+                "apt-get install iptables util-linux iproute2)"
             )
 
 
@@ -153,12 +171,105 @@ def verify_host_rules(net: EgressNetwork) -> None:
 
 
 def remove_host_rules(net: EgressNetwork) -> None:
-    """Undo install_host_rules (tests, and an operator retiring a network)."""
+    """Undo install_host_rules and install_destination_filter (tests, an operator retiring a network)."""
     _run(["iptables", "-D", "INPUT", "-i", net.bridge, "-j", net.chain])
     _run(["iptables", "-F", net.chain])
     _run(["iptables", "-X", net.chain])
     for chain in ("INPUT", "FORWARD"):
         _run(["ip6tables", "-D", chain, "-i", net.bridge, "-j", "DROP"])
+    for tool in ("iptables", "ip6tables"):
+        _run([tool, "-D", *_destination_jump(net)])
+        _run([tool, "-F", net.destination_chain])
+        _run([tool, "-X", net.destination_chain])
+
+
+def _destination_jump(net: EgressNetwork) -> list[str]:
+    return ["OUTPUT", "-m", "mark", "--mark", f"{net.mark:#x}", "-j", net.destination_chain]
+
+
+def destination_rules(net: EgressNetwork, denied: DeniedRanges, version: int) -> list[str]:
+    """The destination chain of ``net`` for IPv4 or IPv6, in ``iptables -S`` form: the operator's
+    ranges return (pass), the host's own addresses and the refused ranges are rejected at once
+    (EHOSTUNREACH for Squid, which logs it; never a hang)."""
+    chain = net.destination_chain
+    reject = f"-j REJECT --reject-with {'icmp-admin-prohibited' if version == 4 else 'icmp6-adm-prohibited'}"
+    rules = [f"-A {chain} -d {n} -j RETURN" for n in denied.allowed if n.version == version]
+    rules.append(f"-A {chain} -m addrtype --dst-type LOCAL {reject}")
+    rules += [f"-A {chain} -d {n} {reject}" for n in denied.networks(version)]
+    return rules
+
+
+def install_destination_filter(net: EgressNetwork, denied: DeniedRanges) -> None:
+    """Write the destination chain of ``net`` (both families) where it differs, then check it.
+
+    The chain is replaced in one ``iptables-restore --noflush`` (declaring a chain flushes it in
+    the same transaction): no moment without rules for connections already marked.
+
+    Raises:
+        EgressError: it cannot be written or is not there afterwards.
+    """
+    require_tools()
+    for version, tool in ((4, "iptables"), (6, "ip6tables")):
+        expected = destination_rules(net, denied, version)
+        if _chain_rules(tool, net.destination_chain) != expected:
+            restore = "\n".join(["*filter", f":{net.destination_chain} - [0:0]", *expected, "COMMIT", ""])
+            done = _run([f"{tool}-restore", "--noflush"], stdin=restore)
+            if done.returncode != 0:
+                raise EgressError(
+                    f"cannot write the proxy's destination filter ({tool}): {done.stderr.strip()}"
+                )
+        jump = _destination_jump(net)
+        if _run([tool, "-C", *jump]).returncode != 0:
+            _run([tool, "-I", jump[0], "1", *jump[1:]])
+    verify_destination_filter(net, denied)
+
+
+def verify_destination_filter(net: EgressNetwork, denied: DeniedRanges) -> None:
+    """Raises EgressError unless both families' destination chains and their jumps are in place."""
+    for version, tool in ((4, "iptables"), (6, "ip6tables")):
+        if _chain_rules(tool, net.destination_chain) != destination_rules(net, denied, version):
+            raise EgressError(
+                f"the proxy's destination filter ({tool} {net.destination_chain}) is not in place"
+            )
+        if _run([tool, "-C", *_destination_jump(net)]).returncode != 0:
+            raise EgressError(
+                f"the host's OUTPUT does not send the proxy's connections to {net.destination_chain}"
+            )
+
+
+def _chain_rules(tool: str, chain: str) -> list[str]:
+    shown = _run([tool, "-S", chain])
+    return (
+        [line for line in shown.stdout.splitlines() if line.startswith("-A ")]
+        if shown.returncode == 0
+        else []
+    )
+
+
+def fleet_networks(client: Any) -> list[IPNetwork]:
+    """The worker host's own addresses (each alone) and its Docker networks' subnets: the "fleet"
+    category of destinations.py. Read at each check of the gateway; an address that appears in
+    between is refused by the kernel (``addrtype LOCAL``) all the same."""
+    found: list[IPNetwork] = []
+    for attrs in client.api.networks():
+        for config in (attrs.get("IPAM") or {}).get("Config") or []:
+            try:
+                found.append(ipaddress.ip_network(config.get("Subnet", ""), strict=False))
+            except ValueError:
+                continue
+    require_tools()
+    shown = _run(["ip", "-j", "addr", "show"])
+    try:
+        interfaces = json.loads(shown.stdout) if shown.returncode == 0 else []
+    except ValueError:
+        interfaces = []
+    for interface in interfaces:
+        for address in interface.get("addr_info", []):
+            try:
+                found.append(ipaddress.ip_network(address["local"]))
+            except (KeyError, ValueError):
+                continue
+    return found
 
 
 def sandbox_rules_v4(net: EgressNetwork) -> str:
