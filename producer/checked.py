@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from sandfleet.core.contracts import JobResult
 from sandfleet.core.errors import UnverifiedResultError
 from sandfleet.core.signing import KeyRing
@@ -29,7 +31,17 @@ class CheckedResult:
 def checked_result(evidence: JobEvidence, ring: KeyRing) -> CheckedResult:
     """Verify one job's evidence; its result is parsed from the very bytes that were verified."""
     verdict = verify_job(evidence, ring)
-    result = JobResult.model_validate_json(evidence.record["result"]) if verdict.verified else None
+    if not verdict.verified:
+        return CheckedResult(evidence.job_id, verdict, None)
+    try:
+        result = JobResult.model_validate_json(evidence.record["result"])
+    except ValidationError:  # proven, yet past what a reader parses (a worker before the record caps)
+        problem = "the final record cannot be read back (nested or sized past what a reader parses)"
+        return CheckedResult(
+            evidence.job_id,
+            verdict.model_copy(update={"state": VerdictState.MISMATCHED, "problems": [problem]}),
+            None,
+        )
     return CheckedResult(evidence.job_id, verdict, result)
 
 

@@ -117,7 +117,9 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool) -> Repla
         return ReplayOutcome(evidence.job_id, ReplayState.MISSING, verdict, reason=why)
     record = JobRecord.from_hash(evidence.record)
     result, spec = record.result, record.spec
-    assert result is not None and spec is not None  # a verified final record has both
+    if result is None or spec is None:  # verified, yet not readable (written before the record caps)
+        why = f"the record cannot be read: {record.unreadable or 'no spec or result'}"
+        return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, reason=why)
     if result.status != JobStatus.SUCCEEDED or not result.final_program:
         why = f"the job {result.status.value} with no RESULT to reproduce"
         return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, served=result.result, reason=why)

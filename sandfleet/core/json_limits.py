@@ -63,7 +63,9 @@ def text_depth(text: str | bytes | bytearray) -> int:
     return max(accumulate(steps), default=0)
 
 
-def check_depth(text: str | bytes | bytearray, what: str, *, cap: int = MAX_JSON_DEPTH, envelope: int = 0) -> None:
+def check_depth(
+    text: str | bytes | bytearray, what: str, *, cap: int = MAX_JSON_DEPTH, envelope: int = 0
+) -> None:
     """Refuse ``text`` if the values it carries nest more than ``cap`` deep.
 
     ``envelope``: the levels of the text around those values (a request object and its argument

@@ -18,8 +18,10 @@ from enum import StrEnum
 from typing import Any
 
 import redis
+from pydantic_core import PydanticSerializationError
 from redis.typing import EncodableT, FieldT
 
+from sandfleet.core import json_limits
 from sandfleet.core.approvals import withdraw_job_approvals
 from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, key_info_json, signed_entry
 from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, record_commitment, sha256_hex
@@ -27,10 +29,12 @@ from sandfleet.core.contracts import (
     AuditEvent,
     AuditKind,
     ErrorInfo,
+    ErrorKind,
     JobResult,
     JobSpec,
     JobStatus,
 )
+from sandfleet.core.errors import JsonLimitError
 from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
 from sandfleet.core.lua import COUNT_DELIVERY, TRANSITION
 from sandfleet.core.records import JobRecord, RecordReader
@@ -55,6 +59,41 @@ def queued_fields(job_id: str, spec_json: str, spec: JobSpec, now: float) -> dic
     if spec.batch_id:
         fields["batch_id"] = spec.batch_id
     return fields
+
+
+def readable_result(result: JobResult) -> tuple[JobResult, str]:
+    """``result`` and its JSON, or, when that JSON could not be read back (past ``MAX_RECORD_BYTES``
+    or ``MAX_RECORD_DEPTH``, or not serialisable at all), a record of the same job that says so.
+
+    A job must end whatever it produced: a final write that raised would leave it ``running``, and a
+    record past what the readers parse would break every one of them for the retention period. The
+    replacement keeps the job's counts, usage and timings; its error names the cap (the audit chain
+    still has each step).
+    """
+    try:
+        result_json = result.model_dump_json()
+        json_limits.check_record(result_json, "the final record")
+        return result, result_json
+    except (JsonLimitError, PydanticSerializationError, RecursionError) as e:
+        problem = (
+            str(e) if isinstance(e, JsonLimitError) else f"the final record cannot be written as JSON ({e})"
+        )
+    kept = JobResult(
+        job_id=result.job_id,
+        status=JobStatus.FAILED if result.status == JobStatus.SUCCEEDED else result.status,
+        error=ErrorInfo(
+            kind=ErrorKind.RECORD_LIMIT,
+            message=f"{problem}; its answer and attempts are not kept (the audit chain has each step)",
+        ),
+        repairs=result.repairs,
+        tool_calls=result.tool_calls,
+        usage=result.usage,
+        timings=result.timings,
+        model=result.model,
+        mode=result.mode,
+        limits_hit=result.limits_hit,
+    )
+    return kept, kept.model_dump_json()
 
 
 class Transition(StrEnum):
@@ -191,7 +230,7 @@ class JobStore:
             raise ValueError(f"worker {worker!r} cannot write a final record signed by {signer.worker!r}")
         if result.job_id != job_id:
             result = result.model_copy(update={"job_id": job_id})
-        result_json = result.model_dump_json()
+        result, result_json = readable_result(result)
         data: dict[str, Any] = {"status": result.status.value, "worker": signer.worker}
         if result.error is not None:
             data["error"] = result.error.model_dump(mode="json")

@@ -69,6 +69,7 @@ class ErrorKind(StrEnum):
     LIMIT = "limit"  # a cap of the tool-calling loop ended the job (turns, tool calls, tokens, wall time)
     NO_ANSWER = "no_answer"  # the tool-calling loop's last reply held no answer (empty text)
     CANCELLED = "cancelled"  # a cancel request ended the job (before it started, or while it ran)
+    RECORD_LIMIT = "record_limit"  # the final record would be too large or deep to read back: not kept
 
 
 class AuditKind(StrEnum):
@@ -110,3 +111,4 @@ class Limit(StrEnum):
     NETWORK = "network"  # the egress proxy or packet filter refused a connection (network_denied)
     ARTIFACTS = "artifacts"  # files in /workspace/out/ past the per-file, per-job or file-count cap (skipped)
     MODEL_TIME = "model_time"  # the job's model-time budget (model_limits.max_model_time) ran out
+    NESTING = "nesting"  # a RESULT (or an answer) nested past the JSON nesting cap (core/json_limits.py)
