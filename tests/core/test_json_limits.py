@@ -37,7 +37,7 @@ def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
 
 
-TRICKY_STRINGS = ['"', "\\", '\\"', "[[[", "]]}}", '\\\\"[', "\n\t", "é[ü]", "\\u005b", '"]'] + ["\udcff"]
+TRICKY_STRINGS = ['"', "\\", '\\"', "[[[", "]]}}", '\\\\"[', "\n\t", "é[ü]", "\\u005b", '"]', "\udcff"]
 
 
 def random_value(rng: random.Random, depth: int) -> Any:
@@ -46,7 +46,9 @@ def random_value(rng: random.Random, depth: int) -> Any:
         return rng.choice([None, True, 3, -1.5, rng.choice(TRICKY_STRINGS), "plain"])
     if kind < 0.65:
         return [random_value(rng, depth - 1) for _ in range(rng.randrange(0, 4))]
-    return {rng.choice(TRICKY_STRINGS) + str(i): random_value(rng, depth - 1) for i in range(rng.randrange(0, 4))}
+    return {
+        rng.choice(TRICKY_STRINGS) + str(i): random_value(rng, depth - 1) for i in range(rng.randrange(0, 4))
+    }
 
 
 def test_the_depth_read_from_the_text_is_the_depth_of_the_value() -> None:
