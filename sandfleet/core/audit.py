@@ -12,7 +12,6 @@ import time
 from typing import Any
 
 import redis
-from pydantic_core import PydanticSerializationError
 
 from sandfleet.core import json_limits
 from sandfleet.core.chain import GENESIS_HASH, ChainEntry, encode_event, link_hash, signed_message
@@ -54,7 +53,7 @@ def readable_event_json(event: AuditEvent) -> str:
         event_json = encode_event(event)
         json_limits.check_record(event_json, f"the {event.kind} audit event")
         return event_json
-    except (JsonLimitError, PydanticSerializationError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # JsonLimitError; pydantic's depth limit of 255
         problem = str(e) if isinstance(e, JsonLimitError) else f"the event cannot be written as JSON ({e})"
     return encode_event(event.model_copy(update={"data": {"omitted": problem}}))
 

@@ -18,7 +18,6 @@ from enum import StrEnum
 from typing import Any
 
 import redis
-from pydantic_core import PydanticSerializationError
 from redis.typing import EncodableT, FieldT
 
 from sandfleet.core import json_limits
@@ -74,7 +73,7 @@ def readable_result(result: JobResult) -> tuple[JobResult, str]:
         result_json = result.model_dump_json()
         json_limits.check_record(result_json, "the final record")
         return result, result_json
-    except (JsonLimitError, PydanticSerializationError, RecursionError) as e:
+    except (ValueError, RecursionError) as e:  # JsonLimitError; pydantic's depth limit of 255
         problem = (
             str(e) if isinstance(e, JsonLimitError) else f"the final record cannot be written as JSON ({e})"
         )

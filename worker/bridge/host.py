@@ -34,6 +34,7 @@ STUB_SOURCE = Path(__file__).with_name("stub.py")
 MAX_RECORDED_RESULT_BYTES = 8 * 1024**2
 BUDGET_ERROR = "ToolBudgetExceededError"
 DENIED_ERROR = "ToolDeniedError"  # a gated call a person denied (or did not approve in time)
+MAX_ERROR_CHARS = 8000  # of a tool's error message, for the program and the record
 REQUEST_ENVELOPE_DEPTH = 2  # a request object, then its args list (or kwargs object), then the values
 REPLY_ENVELOPE_DEPTH = 1  # a reply object, then the value
 
@@ -213,7 +214,7 @@ class ToolBridge:
     def _parse(self, body: bytes) -> tuple[Any, str, list[Any], dict[str, Any]]:
         try:
             request = json_limits.loads(
-                body, "the tool call's arguments", envelope=REQUEST_ENVELOPE_DEPTH
+                body, "a tool argument", envelope=REQUEST_ENVELOPE_DEPTH
             )  # checked before parsing: json's decoder recurses
         except JsonLimitError as e:
             raise _Refusal("ValueError", str(e)) from None
@@ -445,9 +446,13 @@ def call_key(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:
 
 
 def _message(e: Exception) -> str:
-    if isinstance(e, KeyError) and len(e.args) == 1:
-        return str(e.args[0])
-    return str(e)
+    """The error's message for the program and the record, its middle cut past MAX_ERROR_CHARS (a
+    check's message may quote the whole argument: jsonschema's does, megabytes of it)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and len(e.args) == 1 else str(e)
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    half = MAX_ERROR_CHARS // 2
+    return f"{text[:half]} ... ({len(text) - 2 * half} characters cut) ... {text[-half:]}"
 
 
 def _value_reply(tool: str, request_id: Any, value: Any) -> bytes:

@@ -114,7 +114,7 @@ def parse_arguments(text: str) -> dict[str, Any] | str:
     if not text or not text.strip():
         return {}
     try:
-        value = json_limits.loads(text, "the arguments", envelope=1)  # the object around them
+        value = json_limits.loads(text, "an argument", envelope=1)  # the object around them
     except JsonLimitError as e:
         return f"{e}; send flatter arguments"
     except ValueError as e:
