@@ -27,6 +27,7 @@ from sandfleet.worker.artifacts import ArtifactCaps
 from sandfleet.worker.runtime import ProgramRuntime, RunResult
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
+from sandfleet.worker.tools.tool import is_tool_name
 
 
 class ReplayState(StrEnum):
@@ -126,7 +127,9 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool) -> Repla
     events = [AuditEvent.model_validate_json(entry.event) for entry in evidence.entries]
     final = next(a for a in reversed(result.attempts) if a.program == result.final_program)
     calls = recorded_calls(events, final.number)
-    tools = sorted({c.tool for c in calls} | set(spec.tools))
+    # A call refused before its tool was known (malformed, nested past the cap: recorded as "?") or
+    # naming no identifier is refused again the same way; only identifiers can be placeholder tools.
+    tools = sorted(name for name in {c.tool for c in calls} | set(spec.tools) if is_tool_name(name))
     run = ProgramRuntime(pool, placeholder_registry(tools)).run(
         result.final_program,
         config=SandboxConfig.model_validate(spec.sandbox),

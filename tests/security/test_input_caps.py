@@ -97,11 +97,6 @@ MCP_ANSWERS = program(
             out[str(depth)] = "returned"
         except Exception as e:
             out[str(depth)] = [type(e).__name__, str(e)]
-    try:
-        hostile__bulky(40000)  # about 2.5 MB of structured content; the job allows 1 MiB replies
-        out["bulky"] = "returned"
-    except Exception as e:
-        out["bulky"] = [type(e).__name__, str(e)]
     for _ in range(100):  # a server whose message broke the cap is restarted
         try:
             out["ping after"] = hostile__ping()
@@ -109,6 +104,11 @@ MCP_ANSWERS = program(
         except Exception as e:
             out["ping after"] = str(e)
             time.sleep(0.2)
+    try:
+        hostile__bulky(40000)  # about 2.5 MB of structured content; the job allows 1 MiB replies
+        out["bulky"] = "returned"
+    except Exception as e:
+        out["bulky"] = [type(e).__name__, str(e)]
     print("RESULT: " + json.dumps(out))
     """
 )
@@ -242,7 +242,9 @@ def test_values_past_the_cap_are_refused_every_job_ends_and_every_reader_reads_e
         answers["100000"][0] == "ToolServerError"
         and f"it sent a message that is {NESTED}" in answers["100000"][1]
     )
-    assert answers["bulky"][0] == "ValueError" and "more than the 1048576-byte limit" in answers["bulky"][1]
+    assert (
+        answers["bulky"][0] == "ValueError" and "more than the 1048576-byte limit" in answers["bulky"][1]
+    ), answers
     assert answers["ping after"] == "pong", answers
 
     # Every reader reads every record.
