@@ -57,6 +57,9 @@ def text_depth(text: str | bytes | bytearray) -> int:
     if b"\\" in data:  # escapes first: an escaped backslash, then an escaped quote, are not delimiters
         data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
     data = data.translate(None, _NOT_STRUCTURE)  # only quotes and brackets are left
+    # Two adjacent quotes are an empty string, or the end of one and the start of the next with
+    # nothing between: dropping them loses no bracket outside a string (most strings hold none).
+    data = data.replace(b'""', b"")
     if b'"' in data:
         data = b"".join(data.split(b'"')[::2])  # what lies between two quotes is inside a string
     steps = memoryview(data.translate(_AS_STEPS)).cast("b")
