@@ -113,26 +113,38 @@ MCP_ANSWERS = program(
     """
 )
 
-CASES: dict[str, tuple[str, dict[str, Any]]] = {
+
+def code(source: str) -> list[Any]:
+    """The replay model's responses for a code-action job: that one program."""
+    return [f"```python\n{source}\n```"]
+
+
+CHAT_ANSWER = [  # a tool-calling loop: a call with arguments past the cap, then an answer past it
+    {"tool_calls": [{"name": "get_order", "arguments": '{"order_id": ' + "[" * 100 + "]" * 100 + "}"}]},
+    "RESULT: " + "[" * (MAX_JSON_DEPTH + 1) + "]" * (MAX_JSON_DEPTH + 1),
+]
+
+CASES: dict[str, tuple[list[Any], dict[str, Any]]] = {
     **{
-        f"result {d}": (deep_result_program(d), {"code_action": {"max_repairs": 0}})
+        f"result {d}": (code(deep_result_program(d)), {"code_action": {"max_repairs": 0}})
         for d in (MAX_JSON_DEPTH, *RESULT_DEPTHS_REFUSED)
     },
-    "tool arguments": (TOOL_ARGUMENTS, {"tools": ["get_order"]}),
+    "tool arguments": (code(TOOL_ARGUMENTS), {"tools": ["get_order"]}),
     "mcp answers": (
-        MCP_ANSWERS,
+        code(MCP_ANSWERS),
         {
             "tools": ["hostile__nested", "hostile__bulky", "hostile__ping"],
             "code_action": {"max_response_bytes": 1024**2, "exec_timeout": 120},
         },
     ),
+    "chat answer": (CHAT_ANSWER, {"mode": "chat", "tools": ["get_order"]}),
 }
 
 
 def replay_script(folder: Path) -> Path:
     rules = [
-        {"match": f"^case {re.escape(name)}$", "responses": [f"```python\n{source}\n```"]}
-        for name, (source, _) in CASES.items()
+        {"match": f"^case {re.escape(name)}$", "responses": responses}
+        for name, (responses, _) in CASES.items()
     ]
     path = folder / "script.json"
     path.write_text(json.dumps({"rules": rules, "default": ["```python\nprint('RESULT: no case')\n```"]}))
@@ -246,6 +258,14 @@ def test_values_past_the_cap_are_refused_every_job_ends_and_every_reader_reads_e
         answers["bulky"][0] == "ValueError" and "more than the 1048576-byte limit" in answers["bulky"][1]
     ), answers
     assert answers["ping after"] == "pong", answers
+    # A tool-calling loop: the model's arguments and its answer, past the cap.
+    chat = by_case["chat answer"]
+    assert chat.status == JobStatus.FAILED and chat.error is not None and chat.error.kind == ErrorKind.LIMIT
+    assert (
+        chat.error.message == f"the model's answer: the RESULT is {NESTED}" and "nesting" in chat.limits_hit
+    )
+    [call] = chat.turns[0].calls
+    assert not call.ok and f"an argument is {NESTED}" in (call.error or ""), call
 
     # Every reader reads every record.
     job_ids = {name: row["job_id"] for name, row in exported.items()}
