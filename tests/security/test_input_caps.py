@@ -504,3 +504,42 @@ def test_a_record_a_reader_could_not_read_is_written_as_a_record_limit_error_and
         if leftovers := keys_under(r, settings.key_prefix):
             r.delete(*leftovers)
         r.close()
+
+
+def test_a_planted_record_no_reader_can_parse_breaks_no_listing_and_is_refused_by_name(
+    redis_server: str, tmp_path: Path
+) -> None:
+    """Whoever can write Redis (or a worker from before the caps) leaves a record nested past what
+    pydantic reads (200): ``jobs`` still lists every job, ``result`` refuses that one (exit 4)."""
+    from fleet.helpers import SANDFLEET, fleet_settings_for, keys_under
+
+    from sandfleet.producer.client import Client
+
+    settings = fleet_settings_for(redis_server)
+    r = redis.Redis.from_url(redis_server, decode_responses=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
+        "SANDFLEET_REDIS_URL": settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
+    }
+    try:
+        with Client(settings=settings) as client:
+            planted, fine = client.submit({"question": "planted"}), client.submit({"question": "fine"})
+            fields = {"schema_version": 1, "job_id": planted.job_id, "status": "succeeded", "result": "DEEP"}
+            deep = json.dumps(fields).replace('"DEEP"', deep_text(300))
+            r.hset(client.keys.job(planted.job_id), mapping={"status": "succeeded", "result": deep})
+            [record_] = [rec for rec in client.jobs() if rec.job_id == planted.job_id]
+            assert record_.result is None and "its final result cannot be read" in (record_.unreadable or "")
+        listed = subprocess.run([SANDFLEET, "jobs"], env=env, capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        assert {planted.job_id, fine.job_id} <= {line.split()[0] for line in listed.stdout.splitlines()}
+        shown = subprocess.run(
+            [SANDFLEET, "result", planted.job_id], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 4 and "refused" in shown.stderr and "Traceback" not in shown.stderr, (
+            shown.stderr
+        )
+    finally:
+        if leftovers := keys_under(r, settings.key_prefix):
+            r.delete(*leftovers)
+        r.close()
