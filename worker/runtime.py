@@ -13,6 +13,7 @@ happened.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -41,7 +42,7 @@ def parse_result_line(line: bytes | str | None) -> tuple[bool, Any]:
 
     Raises:
         JsonLimitError: the payload nests past the cap (``MAX_JSON_DEPTH``; checked before it is
-            parsed). Text that is not JSON but opens more brackets than the cap counts as such too.
+            parsed). Text opening with a bracket that is not JSON but nests past the cap counts too.
     """
     if line is None:
         return False, None
@@ -49,8 +50,10 @@ def parse_result_line(line: bytes | str | None) -> tuple[bool, Any]:
     if not text.startswith(RESULT_PREFIX):
         return False, None
     payload = text[len(RESULT_PREFIX) :].strip()
-    try:
-        return True, json_limits.loads(payload, "the RESULT")
+    try:  # JSON that opens with no bracket is a scalar (or no JSON): nothing for the cap to check
+        return True, json_limits.loads(payload, "the RESULT") if payload[:1] in ("[", "{") else json.loads(
+            payload
+        )
     except JsonLimitError:
         raise
     except ValueError:

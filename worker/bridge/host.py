@@ -3,8 +3,8 @@
 Caps and limits live on this side, never in the stub: the allow-list, the call budget (every
 call counts, failed and unknown ones included), request and reply sizes, the nesting cap on
 arguments and results (``MAX_JSON_DEPTH``, read from the request's text before it is parsed), the
-per-call timeout, the operator's policy hook, and the audit record of each call. A program that rewrites its stub or writes
-bytes by hand gets nothing more than the stub would.
+per-call timeout, the operator's policy hook, and the audit record of each call. A program that
+rewrites its stub or writes bytes by hand gets nothing more than the stub would.
 
 Calls may arrive from several of the program's threads at once: :meth:`ToolBridge.handle` is called
 on a thread per call and is thread-safe. Each call's sequence number (and its place in the budget) is
