@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pydantic import ValidationError
+
 from sandfleet.core.contracts import JobResult
 from sandfleet.core.errors import SpecMismatchError, UnverifiedResultError
 from sandfleet.core.signing import KeyRing
@@ -74,8 +76,18 @@ def checked_result(
     when known); its result is parsed from the very bytes that were verified."""
     problem = spec_problem(evidence, submitted_spec_sha256)
     verdict = with_submitted_spec(verify_job(evidence, ring), problem)
-    result = JobResult.model_validate_json(evidence.record["result"]) if verdict.verified else None
-    return CheckedResult(evidence.job_id, verdict, result, other_question=problem is not None)
+    if not verdict.verified:
+        return CheckedResult(evidence.job_id, verdict, None, other_question=problem is not None)
+    try:
+        result = JobResult.model_validate_json(evidence.record["result"])
+    except ValidationError:  # proven, yet past what a reader parses (a worker before the record caps)
+        unreadable = "the final record cannot be read back (nested or sized past what a reader parses)"
+        return CheckedResult(
+            evidence.job_id,
+            verdict.model_copy(update={"state": VerdictState.MISMATCHED, "problems": [unreadable]}),
+            None,
+        )
+    return CheckedResult(evidence.job_id, verdict, result)
 
 
 def unverified_error(checked: list[CheckedResult]) -> UnverifiedResultError:

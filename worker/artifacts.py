@@ -19,11 +19,11 @@ out again), so one job's files can never show up in another's.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from sandfleet.core import json_limits
 from sandfleet.core.artifacts import OUT_DIR_NAME, ArtifactStore, media_type, name_problem, sha256_bytes
 from sandfleet.core.contracts import ArtifactInfo, ArtifactLimits, AuditKind, SkippedArtifact
 from sandfleet.core.errors import PolicyViolationError, SandboxError
@@ -162,7 +162,10 @@ class ArrivalHasher:
             if filled < self._listing_len:
                 return
             try:
-                sizes = [int(f["size"]) for f in json.loads(bytes(body[: self._listing_len]))["files"]]
+                sizes = [
+                    int(f["size"])
+                    for f in json_limits.loads(bytes(body[: self._listing_len]), "the listing")["files"]
+                ]
             except (ValueError, KeyError, TypeError):
                 self._stopped = True
                 return
@@ -205,7 +208,7 @@ def parse_collection(
         listing_len = int(header.get("listing_len", -1))
         if not 0 <= listing_len <= min(len(body), MAX_LISTING_BYTES):
             raise ValueError("bad listing length")
-        listing = json.loads(body[:listing_len])
+        listing = json_limits.loads(bytes(body[:listing_len]), "the listing")
         files = listing["files"]
         skipped_raw = listing.get("skipped", [])
         if not isinstance(files, list) or not isinstance(skipped_raw, list):

@@ -34,6 +34,7 @@ from sandfleet.worker.runtime import ProgramRuntime, RunResult
 from sandfleet.worker.sandbox.policy import replay_sandbox
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
+from sandfleet.worker.tools.tool import is_tool_name
 
 
 class ReplayState(StrEnum):
@@ -126,7 +127,9 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings
         return ReplayOutcome(evidence.job_id, ReplayState.MISSING, verdict, reason=why)
     record = JobRecord.from_hash(evidence.record)
     result, spec = record.result, record.spec
-    assert result is not None and spec is not None  # a verified final record has both
+    if result is None or spec is None:  # verified, yet not readable (written before the record caps)
+        why = f"the record cannot be read: {record.unreadable or 'no spec or result'}"
+        return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, reason=why)
     if result.status != JobStatus.SUCCEEDED or not result.final_program:
         why = f"the job {result.status.value} with no RESULT to reproduce"
         return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, served=result.result, reason=why)
@@ -139,7 +142,9 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings
     events = [AuditEvent.model_validate_json(entry.event) for entry in evidence.entries]
     final = next(a for a in reversed(result.attempts) if a.program == result.final_program)
     calls = recorded_calls(events, final.number)
-    tools = sorted({c.tool for c in calls} | set(spec.tools))
+    # A call refused before its tool was known (malformed, nested past the cap: recorded as "?") or
+    # naming no identifier is refused again the same way; only identifiers can be placeholder tools.
+    tools = sorted(name for name in {c.tool for c in calls} | set(spec.tools) if is_tool_name(name))
     run = ProgramRuntime(pool, placeholder_registry(tools)).run(
         result.final_program,
         config=config,

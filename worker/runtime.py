@@ -20,9 +20,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandfleet.core import json_limits
 from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import Limit, ToolCallRecord
-from sandfleet.core.errors import InvalidSpecError
+from sandfleet.core.errors import InvalidSpecError, JsonLimitError
 from sandfleet.worker.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.bridge.host import CallPolicy, ToolBridge, allow_all, stub_module
 from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
@@ -37,15 +38,24 @@ BRIDGE_DIR = ".sandfleet"
 
 
 def parse_result_line(line: bytes | str | None) -> tuple[bool, Any]:
-    """(found, payload) from the last ``RESULT:`` line: JSON when it parses, else the text."""
+    """(found, payload) from the last ``RESULT:`` line: JSON when it parses, else the text.
+
+    Raises:
+        JsonLimitError: the payload nests past the cap (``MAX_JSON_DEPTH``; checked before it is
+            parsed). Text opening with a bracket that is not JSON but nests past the cap counts too.
+    """
     if line is None:
         return False, None
     text = line.decode(errors="replace") if isinstance(line, bytes) else line
     if not text.startswith(RESULT_PREFIX):
         return False, None
     payload = text[len(RESULT_PREFIX) :].strip()
-    try:
-        return True, json.loads(payload)
+    try:  # JSON that opens with no bracket is a scalar (or no JSON): nothing for the cap to check
+        return True, json_limits.loads(payload, "the RESULT") if payload[:1] in ("[", "{") else json.loads(
+            payload
+        )
+    except JsonLimitError:
+        raise
     except ValueError:
         return True, payload
 
@@ -196,8 +206,13 @@ class ProgramRuntime:
             untrack()
             bridge.close()
             self.pool.release(container)
-        found, payload = parse_result_line(done.result_line)
         limits = list(done.limits_hit)
+        try:
+            found, payload = parse_result_line(done.result_line)
+            refused = None
+        except JsonLimitError as e:  # the run's answer is refused, naming the cap: no value recorded
+            found, payload, refused = True, None, str(e)
+            limits.append(Limit.NESTING)
         if bridge.budget_exceeded:
             limits.append(Limit.TOOL_CALLS)
         if done.result_overflow:
@@ -209,6 +224,8 @@ class ProgramRuntime:
         error = done.protocol_error if not done.timed_out else None
         if done.result_overflow and error is None:
             error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"
+        if refused and error is None:
+            error = refused
         return RunResult(
             exit_code=done.exit_code,
             timed_out=done.timed_out,
@@ -219,7 +236,7 @@ class ProgramRuntime:
             result_found=found,
             result=payload,
             result_text=done.result_line.decode(errors="replace")[len(RESULT_PREFIX) :].strip()
-            if found and done.result_line is not None
+            if found and done.result_line is not None and refused is None
             else None,
             tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
             limits_hit=limits,

@@ -13,8 +13,10 @@ from typing import Any
 
 import redis
 
+from sandfleet.core import json_limits
 from sandfleet.core.chain import GENESIS_HASH, ChainEntry, encode_event, link_hash, signed_message
 from sandfleet.core.contracts import AuditEvent, AuditKind
+from sandfleet.core.errors import JsonLimitError
 from sandfleet.core.keys import FleetKeys
 from sandfleet.core.lua import AUDIT_APPEND
 from sandfleet.core.replies import text_or_none
@@ -40,6 +42,22 @@ def key_info_json(signer: ChainSigner, entry: ChainEntry) -> str:
     return info.model_dump_json() if info.key_id == entry.key else ""
 
 
+def readable_event_json(event: AuditEvent) -> str:
+    """The event's canonical JSON; when a reader could not read that back (past ``MAX_RECORD_BYTES``
+    or ``MAX_RECORD_DEPTH``, or not serialisable), the event with its data replaced by why.
+
+    The caps on values (``MAX_JSON_DEPTH``, the bridge's sizes) keep every event far from these; the
+    check makes sure a chain that is written can always be read and verified.
+    """
+    try:
+        event_json = encode_event(event)
+        json_limits.check_record(event_json, f"the {event.kind} audit event")
+        return event_json
+    except (ValueError, RecursionError) as e:  # JsonLimitError; pydantic's depth limit of 255
+        problem = str(e) if isinstance(e, JsonLimitError) else f"the event cannot be written as JSON ({e})"
+    return encode_event(event.model_copy(update={"data": {"omitted": problem}}))
+
+
 class RedisAuditSink:
     """The engine's ``AuditSink`` for one job: ``emit`` appends one signed, chained event to its stream.
 
@@ -58,7 +76,7 @@ class RedisAuditSink:
 
     def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
         event = AuditEvent(ts=time.time(), job_id=self.job_id, attempt=attempt, kind=kind, data=data)
-        event_json = encode_event(event)
+        event_json = readable_event_json(event)
         keys = [
             self._keys.job(self.job_id),
             self._keys.audit(self.job_id),

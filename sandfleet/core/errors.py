@@ -17,6 +17,7 @@
     ├── ToolLoadError             a tools module cannot be loaded
     │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
+    ├── JsonLimitError            JSON nested past the nesting cap, or a record past its size/depth cap
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     │   ├── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
     │   └── SpecMismatchError        the chain proves an answer, but to a spec other than the one submitted
@@ -105,6 +106,20 @@ class McpConfigError(ToolLoadError):
 
 class SigningKeyError(SandfleetError):
     """A worker's signing key cannot be read, written or used (a revoked key is never used)."""
+
+
+class JsonLimitError(SandfleetError, ValueError):
+    """JSON nested deeper than its cap, or a record larger or deeper than a reader can read back.
+
+    ``args``: the message, the limit's name (``depth``, ``record_bytes``, ``record_depth``), the cap.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "JSON past its cap"
+
+    @property
+    def limit(self) -> str:
+        return str(self.args[1]) if len(self.args) > 1 else "depth"
 
 
 class UnverifiedResultError(SandfleetError):

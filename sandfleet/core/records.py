@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sandfleet.core.batch_creator import CREATOR_FIELD, is_own_job
 from sandfleet.core.batch_creator import RECORD_FIELD as BATCH_CREATOR_FIELD
@@ -41,6 +41,9 @@ class JobRecord(BaseModel):
     spec: JobSpec | None = None
     result: JobResult | None = None
     audit_count: int = 0
+    unreadable: str | None = Field(
+        None, description="why the stored spec or result could not be read (then left out, not raised)"
+    )
 
     @property
     def priority(self) -> int | None:
@@ -49,8 +52,21 @@ class JobRecord(BaseModel):
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> JobRecord:
+        """The record of ``fields`` (an HGETALL). A spec or result that does not parse (a record
+        written by something other than a worker, or by one before the caps) is left out and said
+        so in ``unreadable``, so one such record cannot break a listing of many."""
         stamps = {k.removesuffix("_at"): float(v) for k, v in fields.items() if k.endswith("_at")}
         updated = stamps.pop("updated", None)
+        spec = result = None
+        problems = []
+        try:
+            spec = JobSpec.model_validate_json(fields["spec"]) if fields.get("spec") else None
+        except ValidationError as e:
+            problems.append(f"its spec cannot be read ({_first_line(e)})")
+        try:
+            result = JobResult.model_validate_json(fields["result"]) if fields.get("result") else None
+        except ValidationError as e:
+            problems.append(f"its final result cannot be read ({_first_line(e)})")
         return cls(
             job_id=fields["job_id"],
             status=JobStatus(fields["status"]),
@@ -61,10 +77,17 @@ class JobRecord(BaseModel):
             attempts=int(fields.get("attempts", 0)),
             deliveries=int(fields.get("deliveries", 0)),
             worker=fields.get("worker") or None,
-            spec=JobSpec.model_validate_json(fields["spec"]) if fields.get("spec") else None,
-            result=JobResult.model_validate_json(fields["result"]) if fields.get("result") else None,
+            spec=spec,
+            result=result,
             audit_count=int(fields.get("audit_count", 0)),
+            unreadable="; ".join(problems) or None,
         )
+
+
+def _first_line(error: ValidationError) -> str:
+    """The first problem pydantic names, without the input it quotes."""
+    first = error.errors(include_url=False, include_input=False)[0]
+    return str(first.get("msg", "invalid"))[:200]
 
 
 class RecordReader:

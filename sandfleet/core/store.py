@@ -21,6 +21,7 @@ from typing import Any
 import redis
 from redis.typing import EncodableT, FieldT
 
+from sandfleet.core import json_limits
 from sandfleet.core.approvals import withdraw_job_approvals
 from sandfleet.core.audit import MAX_APPEND_TRIES, RedisAuditSink, key_info_json, signed_entry
 from sandfleet.core.batch_creator import RECORD_FIELD as BATCH_CREATOR_FIELD
@@ -30,11 +31,12 @@ from sandfleet.core.contracts import (
     AuditEvent,
     AuditKind,
     ErrorInfo,
+    ErrorKind,
     JobResult,
     JobSpec,
     JobStatus,
 )
-from sandfleet.core.errors import BatchOwnerError
+from sandfleet.core.errors import BatchOwnerError, JsonLimitError
 from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
 from sandfleet.core.lua import COUNT_DELIVERY, RECORD_QUEUED, TRANSITION
 from sandfleet.core.records import JobRecord, RecordReader
@@ -74,6 +76,41 @@ def refusal(batch_id: str, outcome: str) -> str:
         f"{why}; choose another batch id (or, to add to your own batch from another machine, set "
         "SANDFLEET_SUBMITTER_TOKEN to the token that created it)"
     )
+
+
+def readable_result(result: JobResult) -> tuple[JobResult, str]:
+    """``result`` and its JSON, or, when that JSON could not be read back (past ``MAX_RECORD_BYTES``
+    or ``MAX_RECORD_DEPTH``, or not serialisable at all), a record of the same job that says so.
+
+    A job must end whatever it produced: a final write that raised would leave it ``running``, and a
+    record past what the readers parse would break every one of them for the retention period. The
+    replacement keeps the job's counts, usage and timings; its error names the cap (the audit chain
+    still has each step).
+    """
+    try:
+        result_json = result.model_dump_json()
+        json_limits.check_record(result_json, "the final record")
+        return result, result_json
+    except (ValueError, RecursionError) as e:  # JsonLimitError; pydantic's depth limit of 255
+        problem = (
+            str(e) if isinstance(e, JsonLimitError) else f"the final record cannot be written as JSON ({e})"
+        )
+    kept = JobResult(
+        job_id=result.job_id,
+        status=JobStatus.FAILED if result.status == JobStatus.SUCCEEDED else result.status,
+        error=ErrorInfo(
+            kind=ErrorKind.RECORD_LIMIT,
+            message=f"{problem}; its answer and attempts are not kept (the audit chain has each step)",
+        ),
+        repairs=result.repairs,
+        tool_calls=result.tool_calls,
+        usage=result.usage,
+        timings=result.timings,
+        model=result.model,
+        mode=result.mode,
+        limits_hit=result.limits_hit,
+    )
+    return kept, kept.model_dump_json()
 
 
 class Transition(StrEnum):
@@ -214,7 +251,7 @@ class JobStore:
             raise ValueError(f"worker {worker!r} cannot write a final record signed by {signer.worker!r}")
         if result.job_id != job_id:
             result = result.model_copy(update={"job_id": job_id})
-        result_json = result.model_dump_json()
+        result, result_json = readable_result(result)
         data: dict[str, Any] = {"status": result.status.value, "worker": signer.worker}
         if result.error is not None:
             data["error"] = result.error.model_dump(mode="json")

@@ -70,6 +70,7 @@ class ErrorKind(StrEnum):
     NO_ANSWER = "no_answer"  # the tool-calling loop's last reply held no answer (empty text)
     CANCELLED = "cancelled"  # a cancel request ended the job (before it started, or while it ran)
     UNTRUSTED_STATE = "untrusted_state"  # state read back that the job's verified chain does not commit to
+    RECORD_LIMIT = "record_limit"  # the final record would be too large or deep to read back: not kept
 
 
 class AuditKind(StrEnum):
@@ -111,3 +112,4 @@ class Limit(StrEnum):
     NETWORK = "network"  # the egress proxy or packet filter refused a connection (network_denied)
     ARTIFACTS = "artifacts"  # files in /workspace/out/ past the per-file, per-job or file-count cap (skipped)
     MODEL_TIME = "model_time"  # the job's model-time budget (model_limits.max_model_time) ran out
+    NESTING = "nesting"  # a RESULT (or an answer) nested past the JSON nesting cap (core/json_limits.py)

@@ -58,6 +58,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     ),
     "container_options": (["--cycles", "1", "--runtimes", "runc"], r"the agent: start, hello, remove +\d+"),
     "cli_startup": (["--cycles", "1"], r"sandbox run -- true / docker run --rm \.\.\. true: \d+\.\d\d"),
+    "input_caps": (
+        ["--repeat", "20", "--big-mb", "0.1"],
+        r"depth check of[\s\S]*uniqueItems over 1,000 objects: one pass",
+    ),
     "burst": (
         ["--jobs", "6", "--rounds", "1", "--idle", "1", "--latency", "0.3"],
         r"spread latency, pool fixed pool_size: warm leases \d+/6",

@@ -194,3 +194,30 @@ def test_the_arrival_hasher_gives_up_on_a_listing_it_cannot_read() -> None:
         hasher.begin(header, len(body))
         hasher.arrived(memoryview(bytearray(body)), len(body))
         assert hasher.digests([]) is None and hasher.digests([-1]) is None
+
+
+@pytest.mark.parametrize("depth", [65, 1000, 20_000])
+def test_a_frame_header_nested_past_the_cap_ends_the_conversation_naming_it(depth: int) -> None:
+    """A header is JSON the host parses: one nested past MAX_JSON_DEPTH is refused before json's
+    decoder (which raises RecursionError, not the channel's error, from ~1000 levels on)."""
+    import socket
+
+    from sandfleet.worker.sandbox import protocol
+    from sandfleet.worker.sandbox.attach import DOCKER_HEAD, AttachStream
+    from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
+
+    header = ('{"exit_code": ' + "[" * depth + "]" * depth + "}").encode()
+    frame = protocol.pack(protocol.DONE, header, b"")
+    host, container = socket.socketpair()
+    try:
+        container.sendall(DOCKER_HEAD.pack(1, len(frame)) + frame)
+        container.shutdown(socket.SHUT_WR)
+        channel = AgentChannel(AttachStream(host))
+        with pytest.raises(ChannelError) as caught:
+            channel.recv(deadline=None, max_body=1024)
+        assert "the sandbox sent a malformed frame header: the header is nested more than 64 deep" in str(
+            caught.value
+        )
+    finally:
+        host.close()
+        container.close()

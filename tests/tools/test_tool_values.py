@@ -14,6 +14,7 @@ from uuid import UUID
 import pytest
 from pydantic import BaseModel
 
+from sandfleet.core.json_limits import MAX_JSON_DEPTH
 from sandfleet.worker.tools.values import DEFAULT_MAX_DEPTH, ValueConversionError, json_size, to_json_value
 
 
@@ -241,16 +242,21 @@ def nested(depth: int) -> list:
 
 def test_depth_is_bounded() -> None:
     assert to_json_value(nested(DEFAULT_MAX_DEPTH)) == nested(DEFAULT_MAX_DEPTH)
-    with pytest.raises(ValueConversionError, match=r"a list nested too deeply at \[0\]\[0\]"):
-        to_json_value(nested(DEFAULT_MAX_DEPTH + 1))
-    with pytest.raises(ValueConversionError, match="nested too deeply"):
+    assert DEFAULT_MAX_DEPTH == MAX_JSON_DEPTH  # the fleet's one cap
+    with pytest.raises(ValueConversionError) as caught:
+        to_json_value(nested(DEFAULT_MAX_DEPTH + 1), what="tool deep returned")
+    assert str(caught.value) == (
+        f"tool deep returned a value that is nested more than {MAX_JSON_DEPTH} deep "
+        "(the JSON nesting cap, MAX_JSON_DEPTH); nest less deeply, or break the cycle"
+    )
+    with pytest.raises(ValueConversionError, match="nested more than 1 deep"):
         to_json_value({"a": [1, 2]}, max_depth=1)
 
 
 def test_a_reference_cycle_is_refused() -> None:
     cycle: list = [1]
     cycle.append(cycle)
-    with pytest.raises(ValueConversionError, match=r"nested too deeply at \[1\]\[1\]\[1\].*break the cycle"):
+    with pytest.raises(ValueConversionError, match=r"nested more than 64 deep .*break the cycle"):
         to_json_value(cycle)
 
 

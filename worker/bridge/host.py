@@ -1,9 +1,10 @@
 """The host side of the tool bridge: every call a program makes passes here, and only here.
 
 Caps and limits live on this side, never in the stub: the allow-list, the call budget (every
-call counts, failed and unknown ones included), request and reply sizes, the per-call timeout, the
-operator's policy hook, and the audit record of each call. A program that rewrites its stub or writes
-bytes by hand gets nothing more than the stub would.
+call counts, failed and unknown ones included), request and reply sizes, the nesting cap on
+arguments and results (``MAX_JSON_DEPTH``, read from the request's text before it is parsed), the
+per-call timeout, the operator's policy hook, and the audit record of each call. A program that
+rewrites its stub or writes bytes by hand gets nothing more than the stub would.
 
 Calls may arrive from several of the program's threads at once: :meth:`ToolBridge.handle` is called
 on a thread per call and is thread-safe. Each call's sequence number (and its place in the budget) is
@@ -23,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from sandfleet.core import json_limits
 from sandfleet.core.contracts import ToolCallRecord
+from sandfleet.core.errors import JsonLimitError
 from sandfleet.worker.tools.registry import ToolRegistry
 from sandfleet.worker.tools.tool import Tool
 
@@ -31,6 +34,9 @@ STUB_SOURCE = Path(__file__).with_name("stub.py")
 MAX_RECORDED_RESULT_BYTES = 8 * 1024**2
 BUDGET_ERROR = "ToolBudgetExceededError"
 DENIED_ERROR = "ToolDeniedError"  # a gated call a person denied (or did not approve in time)
+MAX_ERROR_CHARS = 8000  # of a tool's error message, for the program and the record
+REQUEST_ENVELOPE_DEPTH = 2  # a request object, then its args list (or kwargs object), then the values
+REPLY_ENVELOPE_DEPTH = 1  # a reply object, then the value
 
 
 @dataclass(frozen=True)
@@ -188,7 +194,7 @@ class ToolBridge:
                     f"call to {tool} denied by policy" + (f": {decision.reason}" if decision.reason else ""),
                 )
             value, replayed = self._run(seq, request_id, began, tool, args, kwargs)
-            reply = _encode({"id": request_id, "ok": True, "value": value})
+            reply = _value_reply(tool, request_id, value)
             if len(reply) > self.max_response_bytes:
                 raise _Refusal(
                     "ValueError",
@@ -208,7 +214,11 @@ class ToolBridge:
 
     def _parse(self, body: bytes) -> tuple[Any, str, list[Any], dict[str, Any]]:
         try:
-            request = json.loads(body)
+            request = json_limits.loads(
+                body, "a tool argument", envelope=REQUEST_ENVELOPE_DEPTH
+            )  # checked before parsing: json's decoder recurses
+        except JsonLimitError as e:
+            raise _Refusal("ValueError", str(e)) from None
         except (ValueError, UnicodeDecodeError) as e:
             self._protocol_error()
             raise _Refusal("ValueError", f"malformed tool request: {e}") from None
@@ -443,9 +453,27 @@ def call_key(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:
 
 
 def _message(e: Exception) -> str:
-    if isinstance(e, KeyError) and len(e.args) == 1:
-        return str(e.args[0])
-    return str(e)
+    """The error's message for the program and the record, its middle cut past MAX_ERROR_CHARS (a
+    check's message may quote the whole argument: jsonschema's does, megabytes of it)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and len(e.args) == 1 else str(e)
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    half = MAX_ERROR_CHARS // 2
+    return f"{text[:half]} ... ({len(text) - 2 * half} characters cut) ... {text[-half:]}"
+
+
+def _value_reply(tool: str, request_id: Any, value: Any) -> bytes:
+    """The reply carrying ``value``, refused if it nests past the cap. Values a tool returned were
+    converted under the cap already (worker/tools/values.py); replayed, resumed and approved ones
+    come from records, so every reply is checked here, whatever its source."""
+    try:
+        reply = _encode({"id": request_id, "ok": True, "value": value})
+        json_limits.check_depth(reply, f"the value tool {tool} returned", envelope=REPLY_ENVELOPE_DEPTH)
+    except (RecursionError, JsonLimitError):  # json's encoder recurses: deeper than ~1000 it raises
+        raise _Refusal(
+            "ValueError", f"the value tool {tool} returned {json_limits.nested_message()}"
+        ) from None
+    return reply
 
 
 def _encode(reply: dict[str, Any]) -> bytes:

@@ -16,6 +16,8 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
+from sandfleet.core import json_limits
+from sandfleet.core.errors import JsonLimitError
 from sandfleet.worker.bridge.host import CallPolicy, CallRequest, PolicyDecision, allow_all
 from sandfleet.worker.engine.schemas import function_tools
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -112,7 +114,9 @@ def parse_arguments(text: str) -> dict[str, Any] | str:
     if not text or not text.strip():
         return {}
     try:
-        value = json.loads(text)
+        value = json_limits.loads(text, "an argument", envelope=1)  # the object around them
+    except JsonLimitError as e:
+        return f"{e}; send flatter arguments"
     except ValueError as e:
         shown = text if len(text) <= 200 else text[:200] + "..."
         return f"the arguments are not valid JSON ({e}): {shown!r}; send one JSON object of named arguments"

@@ -38,7 +38,7 @@ from sandfleet.core.contracts import (
     TokenUsage,
     TurnRecord,
 )
-from sandfleet.core.errors import ModelError, ModelUnavailableError
+from sandfleet.core.errors import JsonLimitError, ModelError, ModelUnavailableError
 from sandfleet.worker.bridge.host import BUDGET_ERROR
 from sandfleet.worker.clip import clip_text
 from sandfleet.worker.engine.functions import CallOutcome, FunctionTable
@@ -76,7 +76,11 @@ class LoopOutcome:
 
 def parse_answer(text: str) -> Any:
     """The answer of a final reply: the payload of its last ``RESULT:`` line (JSON when it parses), else
-    the whole text."""
+    the whole text.
+
+    Raises:
+        JsonLimitError: the RESULT payload nests past the cap (``MAX_JSON_DEPTH``).
+    """
     for line in reversed(text.splitlines()):
         candidate = line.strip().strip("`").strip()
         if candidate.startswith(RESULT_PREFIX):
@@ -269,7 +273,13 @@ class ToolLoop:
         text = reply.text.strip()
         if not text:
             return self._stop(out, JobStatus.FAILED, ErrorKind.NO_ANSWER, "the model's last reply was empty")
-        out.status, out.answer, out.result = JobStatus.SUCCEEDED, reply.text, parse_answer(reply.text)
+        try:
+            answer = parse_answer(reply.text)
+        except JsonLimitError as e:
+            return self._stop(
+                out, JobStatus.FAILED, ErrorKind.LIMIT, f"the model's answer: {e}", Limit.NESTING
+            )
+        out.status, out.answer, out.result = JobStatus.SUCCEEDED, reply.text, answer
         return out
 
     def _wall_time(self, out: LoopOutcome) -> LoopOutcome:

@@ -15,13 +15,17 @@ lists a union, local ``$ref`` s are followed. A property whose name is not a Pyt
 A call is bound like a Python call (Python's own ``TypeError`` for a missing or unexpected argument),
 then the arguments are validated against the whole schema with ``jsonschema`` on the host, nested
 objects included: a wrong type raises ``TypeError``, any other violation ``ValueError``, naming the
-argument and where inside it (``address['zip']``). Pure, apart from jsonschema.
+argument and where inside it (``address['zip']``). Patterns are matched by RE2 and ``uniqueItems`` is
+checked in one pass (patterns.py: a server's schema cannot make a check take seconds); a schema nested
+past ``MAX_JSON_DEPTH`` or with a pattern RE2 cannot compile makes the tool unusable. Pure, apart
+from jsonschema.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import json
 import keyword
 import re
 from dataclasses import dataclass
@@ -29,6 +33,11 @@ from typing import Any
 
 import jsonschema
 from jsonschema.exceptions import best_match
+
+from sandfleet.core import json_limits
+from sandfleet.core.errors import JsonLimitError
+from sandfleet.worker.mcp import patterns
+from sandfleet.worker.mcp.patterns import PatternError
 
 MAX_TYPE_DEPTH = 6  # deeper nesting (or a recursive $ref) is shown as Any
 _TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
@@ -77,6 +86,12 @@ class ToolSignature:
         """
         if not isinstance(input_schema, dict) or input_schema.get("type", "object") != "object":
             raise SchemaError("its inputSchema is not a JSON Schema of type object")
+        for name, schema in (("inputSchema", input_schema), ("outputSchema", output_schema)):
+            try:  # before jsonschema, whose checks recurse; the SDK checks output against outputSchema
+                json_limits.check_depth(json.dumps(schema), f"its {name}")
+                patterns.check_patterns(schema, f"its {name}")
+            except (JsonLimitError, PatternError) as e:
+                raise SchemaError(str(e)) from None
         try:
             jsonschema.validators.validator_for(input_schema).check_schema(input_schema)
         except jsonschema.SchemaError as e:
@@ -181,6 +196,7 @@ class ToolSignature:
     @functools.cached_property
     def _validator(self) -> Any:
         """The schema's validator, made once (building one costs more than most checks)."""
+        patterns.install()
         return jsonschema.validators.validator_for(self.input_schema)(self.input_schema)
 
 

@@ -29,6 +29,7 @@ import anyio
 import mcp_types as types
 from mcp import Client
 
+from sandfleet.worker.mcp import patterns
 from sandfleet.worker.mcp.config import McpConfig, McpServerConfig
 from sandfleet.worker.mcp.errors import ToolServerError
 from sandfleet.worker.mcp.failures import call_failure, connect_failure, timeout_message
@@ -119,6 +120,7 @@ class McpSessions:
         """Start the loop thread and every server; wait (at most ``wait_s``) for each first attempt."""
         if self._loop is not None:
             return self
+        patterns.install()  # before the SDK checks any server's output against its schema
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(target=loop.run_forever, name="sandfleet-mcp", daemon=True)

@@ -4,8 +4,10 @@ The SDK's own ``stdio_client`` reads a line of any length into memory and drops 
 parse, so a server answering a gigabyte would exhaust the worker and a garbled answer would leave its
 call waiting. This transport is the same pipe work with bounds: a line longer than
 ``max_message_bytes`` ends the connection (every pending call fails at once, naming the reason, and the
-server is restarted); a line that is not JSON-RPC but names a request id answers that request with an
-error at once; any other garbage is counted (the call's timeout then says what was seen). The
+server is restarted), and so does a line nested past the JSON nesting cap (``MAX_JSON_DEPTH`` inside
+the message's own few levels: read before any parser, as json's recurses); a line that is not
+JSON-RPC but names a request id answers that request with an error at once; any other garbage is
+counted (the call's timeout then says what was seen). The
 server's stderr is kept as a short tail (and logged at debug level), never mixed into the protocol.
 
 Messages are parsed and serialised by the SDK's own types; the JSON-RPC session is the SDK's
@@ -30,6 +32,8 @@ from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
 
+from sandfleet.core import json_limits
+from sandfleet.core.errors import JsonLimitError
 from sandfleet.worker.mcp.config import McpServerConfig
 from sandfleet.worker.mcp.wire import WireState
 
@@ -40,6 +44,9 @@ KILL_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
 EXIT_NOTICE_S = 0.5  # after its stdout ends, how long to wait for the server's exit code
 READ_BYTES = 1 << 16
 PARSE_ERROR = -32700
+# A message, its result (or params), a list in it (tools, content blocks), one item; then the values
+# (a tool's schema, structured content, a block's fields) get the whole nesting cap.
+MESSAGE_ENVELOPE_DEPTH = 4
 
 
 @asynccontextmanager
@@ -63,9 +70,15 @@ async def stdio_transport(server: McpServerConfig, wire: WireState) -> AsyncIter
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
     limit = server.max_message_bytes
 
-    async def deliver(line: bytes) -> None:
+    async def deliver(line: bytes) -> bool:
+        """Hand one line to the session; False when it ends the connection."""
         if not line.strip():
-            return
+            return True
+        try:
+            json_limits.check_depth(line, "it sent a message that", envelope=MESSAGE_ENVELOPE_DEPTH)
+        except JsonLimitError as e:
+            wire.problem = str(e)
+            return False
         try:
             message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValueError as e:
@@ -73,8 +86,9 @@ async def stdio_transport(server: McpServerConfig, wire: WireState) -> AsyncIter
             answer = _error_for_request(line, e)
             if answer is not None:
                 await read_writer.send(SessionMessage(answer))
-            return
+            return True
         await read_writer.send(SessionMessage(message))
+        return True
 
     async def read_stdout() -> None:
         assert process.stdout is not None
@@ -92,7 +106,8 @@ async def stdio_transport(server: McpServerConfig, wire: WireState) -> AsyncIter
                     while (end := buffer.find(b"\n")) >= 0 and end <= limit:
                         line = bytes(buffer[:end])
                         del buffer[: end + 1]
-                        await deliver(line)
+                        if not await deliver(line):
+                            return
                     if len(buffer) > limit:
                         wire.problem = f"it sent a message of more than {limit} bytes (maxMessageBytes)"
                         return

@@ -2,8 +2,8 @@
 
 The frames are protocol.py's; the stream (the container's stdin and stdout) is the backend's
 (attach.AttachStream for Docker). Nothing from the container is trusted: a frame larger than the
-caller allows, an unknown kind or a malformed header ends the conversation with ChannelError, and
-memory stays bounded.
+caller allows, an unknown kind or a malformed header (or one nested past ``MAX_JSON_DEPTH``) ends the
+conversation with ChannelError, and memory stays bounded.
 
 A large body the caller watches (:class:`BodyWatcher`, e.g. the artifacts of a run) is received
 straight into one buffer of its announced size, and the watcher sees each piece as it lands (to hash
@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Protocol
 
+from sandfleet.core import json_limits
 from sandfleet.worker.sandbox import protocol
 
 
@@ -197,9 +198,11 @@ class AgentChannel:
         return kind, header, body
 
     def _header(self, start: int, length: int) -> dict[str, Any]:
+        data = bytes(self._out[start : start + length])
         try:
-            return protocol.read_agent_header(bytes(self._out[start : start + length]))
-        except ValueError as e:
+            json_limits.check_depth(data, "the header")  # before json's decoder, which recurses
+            return protocol.read_agent_header(data)
+        except ValueError as e:  # JsonLimitError too
             raise ChannelError(f"the sandbox sent a malformed frame header: {e}") from e
 
     def _finish_watched(self) -> tuple[bytes, dict[str, Any], bytearray] | None:

@@ -11,13 +11,13 @@ raises :class:`SessionGoneError` saying why: the model is told, the job never ha
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from sandfleet.core import json_limits
 from sandfleet.core.contracts import Limit, SessionRecord
 from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.sandbox.channel import ChannelError
@@ -247,8 +247,8 @@ def _parse_answer(done: ExecResult) -> dict[str, Any]:
     """The helper's one line of JSON; OSError quoting what it printed when there is none."""
     line = done.stdout.partition("\n")[0]
     try:
-        header = json.loads(line)
-    except ValueError:
+        header = json_limits.loads(line, "the helper's answer")
+    except ValueError:  # JsonLimitError too
         header = None
     if not isinstance(header, dict):
         detail = (done.stderr or done.stdout or f"exit code {done.exit_code}").strip()[-500:]

@@ -217,9 +217,18 @@ def _first_line(doc: str | None) -> str:
     return next((line.strip() for line in (doc or "").splitlines() if line.strip()), "")
 
 
+def is_tool_name(name: str) -> bool:
+    """Whether ``name`` can name a tool: an ASCII Python identifier, not a keyword, not too long."""
+    return (
+        name.isidentifier()
+        and name.isascii()
+        and len(name) <= MAX_TOOL_NAME_CHARS
+        and not keyword.iskeyword(name)
+    )
+
+
 def _check_name(name: str, where: str) -> None:
-    usable = name.isidentifier() and name.isascii() and len(name) <= MAX_TOOL_NAME_CHARS
-    if not usable or keyword.iskeyword(name):
+    if not is_tool_name(name):
         raise ToolLoadError(
             f"tool name {name!r}{where} is not a Python identifier; the program calls tools as functions"
         )

@@ -14,7 +14,8 @@ Pure and deterministic, so the same return value always crosses the same way. Th
   same string (``{1: .., "1": ..}``).
 - NaN and infinities are refused: JSON has neither, and a silent ``null`` would hide a bug.
 - Anything else (set, bytes, generator, arbitrary object) is refused, and so is nesting deeper than
-  ``max_depth`` (which also stops reference cycles).
+  ``max_depth`` (which also stops reference cycles): by default the fleet's one nesting cap,
+  ``MAX_JSON_DEPTH`` (sandfleet/core/json_limits.py, where the reason is measured).
 
 Refusals raise :class:`ValueConversionError` (a ``TypeError`` and a ``ValueError``) naming the type, where
 it sits (``[3]['tags']``) and what to return instead.
@@ -34,7 +35,9 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-DEFAULT_MAX_DEPTH = 100
+from sandfleet.core.json_limits import MAX_JSON_DEPTH, nested_message
+
+DEFAULT_MAX_DEPTH = MAX_JSON_DEPTH
 
 _PLAIN_SCALARS = (str, int, bool, type(None))
 _HINTS: dict[type, str] = {
@@ -55,10 +58,11 @@ class ValueConversionError(TypeError, ValueError):
 class _Refusal(Exception):
     """Raised deep inside the conversion; each level on the way up prepends its key to ``path``."""
 
-    def __init__(self, problem: str, hint: str) -> None:
-        super().__init__(problem, hint)
+    def __init__(self, problem: str, hint: str, too_deep: bool = False) -> None:
+        super().__init__(problem, hint, too_deep)
         self.problem = problem
         self.hint = hint
+        self.too_deep = too_deep
         self.path: list[str] = []
 
 
@@ -77,6 +81,10 @@ def to_json_value(value: Any, *, what: str = "the value is", max_depth: int = DE
     try:
         return _convert(value, max_depth)
     except _Refusal as refusal:
+        if refusal.too_deep:  # the path of a value that deep says nothing more than the cap does
+            raise ValueConversionError(
+                f"{what} a value that {nested_message(max_depth)}; {refusal.hint}"
+            ) from None
         where = f" at {''.join(reversed(refusal.path))}" if refusal.path else ""
         raise ValueConversionError(
             f"{what} {refusal.problem}{where}, which cannot cross the bridge; {refusal.hint}"
@@ -100,7 +108,9 @@ def _convert(value: Any, depth: int) -> Any:
     if isinstance(value, Enum):
         return _convert(value.value, depth)
     if depth <= 0:
-        raise _Refusal(f"{_a(_type_name(value))} nested too deeply", "nest less deeply, or break the cycle")
+        raise _Refusal(
+            f"{_a(_type_name(value))} nested too deeply", "nest less deeply, or break the cycle", True
+        )
     if isinstance(value, dict):
         return _convert_dict(value, depth - 1)
     if isinstance(value, list | tuple):
