@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from enum import StrEnum
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from sandfleet.core import json_limits
 from sandfleet.core.approval_lua import CONSUME, CREATE, DECIDE, SUSPEND, WITHDRAW
 from sandfleet.core.chain import sha256_hex
 from sandfleet.core.contracts import JobStatus
@@ -40,6 +42,8 @@ from sandfleet.core.keys import FleetKeys
 from sandfleet.core.replies import text, text_list, text_map, text_or_none
 
 REQUEST_ID_PREFIX = "apr-"
+
+log = logging.getLogger(__name__)
 
 
 class ApprovalStatus(StrEnum):
@@ -91,7 +95,7 @@ class ApprovalRequest(BaseModel):
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> ApprovalRequest:
-        data = json.loads(fields["request"])
+        data = json_limits.loads(fields["request"], "an approval request", cap=json_limits.MAX_RECORD_DEPTH)
         data["status"] = fields.get("status", "pending")
         for name in ("decided_by", "reason"):
             if fields.get(name):
@@ -100,8 +104,20 @@ class ApprovalRequest(BaseModel):
             if fields.get(name):
                 data[name] = float(fields[name])
         if fields.get("outcome"):
-            data["outcome"] = json.loads(fields["outcome"])
+            data["outcome"] = json_limits.loads(
+                fields["outcome"], "an approval outcome", cap=json_limits.MAX_RECORD_DEPTH
+            )
         return cls.model_validate(data)
+
+
+def _readable(fields: dict[str, str]) -> ApprovalRequest | None:
+    """The request, or None (logged) when what Redis holds cannot be read: one planted request past the
+    caps must not break every approver's listing."""
+    try:
+        return ApprovalRequest.from_hash(fields)
+    except ValueError as e:  # JsonLimitError, JSONDecodeError, pydantic's ValidationError
+        log.warning("an approval request in Redis cannot be read and is left out: %s", str(e)[:200])
+        return None
 
 
 def request_id(job_id: str, attempt: int, call_sha256: str, occurrence: int) -> str:
@@ -149,7 +165,7 @@ class ApprovalStore:
         pipe = self.redis.pipeline(transaction=False)
         for rid in ids:
             pipe.hgetall(self.keys.approval(rid))
-        found = [ApprovalRequest.from_hash(text_map(f)) for f in pipe.execute() if f and "request" in f]
+        found = [r for f in pipe.execute() if f and "request" in f and (r := _readable(text_map(f)))]
         if pending_only and job_id is None:
             found = [r for r in found if r.status == ApprovalStatus.PENDING]
         return sorted(found, key=lambda r: r.asked_at)[:limit]

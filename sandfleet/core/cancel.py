@@ -24,6 +24,7 @@ from typing import Any
 
 import redis
 
+from sandfleet.core import json_limits
 from sandfleet.core.keys import FleetKeys, check_id
 from sandfleet.core.lua import REQUEST_CANCEL
 from sandfleet.core.replies import text_list, text_or_none
@@ -47,7 +48,7 @@ class CancelRequest:
 
     @classmethod
     def from_json(cls, raw: str) -> CancelRequest:
-        data: dict[str, Any] = json.loads(raw)
+        data: dict[str, Any] = json_limits.loads(raw, "a cancel request", cap=json_limits.MAX_RECORD_DEPTH)
         return cls(float(data.get("requested_at", 0.0)), str(data.get("by", "")))
 
     def to_json(self) -> str:
@@ -90,7 +91,12 @@ class CancelRequests:
     def requested(self, job_id: str) -> CancelRequest | None:
         """The job's cancel request, if there is one."""
         raw = text_or_none(self.redis.get(self.keys.cancel(job_id)))
-        return CancelRequest.from_json(raw) if raw else None
+        if not raw:
+            return None
+        try:
+            return CancelRequest.from_json(raw)
+        except ValueError:  # planted past the caps, or not JSON: the key says a cancel was asked for
+            return CancelRequest(0.0, "an unreadable request")
 
     def pending(self) -> list[str]:
         """Ids of jobs whose request is not yet settled."""
