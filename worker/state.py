@@ -71,11 +71,14 @@ class RunningJobs:
         self._count: dict[str, int] = {}
 
     @contextmanager
-    def running(self, job_id: str) -> Iterator[None]:
+    def running(self, job_id: str) -> Iterator[bool]:
+        """Count one delivery of ``job_id`` while the block runs; yields whether it is the only one here
+        (two deliveries of one job can both read it ``queued`` before either marks it running)."""
         with self._lock:
             self._count[job_id] = self._count.get(job_id, 0) + 1
+            first = self._count[job_id] == 1
         try:
-            yield
+            yield first
         finally:
             with self._lock:
                 self._count[job_id] -= 1

@@ -92,6 +92,7 @@ def run_delivery(
     job_end: JobEnd | None = None,
     scopes: RunningScopes | None = None,
     republish: Callable[[str], Any] | None = None,
+    running_here: bool = False,
 ) -> JobStatus | None:
     """Handle one delivery of a job's message; returns the status it recorded (None: nothing to do).
 
@@ -101,7 +102,8 @@ def run_delivery(
 
     ``running_elsewhere(job_id, worker)`` says whether the job is running right now on that (live)
     worker: a duplicate delivered meanwhile is then dropped instead of running the job twice. A job
-    whose worker died is run again. A job suspended waiting for an approval is not run (its decision
+    whose worker died is run again. ``running_here``: another delivery of the job runs in this process
+    (both may have read it queued before either marked it running): this one is dropped. A job suspended waiting for an approval is not run (its decision
     publishes it again); a run that stops to wait suspends the job, and ``republish`` publishes it at
     once if a decision came meanwhile.
 
@@ -132,6 +134,10 @@ def run_delivery(
     if record.status == JobStatus.AWAITING_APPROVAL:
         store.record_rejected("delivery while the job awaits approval", job_id=job_id)
         log.info("job %s: delivered while it awaits an approval: dropped (its decision resumes it)", job_id)
+        return None
+    if running_here:
+        store.record_rejected("duplicate delivery while the job runs", job_id=job_id, worker=worker)
+        log.info("job %s: duplicate delivery while it runs in this process: dropped", job_id)
         return None
     if record.status == JobStatus.RUNNING and record.worker and running_elsewhere(job_id, record.worker):
         store.record_rejected("duplicate delivery while the job runs", job_id=job_id, worker=record.worker)
@@ -258,7 +264,7 @@ def register_task(app: Celery, state: WorkerState) -> None:
         retries = self.request.retries
         backoff = compute_backoff(retries, settings.transient_backoff_s, settings.transient_backoff_max_s)
         try:
-            with state.running.running(job_id):
+            with state.running.running(job_id) as first_here:
                 status = run_delivery(
                     state.store,
                     job_id,
@@ -271,6 +277,7 @@ def register_task(app: Celery, state: WorkerState) -> None:
                     job_end=state.job_end,
                     scopes=state.scopes,
                     republish=state.republish,
+                    running_here=not first_here,
                 )
         except TransientError as e:
             raise self.retry(exc=e, countdown=backoff, max_retries=settings.transient_retries) from e

@@ -226,10 +226,10 @@ def fleet(
     addresses = {a.removeprefix("::ffff:") for a in names.values()} | set(owned_targets.targets.values())
     listener = PortListener(port, sorted(addresses)).start()
     folder = tmp_path_factory.mktemp("destinations")
-    script = folder / "replay.json"
-    script.write_text(json.dumps(replay_script(port, sorted(names))))
     settings = fleet_settings_for(redis_server)
     worker = start_worker(settings, folder, env=egress_env["env"], sandboxes=4)
+    script = worker.scripts_dir / "replay.json"  # a job's replay:FILE must be in the worker's folder
+    script.write_text(json.dumps(replay_script(port, sorted(names))))
     try:
         yield DestinationFleet(worker, f"replay:{script}", names, listener, owned_targets, dns, port)
     finally:

@@ -107,6 +107,18 @@ def test_an_invalid_spec_is_refused_without_running(client: Client, store: JobSt
     assert job.result(timeout=1).error.message.startswith("invalid job spec: tools: ")
 
 
+def test_a_second_delivery_of_a_job_running_in_this_process_is_dropped(
+    client: Client, store: JobStore
+) -> None:
+    """Two deliveries of one job in one worker can both read it queued before either marks it running
+    (seen as two ``running`` events under load): the one that is not first here is dropped."""
+    job = client.submit("Delivered twice at once")
+    spec = job.record().spec.model_dump(mode="json")
+    assert run_delivery(store, job.job_id, spec, run=never_run, running_here=True) is None
+    record = job.record()
+    assert record.status == JobStatus.QUEUED and record.deliveries == 1  # counted, not run
+
+
 def test_a_message_without_record_or_with_a_bad_id_is_discarded(store: JobStore) -> None:
     assert run_delivery(store, "no-record", {"question": "q"}, run=never_run) is None
     assert run_delivery(store, "bad id!", {"question": "q"}, run=never_run) is None

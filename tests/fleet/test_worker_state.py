@@ -50,6 +50,7 @@ def test_start_announces_and_stop_undoes_it_in_reverse(settings: Settings, raw_r
 
 def test_deliveries_running_here_are_counted_per_job(settings: Settings) -> None:
     running = create_app(settings).state.running
-    with running.running("a"), running.running("a"), running.running("b"):
+    with running.running("a") as first, running.running("a") as second, running.running("b") as other:
         assert (running.count("a"), running.count("b")) == (2, 1)
+        assert (first, second, other) == (True, False, True)  # the second delivery of "a" is a duplicate
     assert running.count("a") == 0

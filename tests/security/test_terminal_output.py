@@ -165,7 +165,6 @@ def fleet(
         "rules": [{"match": m, "responses": [fenced(p)]} for m, p in rules.items()],
         "default": [fenced('print("RESULT: 0")\n')],
     }
-    (folder / "script.json").write_text(json.dumps(script))
     settings = fleet_settings_for(redis_server, worker_state_dir=str(folder / "worker-state"))
     env = {
         "SANDFLEET_APPROVAL_TOOLS": "issue_refund",
@@ -173,7 +172,8 @@ def fleet(
         "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",
     }
     worker = start_worker(settings, folder, tools=GATED_TOOLS, env=env)
-    yield HostileFleet(worker, f"replay:{folder / 'script.json'}", folder)
+    (worker.scripts_dir / "script.json").write_text(json.dumps(script))  # where a job's replay: may point
+    yield HostileFleet(worker, f"replay:{worker.scripts_dir / 'script.json'}", folder)
     stop_worker(worker)
     client = redis.Redis.from_url(redis_server, decode_responses=True)
     if leftovers := keys_under(client, settings.key_prefix):
