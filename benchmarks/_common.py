@@ -49,6 +49,6 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, every_s: 
 
 
 def engine_runtimes() -> set[str]:
-    from sandfleet.worker.sandbox.engine import engine_info
+    from sandfleet.worker.sandbox.docker.backend import engine_info
 
     return set(engine_info().runtimes)

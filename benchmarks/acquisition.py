@@ -26,7 +26,7 @@ TRIVIAL = 'print("RESULT: 1")\n'
 def measure(backend: str, runs: int, warm: bool) -> tuple[list[float], list[float], int]:
     """acquire_s and total_s of each run, and how many leases were warm."""
     from sandfleet.core.config import CodeActionSettings, SandboxConfig
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.runtime import ProgramRuntime
 
     config = SandboxConfig(backend=backend)
     settings = CodeActionSettings(exec_timeout=30)

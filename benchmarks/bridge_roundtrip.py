@@ -151,9 +151,9 @@ def main() -> None:
     parser.add_argument("--runtimes", default="runc,runsc")
     args = parser.parse_args()
 
-    from sandfleet.worker.runtime import ProgramRuntime
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.program.runtime import ProgramRuntime
     from sandfleet.worker.tools.examples import orders
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
     from sandfleet.worker.tools.registry import ToolRegistry
 
     available = engine_runtimes()

@@ -4,7 +4,7 @@
 
 Two local workers stay up side by side, each with its own Redis, ``--sandboxes`` slots,
 ``--concurrency`` jobs in flight and pool_size 2: one whose pool follows demand (the default,
-worker/sandbox/pool.py), one that keeps exactly pool_size (``SANDFLEET_POOL_FOLLOWS_DEMAND=false``,
+sandfleet/worker/sandbox/pool.py), one that keeps exactly pool_size (``SANDFLEET_POOL_FOLLOWS_DEMAND=false``,
 the pool before issue 12). Each round sends ``--jobs`` trivial jobs at once to each, in turn, under
 two shapes of model latency: ``fixed`` (every call ``--latency`` s, so the jobs reach their sandboxes
 in waves) and ``spread`` (per job, evenly from 0.5 to 1.5 x ``--latency``, shuffled: a real model's
@@ -39,7 +39,7 @@ from sandfleet.fleet.local import FleetConfig, LocalFleet
 from sandfleet.producer.client import Client
 
 TARGET_WARM_SHARE = 0.8
-IDLE_BEFORE_BURST_S = 32.0  # longer than the pool's demand window (worker/sandbox/demand.py)
+IDLE_BEFORE_BURST_S = 32.0  # longer than the pool's demand window (sandfleet/worker/sandbox/demand.py)
 RESULT_TIMEOUT_S = 300.0
 POOLS = {"follows demand": "true", "fixed pool_size": "false"}
 SHAPES = ("fixed", "spread")

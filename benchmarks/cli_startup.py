@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.worker.sandbox import engine
-from sandfleet.worker.sandbox.spec import Owner, container_kwargs
+from sandfleet.worker.sandbox.docker import backend as engine
+from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs
 
 TARGET_HELP_S = 0.150
 TARGET_RATIO = 1.3
@@ -51,7 +51,7 @@ PRINT1 = 'print("RESULT: 1")\n'
 IMPORTS_OF_SANDBOX_RUN = (
     "import sandfleet.cli, sandfleet.worker.cli.sandbox, sandfleet.worker.sandbox.manager\n"
     "from sandfleet.core.options import sandbox_config_from\n"
-    "from sandfleet.worker.sandbox.spec import agent_payload\n"
+    "from sandfleet.worker.sandbox.docker.spec import agent_payload\n"
     "sandbox_config_from(()); agent_payload()\n"
 )
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/container_options.py [--cycles 20] [--runtimes runc,runsc]
 
-The baseline is a sandbox container exactly as worker/sandbox/spec.py asks for it (container_kwargs),
+The baseline is a sandbox container exactly as sandfleet/worker/sandbox/docker/spec.py asks for it (container_kwargs),
 run one-shot: create, start, wait, remove, of ``python3 -c pass`` (no agent, nothing attached). Each
 variant changes one thing: drops one option (tmpfs mounts, ulimits, no-new-privileges, the cgroup
 limits, read-only root, cap-drop, IPC mode, hostname), adds one (docker-init as PID 1, where the
@@ -44,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import RUNTIMES
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.worker.images import BASE_TAG
-from sandfleet.worker.sandbox import engine
-from sandfleet.worker.sandbox.spec import Owner, container_kwargs
+from sandfleet.worker.images.build import BASE_TAG
+from sandfleet.worker.sandbox.docker import backend as engine
+from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs
 
 LABEL_RUN = "sandfleet.bench"
 ONE_SHOT = ["python3", "-c", "pass"]

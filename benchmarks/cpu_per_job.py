@@ -91,7 +91,7 @@ def measure(jobs: int, root: Path | None, run: Callable[[], None]) -> dict[str, 
 def inside_one_sandbox(runs: int, root: Path) -> dict[str, list[float]]:
     """CPU ms in a sandbox's own cgroup: agent start, then one run by exec or in place."""
     from sandfleet.core.config import SandboxConfig
-    from sandfleet.worker.sandbox.backend import backend_named
+    from sandfleet.worker.sandbox.backends import backend_named
 
     found: dict[str, list[float]] = {"agent start": [], "run, new interpreter": [], "run, in place": []}
     for _ in range(runs):
@@ -127,7 +127,7 @@ def main() -> None:
 
     from sandfleet.core.config import CodeActionSettings, SandboxConfig
     from sandfleet.fleet.loadtest.churn import measure_churn, run_concurrently
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.runtime import ProgramRuntime
 
     root = containers_root()
     settings = CodeActionSettings(exec_timeout=30)

@@ -1,4 +1,4 @@
-"""Egress proxy cost: HTTPS through Squid (worker/egress/) against the same request made directly.
+"""Egress proxy cost: HTTPS through Squid (sandfleet/worker/egress/) against the same request made directly.
 
 A test HTTPS service runs in a network namespace of its own (tests/egress/service.py); the proxy is
 the worker's own (EgressGateway.prepare: egress network, host rules, Squid), with this host's address
@@ -112,7 +112,7 @@ def main() -> None:
     from sandfleet.worker.egress.gateway import egress_gateway
     from sandfleet.worker.egress.network import remove_host_rules
     from sandfleet.worker.egress.squid import running_pid, stop_proxy
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     gateway = egress_gateway()
     client = docker_client()

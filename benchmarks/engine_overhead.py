@@ -51,9 +51,13 @@ def run_jobs(jobs: int, warmup: int, pool_size: int, max_sandboxes: int) -> dict
     from sandfleet.core.contracts import JobSpec, JobStatus
     from sandfleet.core.settings import Settings
     from sandfleet.worker.engine import EngineServices, ListAudit, run_job
-    from sandfleet.worker.llm.replay_script import parse_script
-    from sandfleet.worker.llm.replay_server import ReplayServer
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
+    from sandfleet.worker.llm.scripted.script import parse_script
+    from sandfleet.worker.llm.scripted.server import ReplayServer
+    from sandfleet.worker.tools.examples.scenario import (
+        REFERENCE_ANSWER,
+        REFERENCE_PROGRAM,
+        REFERENCE_QUESTION,
+    )
     from sandfleet.worker.tools.registry import ToolRegistry
 
     reply = f"```python\n{REFERENCE_PROGRAM}```\n"
@@ -91,7 +95,7 @@ def pure_parts_s() -> dict[str, float]:
     from sandfleet.core.contracts import Turn
     from sandfleet.worker.engine.extract import extract_program
     from sandfleet.worker.engine.prompt import first_messages, system_message
-    from sandfleet.worker.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
     from sandfleet.worker.tools.registry import ToolRegistry
 
     tools = ToolRegistry.from_modules(["sandfleet.worker.tools.examples.orders"]).describe()
@@ -122,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     with tempfile.TemporaryDirectory(prefix="sandfleet-bench-") as folder:
         write_reference_data(folder)

@@ -56,9 +56,9 @@ def main() -> None:
     from jsonschema._utils import uniq as pairwise_unique
 
     from sandfleet.core import json_limits
-    from sandfleet.worker.bridge.host import _encode, _value_reply
     from sandfleet.worker.mcp import patterns
-    from sandfleet.worker.scenario import generate_orders
+    from sandfleet.worker.program.bridge import _encode, _value_reply
+    from sandfleet.worker.tools.examples.scenario import generate_orders
 
     orders = generate_orders()
     small = json.dumps({"id": 1, "tool": "get_order", "args": ["O-0042"], "kwargs": {}}).encode()

@@ -149,7 +149,7 @@ def main() -> None:
     from sandfleet.worker.mcp.catalog import ToolCatalog
     from sandfleet.worker.mcp.config import parse_mcp_config
     from sandfleet.worker.mcp.sessions import McpSessions
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.runtime import ProgramRuntime
     from sandfleet.worker.tools.registry import ToolRegistry
 
     if args.runtime not in engine_runtimes():

@@ -27,7 +27,7 @@ PHASES = ("acquire_s", "files_s", "start_s", "run_s")
 
 def measure(backend: str, runs: int, warm: bool) -> dict[str, list[float]]:
     from sandfleet.core.config import CodeActionSettings, SandboxConfig
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.runtime import ProgramRuntime
 
     config = SandboxConfig(backend=backend)
     settings = CodeActionSettings(exec_timeout=30)

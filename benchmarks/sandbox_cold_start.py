@@ -45,7 +45,7 @@ def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
 
 
 def one_sandbox(config: SandboxConfig, client: Any) -> dict[str, float]:
-    from sandfleet.worker.sandbox.engine import DockerBackend
+    from sandfleet.worker.sandbox.docker.backend import DockerBackend
 
     began = time.perf_counter()
     container = DockerBackend(client).start(config, labels=LABELS)
@@ -68,7 +68,7 @@ def one_sandbox(config: SandboxConfig, client: Any) -> dict[str, float]:
 
 def raw_kwargs(config: SandboxConfig, client: Any) -> dict[str, Any]:
     """The same hardening as a sandbox, for a plain ``containers.run``."""
-    from sandfleet.worker.sandbox.spec import Owner, container_kwargs
+    from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs
 
     ncpu = int(client.info().get("NCPU", 1))
     kwargs = container_kwargs(config, owner=Owner.current(), host_ncpu=ncpu, labels=LABELS)
@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON instead of a table")
     args = parser.parse_args()
 
-    from sandfleet.worker.sandbox.engine import docker_client, engine_info
+    from sandfleet.worker.sandbox.docker.backend import docker_client, engine_info
 
     client = docker_client()
     info = engine_info(client)

@@ -52,10 +52,10 @@ def exec_round_trips(runs: int, runtime: str) -> dict[str, list[float]]:
     """Seconds per round trip of sandbox_exec("true"), SDK exec_run and CLI docker exec, interleaved."""
     from sandfleet.core.config import SandboxConfig, ToolLoopSettings
     from sandfleet.core.settings import Settings
-    from sandfleet.worker.sandbox.engine import docker_client
-    from sandfleet.worker.sandbox.spec import SANDBOX_GID, SANDBOX_UID
-    from sandfleet.worker.shell.keeper import SessionKeeper
-    from sandfleet.worker.shell.tools import ShellTools
+    from sandfleet.worker.engine.shell.keeper import SessionKeeper
+    from sandfleet.worker.engine.shell.tools import ShellTools
+    from sandfleet.worker.sandbox.docker.backend import docker_client
+    from sandfleet.worker.sandbox.docker.spec import SANDBOX_GID, SANDBOX_UID
 
     backend = "gvisor" if runtime.startswith("runsc") else "docker"
     keeper = SessionKeeper(Settings(model_api_key=None, model_base_url=None))
@@ -126,8 +126,8 @@ def chat_turns(jobs: int, turns: int, audit_to: str, redis_url: str | None) -> l
     from sandfleet.core.contracts import JobSpec, JobStatus
     from sandfleet.core.settings import Settings
     from sandfleet.worker.engine import EngineServices, NullAudit, run_job
-    from sandfleet.worker.llm.replay_script import parse_script
-    from sandfleet.worker.llm.replay_server import ReplayServer
+    from sandfleet.worker.llm.scripted.script import parse_script
+    from sandfleet.worker.llm.scripted.server import ReplayServer
     from sandfleet.worker.sandbox.pool import SandboxPool
     from sandfleet.worker.tools.registry import ToolRegistry
 

@@ -41,7 +41,7 @@ missing_packages() {
   command -v debootstrap >/dev/null || echo debootstrap
   command -v iptables >/dev/null || echo iptables
   command -v ip >/dev/null || echo iproute2  # the egress proxy's destination rule reads the host's addresses
-  # The egress proxy of network "restricted" (worker/egress/): Squid built with OpenSSL (ssl_bump peek).
+  # The egress proxy of network "restricted" (sandfleet/worker/egress/): Squid built with OpenSSL (ssl_bump peek).
   [ -x /usr/sbin/squid ] || command -v squid >/dev/null || echo squid-openssl
   command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server
   # A real browser for the Flower tests (tests/flower), driven by selenium through chromedriver.
@@ -92,7 +92,7 @@ install_packages() {
 # Register runsc three times: "runsc" with no network at all (what network=none needs under this gVisor
 # release), "runsc-net" with gVisor's own network stack, for full, and "runsc-egress" with
 # --network=host for restricted: the sandbox's sockets are then the host kernel's inside the
-# container's own network namespace, where the egress filter holds (worker/egress/network.py).
+# container's own network namespace, where the egress filter holds (sandfleet/worker/egress/network.py).
 # Keeps every other daemon setting. Prints "changed" when it wrote the file.
 register_runsc() {
   local runsc; runsc=$(command -v runsc) || return 0
@@ -226,7 +226,7 @@ disable_distribution_squid() {
   fi
 }
 
-# Restricted sandboxes log each packet their filter refuses through NFLOG (worker/egress/nflog.py).
+# Restricted sandboxes log each packet their filter refuses through NFLOG (sandfleet/worker/egress/nflog.py).
 # Debian's kernels load these modules on demand; loading them here makes a missing one visible early.
 # Without them a restricted sandbox refuses to start (fail closed), nothing else is affected.
 load_nflog_modules() {

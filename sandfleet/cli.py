@@ -86,7 +86,7 @@ COMMANDS = {
         "Serve POST /v1/chat/completions and GET /v1/models from a replay script until interrupted.",
     ),
     "worker": (
-        "sandfleet.worker.cli.fleet:worker",
+        "sandfleet.worker.cli.worker:worker",
         "Start a worker: takes jobs from Redis, runs them in sandboxes, writes their records.",
     ),
     "flower": (

@@ -41,7 +41,9 @@ from sandfleet.fleet.local_redis import NO_PERSISTENCE, RedisServer, free_port  
 
 IN_CI = bool(os.environ.get("CI"))
 LEFTOVER_GRACE_S = 5.0  # containers being removed by a background thread get this long to go
-LABEL_ROLE = "sandfleet.role"  # as in sandfleet.worker.sandbox.engine; repeated so this file imports no SDK
+LABEL_ROLE = (
+    "sandfleet.role"  # as in sandfleet.worker.sandbox.docker.backend; repeated so this file imports no SDK
+)
 
 
 # fixture -> the markers a test using it gets
@@ -112,7 +114,7 @@ def redis_factory(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
 
 
 @pytest.fixture(scope="session")
-def docker_engine():  # -> sandfleet.worker.sandbox.engine.EngineInfo
+def docker_engine():  # -> sandfleet.worker.sandbox.docker.backend.EngineInfo
     """What the engine offers (version, runtimes, images). Skips locally when none answers."""
     from sandfleet.core.errors import SandfleetError
 
@@ -121,7 +123,7 @@ def docker_engine():  # -> sandfleet.worker.sandbox.engine.EngineInfo
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         try:
-            from sandfleet.worker.sandbox.engine import engine_info
+            from sandfleet.worker.sandbox.docker.backend import engine_info
 
             return engine_info()
         except (SandfleetError, ImportError) as e:

@@ -3,7 +3,7 @@
 An entry is a host name, or ``*.suffix`` (every name below the suffix, not the suffix itself), with
 an optional ``:port`` (default 443). Names only: IP literals, ``*`` alone and wildcards of a top-level
 domain (``*.com``) are refused. This module is also copied next to the proxy's helper
-(worker/egress/helper.py), which imports it as ``allowlist`` to decide each connection with the same rules.
+(sandfleet/worker/egress/helper.py), which imports it as ``allowlist`` to decide each connection with the same rules.
 """
 
 from __future__ import annotations

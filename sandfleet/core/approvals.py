@@ -1,6 +1,6 @@
 """Approval requests of gated calls: what a person judges, and every change of one, in Redis.
 
-A program's call of a gated tool (worker/approval/) becomes a request bound to the job, the attempt,
+A program's call of a gated tool (sandfleet/worker/approval/) becomes a request bound to the job, the attempt,
 the exact call (the SHA-256 of its canonical JSON) and its occurrence in the run. Producers and
 workers share this store: approvers decide (:meth:`ApprovalStore.decide`), workers create, consume
 and withdraw. Every step is one Lua script (:mod:`sandfleet.core.approval_lua`):
@@ -38,7 +38,7 @@ from sandfleet.core.errors import (
     ApprovalNotFoundError,
     ApprovalWithdrawnError,
 )
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.replies import text, text_list, text_map, text_or_none
 
 REQUEST_ID_PREFIX = "apr-"

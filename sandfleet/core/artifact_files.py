@@ -1,7 +1,7 @@
 """Writing a job's artifacts to a folder, each file checked against the digest its result lists.
 
 Shared by the reader (``sandfleet artifacts JOB --out DIR``, ``JobHandle.download_artifacts``, in
-producer/artifacts.py) and by ``sandfleet ask --out DIR``, which runs the job in its own process and
+sandfleet/producer/artifacts.py) and by ``sandfleet ask --out DIR``, which runs the job in its own process and
 keeps the files in memory. Each file's bytes are hashed again before anything is written: bytes
 changed at rest raise ArtifactIntegrityError and nothing is written. Names are checked again
 (safe_destination), so a file lands only inside the folder asked for, and each is written whole (a

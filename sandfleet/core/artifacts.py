@@ -1,7 +1,7 @@
 """Artifacts at rest: where the files programs hand back are kept, and the rules for their names.
 
 A program writes files under ``/workspace/out/``; the worker collects them after the run
-(worker/artifacts.py), hashes each itself, stores the bytes here, lists them in the JobResult
+(sandfleet/worker/program/artifacts.py), hashes each itself, stores the bytes here, lists them in the JobResult
 (``ArtifactInfo``: name, size, media type, SHA-256) and records the digests in the audit chain, whose
 seal commits to the record. Readers fetch the bytes by (job, SHA-256) and check each digest again, so
 a file changed at rest is refused, never served (``ArtifactIntegrityError``).
@@ -29,7 +29,7 @@ from typing import Protocol
 
 import redis
 
-from sandfleet.core.keys import FleetKeys, check_id
+from sandfleet.core.redis_keys import FleetKeys, check_id
 from sandfleet.core.settings import Settings
 from sandfleet.core.verify import JobEvidence, listed_artifacts
 

@@ -17,8 +17,8 @@ from sandfleet.core import json_limits
 from sandfleet.core.chain import GENESIS_HASH, ChainEntry, encode_event, link_hash, signed_message
 from sandfleet.core.contracts import AuditEvent, AuditKind
 from sandfleet.core.errors import JsonLimitError
-from sandfleet.core.keys import FleetKeys
 from sandfleet.core.lua import AUDIT_APPEND
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.replies import text_or_none
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import ChainSigner

@@ -2,7 +2,7 @@
 
 A batch id is a name anyone can type, so the name alone cannot say whose jobs belong to it. The
 client that creates a batch holds a secret, its submitter token (``SANDFLEET_SUBMITTER_TOKEN``, or
-one made once in the user's state folder: producer/submitter.py). The batch record (the ``creator``
+one made once in the user's state folder: sandfleet/producer/submitter.py). The batch record (the ``creator``
 field of ``{p}:batch:{id}:counts``, which lives exactly as long as the batch) keeps only
 :func:`creator_digest` of it, and every job of the batch keeps the same digest in its record
 (``batch_creator``). Submitting a job into a batch whose creator is another digest is refused in

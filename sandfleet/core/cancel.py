@@ -6,7 +6,7 @@ every worker hears at once over pub/sub and also finds in the fleet's set of pen
 (pub/sub is at most once: a worker that reconnects sweeps the set). Then:
 
 - the worker running the job kills its sandboxes, abandons its model call and records it
-  ``cancelled`` (worker/cancel/);
+  ``cancelled`` (sandfleet/worker/cancel/);
 - a queued job is recorded ``cancelled`` by the first worker that claims the request (``SREM``), and
   its message, when it comes, finds the job ended; a delivery that sees a request never starts the job;
 - a job that already ended is left as it was (:attr:`CancelOutcome.ENDED`).
@@ -25,8 +25,8 @@ from typing import Any
 import redis
 
 from sandfleet.core import json_limits
-from sandfleet.core.keys import FleetKeys, check_id
 from sandfleet.core.lua import REQUEST_CANCEL
+from sandfleet.core.redis_keys import FleetKeys, check_id
 from sandfleet.core.replies import text_list, text_or_none
 
 

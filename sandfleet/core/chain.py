@@ -38,7 +38,7 @@ def sha256_hex(text: str) -> str:
 def spec_commitment(spec: JobSpec) -> tuple[str, str]:
     """The spec's JSON exactly as the record stores it, and the SHA-256 of those bytes, which entry 0
     commits to. The client keeps the digest of what it submitted to compare with what a record proves
-    (producer/checked.py): the same bytes, so no re-encoding can make two spellings of one spec."""
+    (sandfleet/producer/checked.py): the same bytes, so no re-encoding can make two spellings of one spec."""
     spec_json = spec.model_dump_json()
     return spec_json, sha256_hex(spec_json)
 

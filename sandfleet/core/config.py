@@ -209,7 +209,7 @@ class SandboxConfig(BaseModel):
 
         gVisor is registered three times (see deploy/bootstrap.sh): ``runsc`` has no network at all,
         ``runsc-net`` has gVisor's own network stack for full, ``runsc-egress`` uses the sandbox's
-        own (filtered) network namespace for restricted (worker/egress/network.py).
+        own (filtered) network namespace for restricted (sandfleet/worker/egress/network.py).
         """
         if self.runtime:
             return self.runtime

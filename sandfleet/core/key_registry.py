@@ -20,7 +20,7 @@ import redis
 from pydantic import ValidationError
 
 from sandfleet.core.errors import SigningKeyError
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.replies import text_map
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import (

@@ -1,8 +1,8 @@
 """The Celery configuration both sides share, and the time limits that must nest inside it.
 
 Producers build an app from :func:`make_app` and enqueue by task name (``send_task``), so they never
-import worker code; workers add their own settings on top (``worker/celery_app.py``). Celery keeps
-no results: every outcome lives in the fleet's own records (:mod:`sandfleet.core.keys`).
+import worker code; workers add their own settings on top (``sandfleet/worker/delivery/celery_app.py``). Celery keeps
+no results: every outcome lives in the fleet's own records (:mod:`sandfleet.core.redis_keys`).
 
 Time limits nest, outermost last::
 

@@ -1,7 +1,7 @@
 """Job records as stored in Redis, read side: every read of records, audit streams and batches.
 
 Writes are in :mod:`sandfleet.core.store` (records) and :mod:`sandfleet.core.audit` (the audit
-stream); key names in :mod:`sandfleet.core.keys`; the chain's hash in :mod:`sandfleet.core.chain`.
+stream); key names in :mod:`sandfleet.core.redis_keys`; the chain's hash in :mod:`sandfleet.core.chain`.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from sandfleet.core.batch_creator import RECORD_FIELD as BATCH_CREATOR_FIELD
 from sandfleet.core.chain import ChainEntry
 from sandfleet.core.contracts import ID_PATTERN, AuditEvent, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import JobNotFoundError
-from sandfleet.core.keys import FleetKeys, check_id
 from sandfleet.core.priority import effective_priority
+from sandfleet.core.redis_keys import FleetKeys, check_id
 from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
 from sandfleet.core.verify import JobEvidence

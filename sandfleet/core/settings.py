@@ -31,7 +31,7 @@ DEFAULT_TRANSIENT_BACKOFF_S = 5.0
 DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
 DEFAULT_WORKER_STATE_DIR = "~/.sandfleet/worker"
 DEFAULT_CLIENT_STATE_DIR = "~/.sandfleet/client"
-# ~165 bytes a job in SQLite (with its index): 100,000 jobs are ~16 MB (producer/ledger.py)
+# ~165 bytes a job in SQLite (with its index): 100,000 jobs are ~16 MB (sandfleet/producer/ledger.py)
 DEFAULT_CLIENT_LEDGER_MAX_JOBS = 100_000
 DEFAULT_POLICY_MAX_MEMORY = "8G"
 DEFAULT_POLICY_IMAGES = ("sandfleet/sandbox:py3.11", "sandfleet/sandbox-ds:py3.11")
@@ -138,7 +138,7 @@ class Settings(BaseSettings):
         description="a key set from `sandfleet keys export`: verify audit chains with these keys only "
         "(readers; workers too, before they use a checkpoint or a stored outcome, plus their own key)",
     )
-    # The submitting user's own state (producer/ledger.py, producer/submitter.py).
+    # The submitting user's own state (sandfleet/producer/ledger.py, sandfleet/producer/submitter.py).
     client_state_dir: str = Field(
         DEFAULT_CLIENT_STATE_DIR,
         description="the submitting user's folder: the ledger of the specs it submitted (ledger.sqlite3) "
@@ -209,7 +209,7 @@ class Settings(BaseSettings):
         "jobs may only narrow it; empty: no job may use restricted",
     )
 
-    # The egress proxy of network "restricted" (worker/egress/).
+    # The egress proxy of network "restricted" (sandfleet/worker/egress/).
     egress_network: str = Field("sandfleet-egress", description="the Docker network of restricted sandboxes")
     egress_bridge: str = Field("sfegress0", max_length=15, description="its bridge interface on the host")
     egress_subnet: str = Field(
@@ -310,7 +310,7 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown artifact store {v!r}: use {' or '.join(ARTIFACT_STORES)}")
         return v
 
-    # Human approval of bridged calls (sandfleet/core/approvals.py, worker/approval/).
+    # Human approval of bridged calls (sandfleet/core/approvals.py, sandfleet/worker/approval/).
     approval_tools: CommaList = Field(
         default_factory=list,
         description="tools whose calls need a person's approval: names and globs (fnmatch), MCP tools included",

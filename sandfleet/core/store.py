@@ -37,9 +37,9 @@ from sandfleet.core.contracts import (
     JobStatus,
 )
 from sandfleet.core.errors import BatchOwnerError, JsonLimitError
-from sandfleet.core.keys import REJECTED_STREAM_MAXLEN, FleetKeys
 from sandfleet.core.lua import COUNT_DELIVERY, RECORD_QUEUED, TRANSITION
 from sandfleet.core.records import JobRecord, RecordReader
+from sandfleet.core.redis_keys import REJECTED_STREAM_MAXLEN, FleetKeys
 from sandfleet.core.replies import text, text_list, text_map, text_or_none
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import ChainSigner

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import redis
 
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 
 MODEL_SECONDS_FIELD = "model_s"
 MODEL_TOKENS_FIELD = "model_tokens"

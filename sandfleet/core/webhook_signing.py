@@ -1,6 +1,6 @@
 """How completion webhooks are signed, and how a receiver checks them. Pure; no I/O.
 
-The same scheme as the approval webhook (worker/approval/webhook.py), so one receiver checks both. A
+The same scheme as the approval webhook (sandfleet/worker/approval/webhook.py), so one receiver checks both. A
 POST carries the JSON body and these headers:
 
 ``X-Sandfleet-Signature``  ``sha256=HEX``: HMAC-SHA256 with the worker's ``SANDFLEET_WEBHOOK_SECRET``

@@ -68,7 +68,7 @@ def reference_chat_reply() -> str:
 def demo_replay_script() -> dict[str, Any]:
     """The replay script (deploy/demo/replay.json): the reference question gets the reference program
     from a code-action job, and the reference chat agent's calls and reply from a chat job."""
-    from sandfleet.worker.scenario import REFERENCE_PROGRAM
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM
 
     reply = (
         "I will load the orders with the load_orders tool, keep July to September 2026, and sum "
@@ -163,7 +163,7 @@ def check_sandbox_ready() -> None:
     """Fail early (SandfleetError) without an engine or the sandbox image: the job would only wait."""
     from sandfleet.core.config import SandboxConfig
     from sandfleet.core.errors import SandboxUnavailableError
-    from sandfleet.worker.sandbox.engine import engine_info
+    from sandfleet.worker.sandbox.docker.backend import engine_info
 
     image = SandboxConfig().image
     if image not in engine_info().images:
@@ -271,7 +271,11 @@ def demo(
     RESULT matches the plain-Python totals."""
     from sandfleet.core.errors import SandfleetError
     from sandfleet.producer.client import Client
-    from sandfleet.worker.scenario import REFERENCE_QUESTION, expected_q3_revenue, generate_orders
+    from sandfleet.worker.tools.examples.scenario import (
+        REFERENCE_QUESTION,
+        expected_q3_revenue,
+        generate_orders,
+    )
 
     say = (lambda text: echo(text, err=True)) if as_json else echo
     base = get_settings()
@@ -397,7 +401,7 @@ def _wait(job: Any, stack: DemoStack, timeout_s: float) -> Any:
 
 def _compared(mode: str, result: Any, expected: dict[str, float]) -> dict[str, Any]:
     """One job of ``--compare``: its answer, figures and check against the plain-Python totals."""
-    from sandfleet.worker.answers import check_answer
+    from sandfleet.worker.cli.answers import check_answer
 
     check = check_answer(expected, result.result)
     return {
@@ -416,7 +420,7 @@ def _compared(mode: str, result: Any, expected: dict[str, float]) -> dict[str, A
 
 def format_side_by_side(rows: list[dict[str, Any]], expected: dict[str, float]) -> str:
     """Each region's total by mode beside the plain-Python one, then each mode's figures."""
-    from sandfleet.worker.answers import as_mapping
+    from sandfleet.worker.cli.answers import as_mapping
 
     got = [as_mapping(r["result"]) or {} for r in rows]
     head = "".join(f"{r['mode']:>16}" for r in rows)

@@ -30,8 +30,8 @@ from sandfleet.core.console import echo
 from sandfleet.core.settings import Settings
 from sandfleet.fleet.local_redis import RedisServer, free_port
 from sandfleet.producer.client import Client
-from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
-from sandfleet.worker.scenario import write_reference_data
+from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
+from sandfleet.worker.tools.examples.scenario import write_reference_data
 
 WORKER_READY_TIMEOUT_S = 60.0
 WORKER_STOP_TIMEOUT_S = 60.0
@@ -41,7 +41,7 @@ SANDFLEET_ARGV = [sys.executable, "-c", "from sandfleet.cli import main; main(pr
 
 def replay_script(program: str, rules: Sequence[Mapping[str, object]] = ()) -> dict[str, object]:
     """A replay script that answers every request with ``program`` in a python block; ``rules``
-    (worker/llm/replay_script.py) go first, e.g. a latency of its own per question."""
+    (sandfleet/worker/llm/scripted/script.py) go first, e.g. a latency of its own per question."""
     return {"rules": list(rules), "default": [f"```python\n{program.rstrip()}\n```"]}
 
 
@@ -321,7 +321,7 @@ class LocalFleet:
 def _remove_containers_of(owners: set[str]) -> None:
     """Remove containers still labelled with one of ``owners`` (a worker killed mid-run)."""
     try:
-        from sandfleet.worker.sandbox.reaper import prune
+        from sandfleet.worker.sandbox.docker.reaper import prune
 
         prune(owners=owners)
     except Exception as e:  # the engine is gone: nothing of ours can be running on it either

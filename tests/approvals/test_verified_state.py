@@ -23,12 +23,12 @@ from sandfleet.core.chain import link_hash, sha256_hex
 from sandfleet.core.contracts import AuditEvent, AuditKind, JobSpec, JobStatus
 from sandfleet.core.errors import UntrustedStateError
 from sandfleet.core.key_registry import KeyRegistry, start_signer, worker_ring
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.store import JobStore
 from sandfleet.worker.approval.checkpoint import Checkpoint, CheckpointMismatchError, load_checkpoint
 from sandfleet.worker.approval.gate import ApprovalService
-from sandfleet.worker.bridge.host import call_key
+from sandfleet.worker.program.bridge import call_key
 
 WORKER = "gate-test@host"
 ARGS = ["O-1", 25.0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from sandfleet.worker.bridge.host import ToolBridge, call_key
+from sandfleet.worker.program.bridge import ToolBridge, call_key
 from sandfleet.worker.tools.registry import ToolRegistry, side_effects
 
 SENT: list[str] = []

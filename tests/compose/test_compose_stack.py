@@ -35,7 +35,7 @@ from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
 from sandfleet.fleet.local_redis import free_port
 from sandfleet.producer.client import Client
-from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"

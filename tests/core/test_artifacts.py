@@ -21,8 +21,8 @@ from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.verify import JobEvidence, _Check
 from sandfleet.producer.artifacts import checked_bytes, write_artifacts
-from sandfleet.worker.artifacts import ArtifactCaps, parse_collection
-from sandfleet.worker.custom_images import check_request, pip_target_command
+from sandfleet.worker.images.custom import check_request, pip_target_command
+from sandfleet.worker.program.artifacts import ArtifactCaps, parse_collection
 
 CAPS = ArtifactCaps(max_file_bytes=100, max_total_bytes=150, max_files=3)
 

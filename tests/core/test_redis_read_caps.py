@@ -15,7 +15,7 @@ import redis
 from sandfleet.core.approvals import ApprovalStore
 from sandfleet.core.cancel import CancelRequests
 from sandfleet.core.errors import JsonLimitError
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

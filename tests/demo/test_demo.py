@@ -22,7 +22,7 @@ from sandfleet.fleet.demo import (
     totals_match,
 )
 from sandfleet.worker.engine.extract import extract_program
-from sandfleet.worker.scenario import (
+from sandfleet.worker.tools.examples.scenario import (
     REFERENCE_ANSWER,
     REFERENCE_PROGRAM,
     expected_q3_revenue,
@@ -45,8 +45,8 @@ def test_deploy_replay_script_is_the_demo_script() -> None:
 
 
 def test_replay_script_answers_the_reference_question_with_the_reference_program() -> None:
-    from sandfleet.worker.llm.replay_script import match_rule, parse_script
-    from sandfleet.worker.scenario import REFERENCE_QUESTION
+    from sandfleet.worker.llm.scripted.script import match_rule, parse_script
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION
 
     script = parse_script(demo_replay_script(), source="demo")
     code_action = [
@@ -61,8 +61,8 @@ def test_replay_script_answers_a_chat_job_as_the_reference_chat_agent_did() -> N
     """A tool-loop prompt gets the reference chat agent: one load_orders call, then its (wrong) totals."""
     from sandfleet.worker.engine.prompt import tool_loop_system
     from sandfleet.worker.engine.toolloop import parse_answer
-    from sandfleet.worker.llm.replay_script import match_rule, parse_script
-    from sandfleet.worker.scenario import REFERENCE_QUESTION
+    from sandfleet.worker.llm.scripted.script import match_rule, parse_script
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION
 
     script = parse_script(demo_replay_script(), source="demo")
     system = tool_loop_system(shell=False, max_tool_calls=50)

@@ -20,7 +20,7 @@ from sandfleet.worker.cli.doctor import (
     render_table,
     runtime_checks,
 )
-from sandfleet.worker.images import DATA_SCIENCE_TAG, SANDBOX_TAG
+from sandfleet.worker.images.build import DATA_SCIENCE_TAG, SANDBOX_TAG
 
 SANDFLEET = str(Path(sys.executable).parent / "sandfleet")
 NOBODY_LISTENS = "redis://127.0.0.1:1/0"  # port 1: connection refused at once

@@ -111,7 +111,7 @@ def egress_env(
 def _tear_down(gateway: Any) -> None:
     from sandfleet.worker.egress.network import remove_host_rules
     from sandfleet.worker.egress.squid import stop_proxy
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     stop_proxy(gateway.proxy)
     remove_host_rules(gateway.network)

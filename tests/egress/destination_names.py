@@ -14,7 +14,7 @@ def destination_names(owned: Any, egress_gateway: str) -> dict[str, str]:
     addresses: this machine's loopback, the run's link-local and private addresses, Docker's bridge
     gateway, the egress network's own gateway (the proxy's address), the host's main address, and
     IPv4-mapped IPv6 forms; ``listed`` points at the one internal address the settings allow."""
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     bridge = docker_client().networks.get("bridge").attrs["IPAM"]["Config"][0].get("Gateway", "172.17.0.1")
     shown = subprocess.run(

@@ -212,7 +212,7 @@ def fleet(
     """A real worker (four sandboxes: both runtimes' jobs at once), the test DNS server's names, and
     listeners on the destination port of every address a name points at."""
     from sandfleet.worker.egress.gateway import egress_gateway
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     egress_gateway().prepare(docker_client())  # the egress network's gateway address exists from here
     port = egress_env["dst_port"]

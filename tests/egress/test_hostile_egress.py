@@ -6,8 +6,8 @@ sandbox, whatever the host has on its gateway addresses, and the addresses this 
 (tests/owned_targets.py) for "the Internet" and "a metadata service": nothing that reaches one of
 them leaves the machine, and the run asserts that nothing reached them at all. Each attack's outcome must be the error
 its mechanism gives, and for network-level refusals the sandbox filter's rule that refused it must
-have counted the packet (worker/egress/network.py); proxy refusals must be in the run's denials, and
-so must the filter's, itemised from its NFLOG rules (worker/egress/nflog.py) with the destination.
+have counted the packet (sandfleet/worker/egress/network.py); proxy refusals must be in the run's denials, and
+so must the filter's, itemised from its NFLOG rules (sandfleet/worker/egress/nflog.py) with the destination.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
 
 
 # case -> (the address it went to, port, protocol, what the packet filter's reason says), as the
-# run's denials must itemise it (read from the sandbox's NFLOG group, worker/egress/nflog.py).
+# run's denials must itemise it (read from the sandbox's NFLOG group, sandfleet/worker/egress/nflog.py).
 DIRECT = "a direct connection, not through the proxy (packet filter)"
 DOCKER_DNS = "DNS to Docker's resolver (127.0.0.11)"
 FILTER_DENIED: dict[str, tuple[str, int, str, str]] = {
@@ -129,7 +129,7 @@ FILTER_DENIED: dict[str, tuple[str, int, str, str]] = {
 
 
 def docker_gateway() -> str:
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     return str(docker_client().networks.get("bridge").attrs["IPAM"]["Config"][0].get("Gateway", "172.17.0.1"))
 

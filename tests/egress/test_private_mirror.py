@@ -20,8 +20,8 @@ from shell.test_install import DEBIAN_WHEELS, make_wheel
 
 from sandfleet.core.config import SandboxConfig, ToolLoopSettings
 from sandfleet.core.settings import get_settings
-from sandfleet.worker.shell.keeper import SessionKeeper
-from sandfleet.worker.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.keeper import SessionKeeper
+from sandfleet.worker.engine.shell.tools import ShellTools
 
 pytestmark = [pytest.mark.docker]
 PACKAGE = "sfmirrorpkg"

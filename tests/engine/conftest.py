@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from sandfleet.core.config import DEFAULT_IMAGE
-from sandfleet.worker.llm.replay_registry import stop_shared_replay_servers
-from sandfleet.worker.llm.replay_script import parse_script
-from sandfleet.worker.llm.replay_server import ReplayServer
-from sandfleet.worker.scenario import write_reference_data
+from sandfleet.worker.llm.scripted.registry import stop_shared_replay_servers
+from sandfleet.worker.llm.scripted.script import parse_script
+from sandfleet.worker.llm.scripted.server import ReplayServer
+from sandfleet.worker.tools.examples.scenario import write_reference_data
 
 from .helpers import TOOL_MODULES, containers_of_this_process, engine_settings, skip_or_fail
 

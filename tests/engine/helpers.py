@@ -39,7 +39,7 @@ def skip_or_fail(reason: str) -> None:
 
 def owner_label(pid: int | None = None) -> str:
     """The ``sandfleet.owner`` label value of containers started by process ``pid`` (default: this one)."""
-    from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
+    from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
 
     if pid is None:
         return Owner.current().label()

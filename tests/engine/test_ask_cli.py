@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandfleet.core.contracts import JobResult, JobStatus
-from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
+from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
 
 from .helpers import clean_env, python_block, sandfleet_ask
 

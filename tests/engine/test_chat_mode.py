@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from sandfleet.core.contracts import AuditKind, ErrorKind, JobSpec, JobStatus, Limit
-from sandfleet.worker.bridge.host import CallRequest, PolicyDecision
 from sandfleet.worker.engine import EngineServices, ListAudit
-from sandfleet.worker.llm.replay_server import ReplayServer
+from sandfleet.worker.llm.scripted.server import ReplayServer
+from sandfleet.worker.program.bridge import CallRequest, PolicyDecision
 from sandfleet.worker.sandbox.pool import SandboxPool
-from sandfleet.worker.scenario import REFERENCE_QUESTION, generate_orders
+from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION, generate_orders
 from sandfleet.worker.tools.examples.side import list_sent_emails
 from sandfleet.worker.tools.registry import ToolRegistry
 

@@ -11,7 +11,7 @@ import pytest
 
 from sandfleet.core.contracts import JobResult, JobStatus
 from sandfleet.fleet.demo import REFERENCE_CHAT_TOTALS, demo_replay_script
-from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
 from .helpers import CLI_TIMEOUT_S, SANDFLEET, clean_env
 

@@ -12,7 +12,7 @@ import pytest
 from sandfleet.core.contracts import ErrorKind, JobStatus
 from sandfleet.worker.engine import ListAudit
 from sandfleet.worker.sandbox.container import AGENT_KILLED
-from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
+from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, REFERENCE_QUESTION
 
 from .helpers import job, model_requests, python_block, run
 

@@ -10,7 +10,7 @@ from sandfleet.core.errors import JsonLimitError
 from sandfleet.core.json_limits import MAX_JSON_DEPTH
 from sandfleet.worker.engine.functions import parse_arguments
 from sandfleet.worker.engine.toolloop import parse_answer
-from sandfleet.worker.runtime import parse_result_line
+from sandfleet.worker.program.runtime import parse_result_line
 
 
 def nested(depth: int) -> str:

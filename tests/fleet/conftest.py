@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from sandfleet.core.key_registry import KeyRegistry, start_signer
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.core.signing import FileSigner
 from sandfleet.core.store import JobStore

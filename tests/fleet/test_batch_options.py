@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.redis]
 def fleet(
     redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[FleetWorker]:
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("batch-options")
     (folder / "data").mkdir()
@@ -61,7 +61,7 @@ def job_keys(fleet: FleetWorker) -> list[str]:
 
 
 def test_batch_options_apply_to_every_row_and_a_rows_columns_win(fleet: FleetWorker, tmp_path: Path) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     rows = tmp_path / "questions.csv"
     rows.write_text(
@@ -115,7 +115,7 @@ def test_bad_rows_and_bad_batch_options_enqueue_nothing(fleet: FleetWorker, tmp_
 
 
 def test_the_python_api_takes_the_same_defaults(fleet: FleetWorker) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     client = fleet.client
     batch = client.submit_batch(

@@ -1,4 +1,4 @@
-"""One delivery of ``sandfleet.run_job`` (``sandfleet.worker.tasks.run_delivery``) against a real Redis.
+"""One delivery of ``sandfleet.run_job`` (``sandfleet.worker.delivery.task.run_delivery``) against a real Redis.
 
 The engine is passed in as a function, so the bookkeeping around it is tested on its own: retries on
 transient failures, the last try, crash loops, duplicates. Real engine runs are in test_e2e_worker.py.
@@ -18,7 +18,7 @@ from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import ModelUnavailableError, SandboxUnavailableError
 from sandfleet.core.store import JobStore
 from sandfleet.producer.client import Client
-from sandfleet.worker.tasks import run_delivery
+from sandfleet.worker.delivery.task import run_delivery
 
 
 def never_run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:

@@ -18,8 +18,8 @@ import pytest
 import redis
 
 from sandfleet.core.contracts import JobStatus
-from sandfleet.worker.custom_images import LABEL_CUSTOM, LABEL_PACKAGES, custom_tag
-from sandfleet.worker.images import LABEL_RECIPE, inspect_image
+from sandfleet.worker.images.build import LABEL_RECIPE, inspect_image
+from sandfleet.worker.images.custom import LABEL_CUSTOM, LABEL_PACKAGES, custom_tag
 
 from .helpers import JOB_TIMEOUT_S, fleet_settings_for, keys_under, start_worker, stop_worker
 

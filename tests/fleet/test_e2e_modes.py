@@ -19,7 +19,7 @@ import redis
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.fleet.demo import REFERENCE_CHAT_TOTALS, demo_replay_script
 from sandfleet.producer.client import Client
-from sandfleet.worker.scenario import (
+from sandfleet.worker.tools.examples.scenario import (
     REFERENCE_ANSWER,
     REFERENCE_QUESTION,
     generate_orders,

@@ -17,7 +17,7 @@ import redis
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
-from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
+from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
 
 from .helpers import (
     JOB_TIMEOUT_S,
@@ -41,7 +41,7 @@ def cli_env(settings: Settings) -> dict[str, str]:
 
 
 def script(folder: Path, *, latency: float = 0.0) -> str:
-    from sandfleet.worker.scenario import REFERENCE_PROGRAM
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM
 
     body = {
         "rules": [{"match": "(?i)revenue per region", "responses": [f"```python\n{REFERENCE_PROGRAM}```"]}],
@@ -56,7 +56,7 @@ def script(folder: Path, *, latency: float = 0.0) -> str:
 def scale_fleet(
     redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[FleetWorker]:
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("scale-fleet")
     (folder / "data").mkdir()
@@ -105,7 +105,7 @@ def test_batches_of_fifty_from_csv_and_jsonl_write_their_results(
 
 
 def test_a_finished_job_replays_to_the_same_result(scale_fleet: FleetWorker) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     model = script(scale_fleet.scripts_dir)
     job = scale_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=model)

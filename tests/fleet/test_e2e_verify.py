@@ -112,7 +112,7 @@ def test_a_batch_run_by_two_workers_verifies_in_one_command(two: TwoWorkers, bat
 
 
 def test_a_batch_run_by_two_workers_replays_in_one_process(two: TwoWorkers, batch_id: str) -> None:
-    from sandfleet.worker.replay_batch import replay_batch
+    from sandfleet.worker.rerun.batch import replay_batch
 
     done = cli(two.settings, "replay", "--batch", batch_id, "--concurrency", "4")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
@@ -270,6 +270,6 @@ def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: obje
 
 def test_the_replay_command_and_the_python_api_default_to_the_same_concurrency() -> None:
     from sandfleet.worker.cli import replay as command
-    from sandfleet.worker.replay_batch import DEFAULT_REPLAY_CONCURRENCY
+    from sandfleet.worker.rerun.batch import DEFAULT_REPLAY_CONCURRENCY
 
     assert command.DEFAULT_REPLAY_CONCURRENCY == DEFAULT_REPLAY_CONCURRENCY

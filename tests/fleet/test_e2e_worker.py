@@ -154,7 +154,7 @@ def test_poison_messages_do_not_kill_the_worker(fleet: FleetWorker) -> None:
 # ---- real jobs: Docker sandboxes, the example tools, the replay model over HTTP ----------------
 def replay_script(folder: Path) -> Path:
     """A script that answers the reference question with the reference program and fails anything else."""
-    from sandfleet.worker.scenario import REFERENCE_PROGRAM
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM
 
     reply = f"The totals come from the orders tool.\n\n```python\n{REFERENCE_PROGRAM}```\n"
     script = {
@@ -172,7 +172,7 @@ def engine_fleet(
 ) -> Iterator[FleetWorker]:
     """A worker with the example order tools and the reference data, running jobs in Docker."""
     pytest.importorskip("sandfleet.worker.engine", reason="the engine (worker/engine) is not there yet")
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("engine-fleet")
     (folder / "data").mkdir()
@@ -189,7 +189,7 @@ def engine_fleet(
 
 
 def test_the_reference_question_through_the_fleet(engine_fleet: FleetWorker) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     job = engine_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=engine_fleet.model)  # type: ignore[attr-defined]
     result = job.result(timeout=JOB_TIMEOUT_S)
@@ -207,7 +207,7 @@ def test_the_reference_question_through_the_fleet(engine_fleet: FleetWorker) -> 
 
 
 def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetWorker) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     settings = engine_fleet.settings
     env = {
@@ -223,7 +223,7 @@ def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetW
 
 
 def test_a_batch_through_the_fleet(engine_fleet: FleetWorker) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     model = engine_fleet.model  # type: ignore[attr-defined]
     specs = [{"question": REFERENCE_QUESTION, "tools": ["load_orders"], "model": model} for _ in range(4)]

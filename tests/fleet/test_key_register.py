@@ -19,10 +19,10 @@ from sandfleet.core.key_registry import (
     verification_ring,
     worker_ring,
 )
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import FileSigner, KeyInfo, KeyRing, KeyStatus, WorkerKey, key_id_problem
-from sandfleet.worker.celery_app import create_app
+from sandfleet.worker.delivery.celery_app import create_app
 
 from .helpers import TEST_WORKER
 

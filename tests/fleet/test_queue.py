@@ -6,11 +6,11 @@ import pytest
 
 from sandfleet.core.contracts import JobSpec
 from sandfleet.core.errors import InvalidSpecError
-from sandfleet.core.keys import FleetKeys, check_id
 from sandfleet.core.queue import celery_config, check_time_limits, job_time_limits, sandbox_timeout_s
+from sandfleet.core.redis_keys import FleetKeys, check_id
 from sandfleet.core.settings import Settings
-from sandfleet.worker.celery_app import create_app, time_limits, worker_config
-from sandfleet.worker.tasks import compute_backoff
+from sandfleet.worker.delivery.celery_app import create_app, time_limits, worker_config
+from sandfleet.worker.delivery.task import compute_backoff
 
 
 def test_default_limits_nest_inside_the_visibility_timeout() -> None:

@@ -12,7 +12,7 @@ import redis
 from sandfleet.core.audit import RedisAuditSink
 from sandfleet.core.chain import encode_event, link_hash, signed_message
 from sandfleet.core.contracts import AuditEvent, JobResult, JobStatus
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import ChainSigner, KeyStatus, WorkerKey
 from sandfleet.core.store import JobStore, Transition

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import redis
 
-from sandfleet.core.keys import FleetKeys
 from sandfleet.core.queue import TASK_NAME
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
-from sandfleet.worker.celery_app import create_app
-from sandfleet.worker.state import current_state
+from sandfleet.worker.delivery.celery_app import create_app
+from sandfleet.worker.delivery.state import current_state
 
 
 class ServicesRecorder:

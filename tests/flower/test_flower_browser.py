@@ -32,7 +32,11 @@ from sandfleet.core.settings import Settings
 from sandfleet.fleet.demo import demo_replay_script
 from sandfleet.fleet.local_redis import free_port
 from sandfleet.producer.client import Client
-from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION, write_reference_data
+from sandfleet.worker.tools.examples.scenario import (
+    REFERENCE_ANSWER,
+    REFERENCE_QUESTION,
+    write_reference_data,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(240)]
 

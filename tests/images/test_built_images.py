@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sandfleet.worker.images import DATA_SCIENCE_TAG, LABEL_RECIPE, SANDBOX_TAG, plan_images
+from sandfleet.worker.images.build import DATA_SCIENCE_TAG, LABEL_RECIPE, SANDBOX_TAG, plan_images
 
 pytestmark = pytest.mark.docker
 SANDFLEET = str(Path(sys.executable).parent / "sandfleet")

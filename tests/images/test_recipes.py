@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandfleet.core.errors import SandboxError
-from sandfleet.worker import images
-from sandfleet.worker.images import (
+from sandfleet.worker.images.build import (
     BASE_TAG,
     DATA_SCIENCE_TAG,
     LABEL_RECIPE,
@@ -23,6 +22,7 @@ from sandfleet.worker.images import (
     mirror_from_apt_sources,
     plan_images,
 )
+from sandfleet.worker.images import build as images
 
 
 @pytest.fixture

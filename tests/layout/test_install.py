@@ -39,7 +39,7 @@ def test_the_wheel_holds_only_the_sandfleet_namespace(wheel: Path) -> None:
     assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["sandfleet"]
     # The files the worker reads at run time, and the marker that the package is typed.
     assert "sandfleet/worker/engine/prompts/system.txt" in names
-    assert "sandfleet/worker/bridge/stub.py" in names
+    assert "sandfleet/worker/sandbox/inside/tools_stub.py" in names
     assert "sandfleet/py.typed" in names
     assert "sandfleet/producer/client.py" in names and "sandfleet/core/contracts.py" in names
 

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from sandfleet.core.settings import Settings
-from sandfleet.worker.llm.replay_registry import stop_shared_replay_servers
-from sandfleet.worker.llm.replay_script import parse_script
-from sandfleet.worker.llm.replay_server import ReplayServer
+from sandfleet.worker.llm.scripted.registry import stop_shared_replay_servers
+from sandfleet.worker.llm.scripted.script import parse_script
+from sandfleet.worker.llm.scripted.server import ReplayServer
 
 MODEL_ENV_VARS = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "SANDFLEET_MODEL_API_KEY", "SANDFLEET_MODEL_BASE_URL")
 

@@ -13,9 +13,9 @@ import pytest
 from sandfleet.core.errors import InvalidSpecError, ModelError, ModelUnavailableError, TransientError
 from sandfleet.core.settings import Settings
 from sandfleet.worker.llm.client import ModelReply, ModelTrust, make_model_client
-from sandfleet.worker.llm.replay_registry import parse_replay_spec, shared_replay_server
-from sandfleet.worker.llm.replay_server import ReplayServer
 from sandfleet.worker.llm.retry import RetryPolicy
+from sandfleet.worker.llm.scripted.registry import parse_replay_spec, shared_replay_server
+from sandfleet.worker.llm.scripted.server import ReplayServer
 
 from .helpers import assistant, user
 
@@ -255,7 +255,7 @@ def test_bad_replay_specs_are_refused(spec: str, expected: str) -> None:
 
 
 def test_a_replay_spec_keeps_its_name_as_written() -> None:
-    """Resolving the name is the caller's, by who wrote it (worker/llm/replay_access.py)."""
+    """Resolving the name is the caller's, by who wrote it (sandfleet/worker/llm/scripted/access.py)."""
     assert parse_replay_spec("s.yaml?latency=0.5") == ("s.yaml", 0.5)
     assert parse_replay_spec("../s.yaml") == ("../s.yaml", None)
 

@@ -18,7 +18,7 @@ import pytest
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.core.settings import Settings
 from sandfleet.worker.llm.client import make_model_client
-from sandfleet.worker.llm.replay_access import MAX_SCRIPT_BYTES, ModelTrust, read_confined_script
+from sandfleet.worker.llm.scripted.access import MAX_SCRIPT_BYTES, ModelTrust, read_confined_script
 
 from .helpers import user
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sandfleet.core.errors import InvalidSpecError
-from sandfleet.worker.llm.replay_script import (
+from sandfleet.worker.llm.scripted.script import (
     DEFAULT_FAIL_STATUS,
     ScriptedResponse,
     count_assistant_messages,

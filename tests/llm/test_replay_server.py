@@ -14,7 +14,7 @@ from typing import Any
 import openai
 import pytest
 
-from sandfleet.worker.llm.replay_server import NO_MATCH_MESSAGE, REPLAY_LATENCY_HEADER, ReplayServer
+from sandfleet.worker.llm.scripted.server import NO_MATCH_MESSAGE, REPLAY_LATENCY_HEADER, ReplayServer
 
 from .helpers import assistant, system, user
 
@@ -235,7 +235,7 @@ def test_unknown_paths_and_bad_bodies_get_openai_style_errors(start_server: Star
 
 
 def test_the_constructor_only_stores_and_stop_is_idempotent() -> None:
-    from sandfleet.worker.llm.replay_script import parse_script
+    from sandfleet.worker.llm.scripted.script import parse_script
 
     server = ReplayServer(parse_script({"default": ["x"]}), port=0, latency_s=0.5)
     with pytest.raises(RuntimeError, match="not started"):

@@ -12,8 +12,8 @@ import pytest
 
 from sandfleet.core.errors import InvalidSpecError, ModelError
 from sandfleet.worker.llm.client import OpenAIChatClient, RetryPolicy
-from sandfleet.worker.llm.replay_script import parse_script
-from sandfleet.worker.llm.replay_server import ReplayServer, tool_message_problem
+from sandfleet.worker.llm.scripted.script import parse_script
+from sandfleet.worker.llm.scripted.server import ReplayServer, tool_message_problem
 
 from .helpers import system, user
 

@@ -9,8 +9,8 @@ import pytest
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.fleet.loadtest.sampler import LiveContainers
-from sandfleet.worker.sandbox.backend import backend_named
-from sandfleet.worker.sandbox.spec import Owner
+from sandfleet.worker.sandbox.backends import backend_named
+from sandfleet.worker.sandbox.docker.spec import Owner
 
 pytestmark = pytest.mark.docker
 

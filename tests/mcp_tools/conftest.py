@@ -21,7 +21,7 @@ from .helpers import LAB, ODD, HttpServer, make_repo
 
 @pytest.fixture(scope="module")
 def lab_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("lab-data")
     write_reference_data(folder)

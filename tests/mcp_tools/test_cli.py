@@ -127,7 +127,7 @@ def test_doctor_and_worker_refuse_a_malformed_config_naming_line_and_field(tmp_p
 def test_run_a_program_against_the_mcp_reference_orders(
     docker_engine: object, config: Path, tmp_path: Path
 ) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM
 
     program = tmp_path / "program.py"
     program.write_text(REFERENCE_PROGRAM.replace("load_orders()", "orders__load_orders()"))

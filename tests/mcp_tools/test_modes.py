@@ -12,8 +12,8 @@ import pytest
 from sandfleet.core.contracts import AuditKind, JobSpec, JobStatus
 from sandfleet.worker.engine import EngineServices, ListAudit, run_job
 from sandfleet.worker.engine.schemas import function_tools
-from sandfleet.worker.llm.replay_script import parse_script
-from sandfleet.worker.llm.replay_server import ReplayServer
+from sandfleet.worker.llm.scripted.script import parse_script
+from sandfleet.worker.llm.scripted.server import ReplayServer
 from sandfleet.worker.mcp.config import parse_mcp_config
 from sandfleet.worker.mcp.sessions import McpSessions
 from sandfleet.worker.sandbox.pool import SandboxPool

@@ -1,4 +1,4 @@
-"""Schema checks in linear time (worker/mcp/patterns.py): RE2 patterns, one-pass uniqueness. Pure.
+"""Schema checks in linear time (sandfleet/worker/mcp/patterns.py): RE2 patterns, one-pass uniqueness. Pure.
 
 The servers' side (a catastrophic pattern in a real server's schema, checked while another thread
 keeps its pace) is in tests/security/test_input_caps.py.

@@ -58,7 +58,7 @@ def registry(sessions: McpSessions) -> ToolRegistry:
 def run(
     pool: Any, registry: ToolRegistry, source: str, tools: list[str] | None = None, **settings: Any
 ) -> Any:
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.runtime import ProgramRuntime
 
     settings.setdefault("exec_timeout", 60)
     return ProgramRuntime(pool, registry).run(

@@ -42,7 +42,7 @@ def block(source: str) -> str:
 
 
 def script(repo: Path) -> dict[str, object]:
-    from sandfleet.worker.scenario import REFERENCE_PROGRAM
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM
 
     reference = REFERENCE_PROGRAM.replace("load_orders()", "orders__load_orders()")
     commit = f"""
@@ -180,7 +180,7 @@ def test_a_pypi_servers_tool_answers_a_job_through_the_fleet(mcp_fleet: FleetWor
 def test_the_reference_scenario_served_by_an_mcp_server_gives_the_exact_totals(
     mcp_fleet: FleetWorker,
 ) -> None:
-    from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
     job, result = submit(mcp_fleet, REFERENCE_QUESTION, ["orders__load_orders"])
     assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])
@@ -191,7 +191,7 @@ def test_the_reference_scenario_served_by_an_mcp_server_gives_the_exact_totals(
 
 
 def test_the_finished_job_replays_from_its_audit_record(mcp_fleet: FleetWorker) -> None:
-    from sandfleet.worker.scenario import REFERENCE_QUESTION
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION
 
     job, result = submit(mcp_fleet, REFERENCE_QUESTION, ["orders__load_orders"])
     assert result.status == JobStatus.SUCCEEDED

@@ -20,7 +20,7 @@ from fleet.helpers import fleet_settings_for, free_port, start_worker, stop_work
 from sandfleet.core.contracts import JobStatus
 from sandfleet.fleet.demo import demo_replay_script
 from sandfleet.fleet.loadtest.scrape import format_metrics, scrape, summarize
-from sandfleet.worker.scenario import REFERENCE_QUESTION
+from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
 

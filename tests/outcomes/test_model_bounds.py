@@ -19,8 +19,8 @@ from fleet.helpers import fleet_settings_for, start_worker, stop_worker
 
 from sandfleet.core.contracts import ErrorKind, JobStatus, Limit
 from sandfleet.core.settings import DEFAULT_MODEL_MAX_COMPLETION_TOKENS
-from sandfleet.worker.llm.replay_script import parse_script
-from sandfleet.worker.llm.replay_server import ReplayServer
+from sandfleet.worker.llm.scripted.script import parse_script
+from sandfleet.worker.llm.scripted.server import ReplayServer
 
 pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
 

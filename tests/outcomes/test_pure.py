@@ -17,7 +17,7 @@ from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
 from sandfleet.core.webhook_signing import sign, verify_signature
 from sandfleet.core.webhook_url import webhook_host_allowed
-from sandfleet.worker.flower_report import flower_outcome
+from sandfleet.worker.delivery.flower_report import flower_outcome
 from sandfleet.worker.llm.bounds import resolve_limits
 from sandfleet.worker.metrics import WorkerMetrics
 

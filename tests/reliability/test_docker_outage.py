@@ -46,7 +46,7 @@ JOB_SLEEP_S = 1.0
 OUTAGE_S = 8.0  # how long the daemon stays down
 DAEMON_START_TIMEOUT_S = 30.0
 DAEMON_STOP_TIMEOUT_S = 30.0
-LABEL_OWNER = "sandfleet.owner"  # as in sandfleet.worker.sandbox.engine
+LABEL_OWNER = "sandfleet.owner"  # as in sandfleet.worker.sandbox.docker.backend
 MAIN_SOCKET = "unix:///var/run/docker.sock"
 
 

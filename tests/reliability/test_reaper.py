@@ -126,8 +126,8 @@ class OnlyOurs:
 
 
 def test_prune_removes_a_killed_owners_containers_and_keeps_a_live_owners(owners: Owners) -> None:
-    from sandfleet.worker.sandbox.engine import docker_client
-    from sandfleet.worker.sandbox.reaper import prune
+    from sandfleet.worker.sandbox.docker.backend import docker_client
+    from sandfleet.worker.sandbox.docker.reaper import prune
 
     dead, live = set(owners.start("dead")), set(owners.start("live"))
     owners.kill("dead")

@@ -1,7 +1,7 @@
 """Redis restarted (kill -9, then started again on the same port and folder) under a running fleet.
 
 With AOF (appendfsync always) nothing is lost: a message popped by a worker just as Redis died is in
-neither the queue nor kombu's ``unacked``, and the workers' reconciliation (worker/recovery.py,
+neither the queue nor kombu's ``unacked``, and the workers' reconciliation (sandfleet/worker/delivery/recovery.py,
 triggered by Redis' new run id) publishes such jobs again. Without persistence, the control run
 shows that the harness does see loss when there is some. Redis full (maxmemory, noeviction) is covered by
 tests/fleet/test_client.py::test_submit_fails_clearly_when_redis_is_full_and_nothing_is_half_written.

@@ -96,8 +96,8 @@ def registry() -> Any:
 @pytest.fixture
 def run(pool: Any, registry: Any) -> Callable[..., Any]:
     """``run(source, backend="docker", tools=None, policy=None, job_id=None, **settings)`` -> RunResult."""
-    from sandfleet.worker.bridge.host import allow_all
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.bridge import allow_all
+    from sandfleet.worker.program.runtime import ProgramRuntime
 
     def run_one(
         source: str,

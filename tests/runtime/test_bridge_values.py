@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sandfleet.worker.bridge.host import CallRequest, PolicyDecision
+from sandfleet.worker.program.bridge import CallRequest, PolicyDecision
 
 from . import bridge_tools
 from .helpers import program

@@ -48,7 +48,7 @@ def make_pool(docker_client: Any) -> Iterator[Any]:
 
 
 def runtime_of(pool: Any) -> Any:
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.runtime import ProgramRuntime
 
     return ProgramRuntime(pool)
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig
-from sandfleet.worker.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, write_reference_data
+from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_PROGRAM, write_reference_data
 
 from .helpers import sandfleet
 
@@ -32,7 +32,7 @@ def test_expected_answer_is_the_scenarios() -> None:
 
 
 def test_reference_program_gives_the_exact_totals(backend: str, orders_dir: Path, pool: Any) -> None:
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.runtime import ProgramRuntime
     from sandfleet.worker.tools.registry import ToolRegistry
 
     runtime = ProgramRuntime(pool, ToolRegistry.from_modules([ORDERS_MODULE]))

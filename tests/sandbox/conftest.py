@@ -75,7 +75,7 @@ def no_containers_of_ours_left(request: pytest.FixtureRequest) -> Iterator[None]
     if not ran:
         return  # a module of pure tests (or run with -m "not docker"): it asked nothing of the engine
     from sandfleet.core.errors import SandfleetError
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     try:
         client = docker_client()

@@ -34,7 +34,7 @@ def sandfleet(
 
 
 def container_exists(container_id: str) -> bool:
-    from sandfleet.worker.sandbox.engine import NotFoundError, docker_client
+    from sandfleet.worker.sandbox.docker.backend import NotFoundError, docker_client
 
     try:
         docker_client().containers.get(container_id)
@@ -45,8 +45,8 @@ def container_exists(container_id: str) -> bool:
 
 def owned_by(pid: int) -> list[str]:
     """Ids of the Sandfleet containers whose owner label names this process."""
-    from sandfleet.worker.sandbox.engine import LABEL_OWNER, LABEL_ROLE, docker_client
-    from sandfleet.worker.sandbox.spec import Owner
+    from sandfleet.worker.sandbox.docker.backend import LABEL_OWNER, LABEL_ROLE, docker_client
+    from sandfleet.worker.sandbox.docker.spec import Owner
 
     # The raw list: ``containers.list`` inspects each one and fails when another's goes meanwhile.
     found = docker_client().api.containers(all=True, filters={"label": LABEL_ROLE})

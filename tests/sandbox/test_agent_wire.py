@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from sandfleet.worker.sandbox.channel import encode
-from sandfleet.worker.sandbox.spec import AGENT_SOURCE, BOOT, boot_payload
+from sandfleet.worker.sandbox.docker.spec import AGENT_SOURCE, BOOT, boot_payload
 
 
 def load_agent() -> ModuleType:
@@ -87,9 +87,9 @@ def test_agent_frames_reach_the_host_through_the_attach_stream() -> None:
     socket carrying Docker's attach multiplexing, split at awkward places, with stderr between."""
     import socket
 
-    from sandfleet.worker.sandbox import protocol
-    from sandfleet.worker.sandbox.attach import DOCKER_HEAD, AttachStream
     from sandfleet.worker.sandbox.channel import AgentChannel
+    from sandfleet.worker.sandbox.docker.attach import DOCKER_HEAD, AttachStream
+    from sandfleet.worker.sandbox.inside import protocol
 
     frames = [
         (protocol.HELLO, {"pid": 1, "syscall_filter": True}, b""),
@@ -132,10 +132,10 @@ def test_a_large_collect_answer_is_received_in_place_and_hashed_as_it_arrives() 
     import threading
 
     from sandfleet.core.artifacts import sha256_bytes
-    from sandfleet.worker.artifacts import ArrivalHasher, ArtifactCaps, parse_collection
-    from sandfleet.worker.sandbox import protocol
-    from sandfleet.worker.sandbox.attach import DOCKER_HEAD, AttachStream
+    from sandfleet.worker.program.artifacts import ArrivalHasher, ArtifactCaps, parse_collection
     from sandfleet.worker.sandbox.channel import AgentChannel
+    from sandfleet.worker.sandbox.docker.attach import DOCKER_HEAD, AttachStream
+    from sandfleet.worker.sandbox.inside import protocol
 
     files = [("a.bin", os.urandom(1024**2)), ("sub/b.bin", os.urandom(512 * 1024 + 7)), ("empty", b"")]
     listing = json.dumps({"files": [{"name": n, "size": len(d)} for n, d in files], "skipped": []}).encode()
@@ -183,7 +183,7 @@ def test_a_large_collect_answer_is_received_in_place_and_hashed_as_it_arrives() 
 def test_the_arrival_hasher_gives_up_on_a_listing_it_cannot_read() -> None:
     """A forged listing (not JSON, negative size, bad listing_len) leaves the hashing to
     parse_collection, which refuses or hashes by itself."""
-    from sandfleet.worker.artifacts import ArrivalHasher
+    from sandfleet.worker.program.artifacts import ArrivalHasher
 
     for header, body in (
         ({"listing_len": 3}, b"{x}" + b"data"),
@@ -202,9 +202,9 @@ def test_a_frame_header_nested_past_the_cap_ends_the_conversation_naming_it(dept
     decoder (which raises RecursionError, not the channel's error, from ~1000 levels on)."""
     import socket
 
-    from sandfleet.worker.sandbox import protocol
-    from sandfleet.worker.sandbox.attach import DOCKER_HEAD, AttachStream
     from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
+    from sandfleet.worker.sandbox.docker.attach import DOCKER_HEAD, AttachStream
+    from sandfleet.worker.sandbox.inside import protocol
 
     header = ('{"exit_code": ' + "[" * depth + "]" * depth + "}").encode()
     frame = protocol.pack(protocol.DONE, header, b"")

@@ -8,8 +8,15 @@ import pytest
 from pydantic import ValidationError
 
 from sandfleet.core.config import DEFAULT_IMAGE, SandboxConfig
-from sandfleet.worker.sandbox.engine import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
-from sandfleet.worker.sandbox.spec import BOOT, SANDBOX_UID, Owner, base_env, command_env, container_kwargs
+from sandfleet.worker.sandbox.docker.backend import LABEL_CONFIG, LABEL_OWNER, LABEL_PERSISTENT, LABEL_ROLE
+from sandfleet.worker.sandbox.docker.spec import (
+    BOOT,
+    SANDBOX_UID,
+    Owner,
+    base_env,
+    command_env,
+    container_kwargs,
+)
 
 OPTIONS = (
     "backend",

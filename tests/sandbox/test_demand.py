@@ -1,4 +1,4 @@
-"""The demand window the pool sizes itself by (worker/sandbox/demand.py): pure, time passed in."""
+"""The demand window the pool sizes itself by (sandfleet/worker/sandbox/demand.py): pure, time passed in."""
 
 from __future__ import annotations
 

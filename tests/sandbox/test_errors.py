@@ -123,7 +123,7 @@ def test_without_the_docker_sdk_the_install_hint() -> None:
         "import sys\n"
         "sys.modules['docker'] = None\n"  # `import docker` now raises: as if it were not installed
         "from sandfleet.core.errors import SandboxError\n"
-        "from sandfleet.worker.sandbox import engine\n"
+        "from sandfleet.worker.sandbox.docker import backend as engine\n"
         "from sandfleet.worker.sandbox.manager import SandboxManager\n"
         "assert engine.docker is None\n"
         "try:\n"

@@ -110,7 +110,7 @@ def image_files(paths: tuple[str, ...]) -> dict[str, dict[str, bytes | None]]:
 
     Returns {path: {member name below path: file content, or None for folders and links}}.
     """
-    from sandfleet.worker.sandbox.engine import LABEL_ROLE, docker_client
+    from sandfleet.worker.sandbox.docker.backend import LABEL_ROLE, docker_client
 
     from .helpers import TEST_LABELS
 

@@ -1,4 +1,4 @@
-"""The host's check of what a fresh sandbox sees of the network (worker/sandbox/isolation.py).
+"""The host's check of what a fresh sandbox sees of the network (sandfleet/worker/sandbox/isolation.py).
 
 Pure cases here; tests/sandbox/test_network.py runs the check against real sandboxes' own views
 (and a real bridged one, which it refuses as "none").

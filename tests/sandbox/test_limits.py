@@ -142,7 +142,7 @@ def test_fork_bomb_stops_at_the_pids_limit(backend: str, open_session: Any, reco
     probe.join()
     during_ms = during[0]
     # runc: the pids cgroup refuses the 65th task with EAGAIN. gVisor: its kernel refuses it
-    # (RLIMIT_NPROC, see worker/sandbox/spec.py). Either way the deadline kills the rest. (Under gVisor
+    # (RLIMIT_NPROC, see sandfleet/worker/sandbox/docker/spec.py). Either way the deadline kills the rest. (Under gVisor
     # a fork bomb left running for many seconds keeps adding host threads until the cgroup's backstop
     # takes the whole sandbox down: contained, but its output is lost, hence the short deadline.)
     assert result.stdout, result

@@ -4,7 +4,7 @@ The only servers contacted are ones the tests start themselves: two on this mach
 bridge gateway address (port 80, allowed, and 8080, not allowed), one on an abstract Unix socket of
 the host, one in another container on the bridge; no other address is ever tried.
 
-Network "none" is asked of Docker as ``network_disabled`` (worker/sandbox/spec.py), so these tests
+Network "none" is asked of Docker as ``network_disabled`` (sandfleet/worker/sandbox/docker/spec.py), so these tests
 check what a sandbox can reach and see from inside, never Docker's NetworkMode string: a network
 namespace of its own (not the worker's, not another sandbox's), only ``lo``, no route through
 anything else, no DNS, and neither the host nor other containers reachable.
@@ -60,7 +60,7 @@ class Hello(BaseHTTPRequestHandler):
 
 def bridge_gateway() -> str:
     """The host's address on Docker's default bridge (IPAM Gateway, else the subnet's first host)."""
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     config = docker_client().networks.get("bridge").attrs["IPAM"]["Config"][0]
     if config.get("Gateway"):
@@ -117,7 +117,7 @@ def test_none_reaches_neither(backend: str, open_session: Any, host_servers: dic
 
 
 def _sandbox_ids(labels: dict[str, str] | None = None) -> set[str]:
-    from sandfleet.worker.sandbox.engine import LABEL_ROLE, docker_client
+    from sandfleet.worker.sandbox.docker.backend import LABEL_ROLE, docker_client
 
     wanted = [LABEL_ROLE] + [f"{k}={v}" for k, v in (labels or {}).items()]
     return {c["Id"] for c in docker_client().api.containers(all=True, filters={"label": wanted})}
@@ -264,7 +264,7 @@ def test_none_cannot_reach_the_hosts_abstract_unix_sockets(backend: str, open_se
 def bridged_server(docker_engine: Any) -> Iterator[tuple[str, int]]:
     """A plain container on Docker's default bridge serving HTTP on port 8000: (its address, port)."""
     from sandfleet.core.config import DEFAULT_IMAGE
-    from sandfleet.worker.sandbox.engine import docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
     client = docker_client()
     container = client.containers.run(

@@ -1,4 +1,4 @@
-"""The operator's policy on sandbox options (worker/sandbox/policy.py): pure, no engine needed.
+"""The operator's policy on sandbox options (sandfleet/worker/sandbox/policy.py): pure, no engine needed.
 
 Deny by default for every SandboxConfig option a job could widen its sandbox with; each refusal names
 the option and the SANDFLEET_POLICY_* variable, and setting that very variable (read from the

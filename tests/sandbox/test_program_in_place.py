@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandfleet.core.config import SandboxConfig
-from sandfleet.worker.sandbox.backend import backend_named
+from sandfleet.worker.sandbox.backends import backend_named
 
 from .helpers import TEST_LABELS
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from sandfleet.worker.sandbox import reaper
-from sandfleet.worker.sandbox.spec import Owner
+from sandfleet.worker.sandbox.docker import reaper
+from sandfleet.worker.sandbox.docker.spec import Owner
 
 pytestmark = pytest.mark.docker
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.docker
 def test_a_created_but_never_started_sandbox_of_a_live_owner_is_removed_once_stale(
     docker_engine: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sandfleet.worker.sandbox.engine import LABEL_OWNER, LABEL_ROLE, docker_client
+    from sandfleet.worker.sandbox.docker.backend import LABEL_OWNER, LABEL_ROLE, docker_client
 
     client = docker_client()
     labels = {LABEL_ROLE: "sandbox", LABEL_OWNER: Owner.current().label(), "sandfleet.test": "stale-reaper"}

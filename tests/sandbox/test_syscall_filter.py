@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sandfleet_testing import skip_or_fail
 
-from sandfleet.worker.sandbox import syscall_filter
+from sandfleet.worker.sandbox.inside import syscall_filter
 
 # The kernel's syscall numbers as the C library sees them: x86_64's own table, and the generic one
 # that aarch64 uses unchanged.

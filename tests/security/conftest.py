@@ -78,8 +78,8 @@ def sandbox_config(runtime: str, **options: Any) -> SandboxConfig:
 @pytest.fixture
 def run(pool: Any, docker_client: Any) -> Callable[..., Any]:
     """Run one program; afterwards assert that its container and (runsc) its processes are gone."""
-    from sandfleet.worker.bridge.host import allow_all
-    from sandfleet.worker.runtime import ProgramRuntime
+    from sandfleet.worker.program.bridge import allow_all
+    from sandfleet.worker.program.runtime import ProgramRuntime
     from sandfleet.worker.tools.registry import ToolRegistry
 
     def run_one(

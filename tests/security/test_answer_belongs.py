@@ -37,9 +37,9 @@ import redis
 from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, spec_commitment
 from sandfleet.core.contracts import AuditEvent, JobSpec, JobStatus
 from sandfleet.core.errors import BatchOwnerError, SpecMismatchError
-from sandfleet.core.keys import FleetKeys
 from sandfleet.core.priority import priority_lists, queue_length
 from sandfleet.core.queue import queue_name
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.verify import verify_job
 from sandfleet.producer.client import BatchHandle, Client, JobHandle

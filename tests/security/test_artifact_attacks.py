@@ -1,7 +1,7 @@
 """Hostile programs against artifact collection: each tries to make the host take back something other
 than the regular files it wrote under /workspace/out/, in a real sandbox under runc and under runsc.
 
-Collection (worker/sandbox/agent.py ``collect_tree``, checked again by worker/artifacts.py) follows no
+Collection (sandfleet/worker/sandbox/inside/agent.py ``collect_tree``, checked again by sandfleet/worker/program/artifacts.py) follows no
 symlink, reads only regular files (lstat, then O_NOFOLLOW | O_NONBLOCK and fstat), applies the caps
 before reading, and refuses names that are not plain relative paths. Each case asserts the mechanism
 that refused it: the skipped entry's reason, and that no byte of a file outside the folder came back.

@@ -32,7 +32,7 @@ import redis
 from sandfleet.core.chain import canonical_json, link_hash, record_commitment, signed_message
 from sandfleet.core.errors import UnverifiedResultError
 from sandfleet.core.key_registry import KeyRegistry, start_signer
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyStatus, WorkerKey
 from sandfleet.core.verify import Verdict
@@ -76,7 +76,7 @@ def fleet(
     from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
     from fleet.test_e2e_worker import replay_script
 
-    from sandfleet.worker.scenario import REFERENCE_QUESTION, write_reference_data
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION, write_reference_data
 
     folder = tmp_path_factory.mktemp("tamper")
     write_reference_data(folder / "data")

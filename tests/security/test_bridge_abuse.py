@@ -83,7 +83,7 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
     Beside it (outside): ``secret.txt``, which no tool call may read.
     """
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path / "data"
     (folder / "notes").mkdir(parents=True)
@@ -455,7 +455,7 @@ HOSTILE_NAMES = [
 def test_path_and_injection_like_tool_names_are_refused(
     go: Callable[..., Any], data_dir: Path, registry: Any
 ) -> None:
-    from sandfleet.worker.bridge.host import allow_all
+    from sandfleet.worker.program.bridge import allow_all
 
     asked: list[str] = []
 

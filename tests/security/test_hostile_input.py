@@ -83,8 +83,8 @@ def fleet(redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPa
     """One worker (example order tools, reference data, default operator policy), its container watch."""
     from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
 
-    from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("hostile-input")
     (folder / "data").mkdir()

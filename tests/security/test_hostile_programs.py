@@ -166,7 +166,7 @@ FORK_BOMB = PRELUDE + program(
 
 
 def check_fork_bomb(run: Any, runtime: str, ctx: dict[str, Any]) -> tuple[bool, Any]:
-    # runc: the pids cgroup refuses; gVisor: its kernel's RLIMIT_NPROC does (worker/sandbox/spec.py).
+    # runc: the pids cgroup refuses; gVisor: its kernel's RLIMIT_NPROC does (sandfleet/worker/sandbox/docker/spec.py).
     outcome = payload(run)["fork_bomb"]
     return verdict(
         f"fork stopped with {outcome['errno']} after {outcome['forked']} children (pids_limit 256)",
@@ -908,7 +908,7 @@ ORPHANS = program(
 
 def test_orphans_that_exit_do_not_take_a_gvisor_sandbox_down(run: Callable[..., Any]) -> None:
     """Was: 50 tasks needed more host threads than the pids cgroup allowed under runsc; the limit is now
-    RLIMIT_NPROC inside gVisor with a larger host backstop (worker/sandbox/spec.py)."""
+    RLIMIT_NPROC inside gVisor with a larger host backstop (sandfleet/worker/sandbox/docker/spec.py)."""
     result = run(ORPHANS, "runsc")
     assert result.ok and result.result == "ok", result.failure()
 

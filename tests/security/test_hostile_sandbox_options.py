@@ -35,7 +35,7 @@ import redis
 
 from sandfleet.core.chain import GENESIS_HASH, canonical_json, link_hash, sha256_hex, signed_message
 from sandfleet.core.key_registry import KeyRegistry
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import WorkerKey
 
@@ -136,7 +136,7 @@ def submitted(fleet: Fleet, *options: str) -> dict[str, Any]:
 def start_fleet(redis_url: str, folder: Path, env: dict[str, str] | None = None) -> Fleet:
     from fleet.helpers import fleet_settings_for, start_worker
 
-    from sandfleet.worker.sandbox.spec import Owner, process_start_ticks
+    from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
 
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "script.json"

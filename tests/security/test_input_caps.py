@@ -178,7 +178,7 @@ def fleet(
     """One worker: the example order tools, the hostile MCP server, the replay model of CASES."""
     from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
 
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("input-caps")
     (folder / "data").mkdir()
@@ -295,7 +295,7 @@ def test_values_past_the_cap_are_refused_every_job_ends_and_every_reader_reads_e
 
     from sandfleet.core.store import JobStore
     from sandfleet.producer.client import Client
-    from sandfleet.worker.flower_report import flower_outcome
+    from sandfleet.worker.delivery.flower_report import flower_outcome
 
     with Client(settings=fleet.settings) as client:
         checked = client.batch(batch_id).checked_results()
@@ -468,7 +468,7 @@ def test_a_record_a_reader_could_not_read_is_written_as_a_record_limit_error_and
     from fleet.helpers import TEST_WORKER, fleet_settings_for, keys_under, start_job
 
     from sandfleet.core.key_registry import KeyRegistry, start_signer
-    from sandfleet.core.keys import FleetKeys
+    from sandfleet.core.redis_keys import FleetKeys
     from sandfleet.core.store import JobStore
     from sandfleet.producer.client import Client
 

@@ -30,7 +30,7 @@ SECRET = "lab-secret-9d2e"
 
 @pytest.fixture(scope="module")
 def lab_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from sandfleet.worker.scenario import write_reference_data
+    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
     folder = tmp_path_factory.mktemp("lab")
     write_reference_data(folder)

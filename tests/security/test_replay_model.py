@@ -3,9 +3,9 @@
 Attacks (issue 22, row 2): a worker-host file by absolute path (``/etc/shadow``), ``..``, a link in the
 scripts folder pointing out, a malformed file whose parser error would quote it, existence probing
 (missing and forbidden must read the same), and many ``?latency=`` values to grow the worker's threads
-and ports. Each is refused by the mechanism named in worker/llm/replay_access.py (a regular file inside
+and ports. Each is refused by the mechanism named in sandfleet/worker/llm/scripted/access.py (a regular file inside
 SANDFLEET_REPLAY_SCRIPTS_DIR, walked with O_NOFOLLOW, one message for every name that does not reach
-one) or worker/llm/replay_registry.py (one server per script, the latency per request). Accepted: a
+one) or sandfleet/worker/llm/scripted/registry.py (one server per script, the latency per request). Accepted: a
 script inside the folder, and ``sandfleet ask`` naming any file (its user is the operator).
 """
 

@@ -39,7 +39,7 @@ from fleet.helpers import (
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.key_registry import KeyRegistry
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import WorkerKey
 

@@ -37,7 +37,7 @@ from fleet.helpers import SANDFLEET, FleetWorker
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.chain import canonical_json, link_hash, record_commitment, sha256_hex, signed_message
 from sandfleet.core.contracts import AuditEvent, AuditKind, JobStatus
-from sandfleet.core.keys import FleetKeys
+from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.signing import KeyInfo, WorkerKey
 
 from .helpers import BACKEND_OF, record

@@ -19,8 +19,8 @@ from sandfleet_testing import skip_or_fail
 
 from sandfleet.core.config import DEFAULT_IMAGE, SandboxConfig, ToolLoopSettings
 from sandfleet.core.settings import Settings
-from sandfleet.worker.shell.keeper import SessionKeeper
-from sandfleet.worker.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.keeper import SessionKeeper
+from sandfleet.worker.engine.shell.tools import ShellTools
 
 
 def shell_settings(**overrides: Any) -> Settings:

@@ -14,8 +14,8 @@ import pytest
 from sandfleet_testing import skip_or_fail
 
 from sandfleet.core.config import SandboxConfig, ToolLoopSettings
-from sandfleet.worker.shell.keeper import SessionKeeper
-from sandfleet.worker.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.keeper import SessionKeeper
+from sandfleet.worker.engine.shell.tools import ShellTools
 
 from .conftest import shell_settings
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 import pytest
 
 from sandfleet.core.contracts import Limit
-from sandfleet.worker.shell.session import SessionGoneError
-from sandfleet.worker.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.session import SessionGoneError
+from sandfleet.worker.engine.shell.tools import ShellTools
 
 from .conftest import gone, shell_settings
 

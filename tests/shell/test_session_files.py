@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import pytest
 
-from sandfleet.worker.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.tools import ShellTools
 
 pytestmark = [pytest.mark.docker]
 OpenTools = Callable[..., ShellTools]

@@ -21,14 +21,14 @@ import pytest
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import AuditKind, JobSpec, JobStatus
 from sandfleet.worker.engine import EngineServices, ListAudit, run_job
-from sandfleet.worker.llm.replay_script import parse_script
-from sandfleet.worker.llm.replay_server import ReplayServer
-from sandfleet.worker.sandbox import reaper
-from sandfleet.worker.sandbox.backend import backend_named
-from sandfleet.worker.sandbox.engine import docker_client
-from sandfleet.worker.sandbox.labels import LABEL_EXPIRES, LABEL_JOB, LABEL_ROLE, ROLE_SESSION
+from sandfleet.worker.llm.scripted.script import parse_script
+from sandfleet.worker.llm.scripted.server import ReplayServer
+from sandfleet.worker.sandbox.backends import backend_named
+from sandfleet.worker.sandbox.docker import reaper
+from sandfleet.worker.sandbox.docker.backend import docker_client
+from sandfleet.worker.sandbox.docker.labels import LABEL_EXPIRES, LABEL_JOB, LABEL_ROLE, ROLE_SESSION
 from sandfleet.worker.sandbox.pool import SandboxPool
-from sandfleet.worker.scenario import (
+from sandfleet.worker.tools.examples.scenario import (
     REFERENCE_ANSWER,
     REFERENCE_QUESTION,
     generate_orders,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from sandfleet.worker.scenario import write_reference_data
+from sandfleet.worker.tools.examples.scenario import write_reference_data
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sandfleet.worker.scenario import COLUMNS, generate_orders
 from sandfleet.worker.tools import ToolRegistry
 from sandfleet.worker.tools.examples import files, orders, side
 from sandfleet.worker.tools.examples._data import DEFAULT_DATA_DIR, data_dir
+from sandfleet.worker.tools.examples.scenario import COLUMNS, generate_orders
 
 EXAMPLES = [
     "sandfleet.worker.tools.examples.orders",

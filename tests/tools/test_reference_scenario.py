@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sandfleet.worker import scenario
 from sandfleet.worker.tools import ToolRegistry
+from sandfleet.worker.tools.examples import scenario
 
 DESIGN_ANSWER = {"North America": 108664.0, "LATAM": 81328.0, "EMEA": 77689.0, "APAC": 65023.0}
 

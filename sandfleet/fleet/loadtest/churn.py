@@ -2,7 +2,7 @@
 
 ``concurrency`` threads each loop ``docker run --rm`` (the SDK's ``containers.run(remove=True)``:
 create, start, wait, read the logs, remove) of the sandbox image with the sandbox's own hardening
-(the kwargs :func:`sandfleet.worker.sandbox.spec.container_kwargs` builds), running ``python3 -c`` of a trivial
+(the kwargs :func:`sandfleet.worker.sandbox.docker.spec.container_kwargs` builds), running ``python3 -c`` of a trivial
 program instead of the agent. The benchmarks compare the fleet against this, measured in the same run.
 
 Two recipes for "no network" (issue 12): ``"disabled"``, the sandbox's own (``network_disabled``,
@@ -25,8 +25,8 @@ from typing import Any
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.fleet.loadtest.stats import summarize
-from sandfleet.worker.sandbox import engine
-from sandfleet.worker.sandbox.spec import Owner, container_kwargs
+from sandfleet.worker.sandbox.docker import backend as engine
+from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs
 
 TRIVIAL_PROGRAM = 'print("RESULT: 1")'
 LABEL_BENCH = "sandfleet.bench"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from sandfleet.worker.sandbox.engine import LABEL_OWNER, LABEL_ROLE
+from sandfleet.worker.sandbox.docker.backend import LABEL_OWNER, LABEL_ROLE
 
 DEFAULT_INTERVAL_S = 0.5
 DOCKER_PS_TIMEOUT_S = 10.0

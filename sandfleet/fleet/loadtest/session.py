@@ -17,7 +17,7 @@ from sandfleet.fleet.loadtest.report import build_report, write_report
 from sandfleet.fleet.loadtest.sampler import FleetSampler
 from sandfleet.fleet.local import FleetConfig, LocalFleet, replay_model_name, replay_script
 from sandfleet.producer.client import Client
-from sandfleet.worker.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
+from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM, REFERENCE_QUESTION
 
 DEFAULT_TOOLS_MODULE = "sandfleet.worker.tools.examples.orders"
 
@@ -160,7 +160,7 @@ def make_plan(opts: LoadTestOptions, model: str, warmup: int) -> LoadPlan:
 
 
 def _fleet_owner_labels(client: Client) -> set[str]:
-    """Sandbox owner labels the fleet's workers announced (worker/recovery.py), if they did."""
+    """Sandbox owner labels the fleet's workers announced (sandfleet/worker/delivery/recovery.py), if they did."""
     owners = set()
     for name in text_list(client.redis.smembers(client.keys.workers)):
         owner = text_or_none(client.redis.hget(client.keys.worker_info(name), "owner"))

@@ -1,0 +1,326 @@
+"""The approval gate: what the bridge asks before it runs a gated call.
+
+For each call of a gated tool the gate finds or makes the call's request (bound to the job, the
+attempt, the call's hash and its occurrence in the run, so a re-run of the same program finds the same
+request), then:
+
+- approved: takes it for execution once (Lua), and the bridge runs the tool; the outcome is stored on
+  the request, so a later re-run is served that outcome instead of running the tool twice. Whoever
+  can write Redis can write an outcome too, so the executing worker first signs an ``executed`` event
+  committing to the outcome's digest, and a stored outcome is served only when the job's verified
+  chain holds that event (sandfleet/worker/approval/trust.py); otherwise the run is stopped and the job ends
+  ``untrusted_state``, nothing served and the call not run again;
+- denied or timed out: the program gets ``ToolDeniedError`` with the reason;
+- undecided: it waits up to the grace (``approval_grace_s``), then tells the bridge to suspend: the
+  program is stopped, its container destroyed, and the job waits in Redis with no slot held.
+
+Decisions are written to the job's chain by the worker that sees them (an approver has no key), once
+per request: ``approval`` events ``requested``, ``approved``/``denied``/``timed_out``, ``executed``
+(the outcome's digest), ``resumed``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from sandfleet.core.approvals import (
+    ApprovalRequest,
+    ApprovalStatus,
+    ApprovalStore,
+    call_sha256,
+    outcome_sha256,
+    request_id,
+)
+from sandfleet.core.contracts import AuditKind, JobSpec
+from sandfleet.core.errors import ApprovalDecidedError, ApprovalWithdrawnError, UntrustedStateError
+from sandfleet.core.records import RecordReader
+from sandfleet.core.settings import Settings
+from sandfleet.core.signing import KeyRing
+from sandfleet.worker.approval import webhook
+from sandfleet.worker.approval.checkpoint import Checkpoint
+from sandfleet.worker.approval.policy import approval_patterns, is_gated, named_arguments, redact
+from sandfleet.worker.approval.trust import EXECUTED, VerifiedState
+
+log = logging.getLogger("sandfleet.approval")
+
+POLL_S = 0.1  # how often a call in its grace looks for a decision (seconds)
+DENIED_ERROR = "ToolDeniedError"
+
+AdmissionKind = Literal["run", "served", "denied", "suspend", "abandoned", "untrusted"]
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the bridge does with a gated call."""
+
+    kind: AdmissionKind
+    request_id: str = ""
+    outcome: dict[str, Any] | None = None  # served: the earlier execution's reply
+    message: str = ""  # denied: the ToolDeniedError's message; untrusted: why the job ends
+
+
+class Emitter(Protocol):
+    """Where approval events go: the job's audit sink (``emit(kind, data, attempt)``)."""
+
+    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None: ...
+
+
+class ApprovalService:
+    """The worker's approvals: one store, the operator's policy, the webhook. One per worker process.
+
+    ``ring`` gives the keys a job's chain is verified with before its checkpoint or a stored outcome
+    is used (``worker_ring``: the pinned set or the register, and the worker's own key).
+    """
+
+    def __init__(
+        self, store: ApprovalStore, settings: Settings, worker: str, ring: Callable[[], KeyRing]
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.worker = worker
+        self.verified = VerifiedState(RecordReader(store.redis, store.keys), ring)
+
+    def patterns(self, spec: JobSpec) -> tuple[str, ...]:
+        return approval_patterns(self.settings.approval_tools, spec.approval_tools)
+
+    def gate(self, *, job_id: str, spec: JobSpec, attempt: int, program: str, audit: Emitter) -> RunGate:
+        return RunGate(self, job_id=job_id, spec=spec, attempt=attempt, program=program, audit=audit)
+
+    def resume_point(self, job_id: str) -> Checkpoint | None:
+        """The suspended job's checkpoint, checked against its verified chain; None when there is none.
+
+        Raises:
+            UntrustedStateError: the chain does not verify, or does not commit to this checkpoint.
+        """
+        raw = self.store.checkpoint(job_id)
+        if raw is None:
+            return None
+        return self.verified.checkpoint(job_id, raw)
+
+    def audit_decisions(self, job_id: str, audit: Emitter, attempt: int) -> None:
+        """Write every decision of the job's requests the chain does not have yet (a resumed job)."""
+        for rid in self.store.job_request_ids(job_id):
+            try:
+                request = self.store.get(rid)
+            except KeyError:
+                continue
+            note_decision(self.store, request, audit, attempt)
+
+    def expire(self, publish: Callable[[str], Any]) -> int:
+        """Time out overdue requests; publish the jobs they free (the sweep calls this). Returns how many."""
+        timed_out = self.store.expire_due()
+        for request, republish in timed_out:
+            log.info("approval request %s of job %s timed out", request.id, request.job_id)
+            if republish:
+                publish(request.job_id)
+        return len(timed_out)
+
+
+class RunGate:
+    """The gate of one program run (thread-safe: calls arrive from the program's threads)."""
+
+    def __init__(
+        self,
+        service: ApprovalService,
+        *,
+        job_id: str,
+        spec: JobSpec,
+        attempt: int,
+        program: str,
+        audit: Emitter,
+    ) -> None:
+        self.service = service
+        self.store = service.store
+        self.job_id = job_id
+        self.spec = spec
+        self.attempt = attempt
+        self.program = program
+        self.audit = audit
+        self.patterns = service.patterns(spec)
+        self._occurrences: dict[str, int] = {}
+        self._tools: dict[str, tuple[str, str]] = {}  # request id -> (tool, call sha256), for `executed`
+        self._lock = threading.Lock()
+
+    def gates(self, tool: str) -> bool:
+        return is_gated(tool, self.patterns)
+
+    def admit(
+        self,
+        call_key: str,
+        tool: str,
+        bound: inspect.BoundArguments | None,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        closed: threading.Event,
+    ) -> Admission:
+        """Find or make the call's request and wait (at most the grace) for what to do with it."""
+        sha = call_sha256(call_key)
+        with self._lock:
+            occurrence = self._occurrences.get(sha, 0) + 1
+            self._occurrences[sha] = occurrence
+            rid = request_id(self.job_id, self.attempt, sha, occurrence)
+            self._tools[rid] = (tool, sha)
+        settings = self.service.settings
+        shown, hidden = redact(named_arguments(bound, args, kwargs), settings.approval_redact)
+        now = time.time()
+        request = ApprovalRequest(
+            id=rid,
+            job_id=self.job_id,
+            batch_id=self.spec.batch_id,
+            question=self.spec.question,
+            program=self.program,
+            tool=tool,
+            arguments=shown,
+            redacted=hidden,
+            call_sha256=sha,
+            attempt=self.attempt,
+            occurrence=occurrence,
+            worker=self.service.worker,
+            asked_at=now,
+            deadline=now + settings.approval_timeout_s,
+        )
+        outcome, rid = self.store.create(request)
+        if outcome in ("final", "missing"):
+            return Admission("denied", rid, message=f"call to {tool} refused: job {self.job_id} has ended")
+        if outcome == "exists":  # asked before (a redelivery, a resumed run): its own deadline holds
+            request = self.store.get(rid)
+        if outcome == "created":
+            self.audit.emit(
+                AuditKind.APPROVAL,
+                {
+                    "event": "requested",
+                    "id": rid,
+                    "tool": tool,
+                    "arguments": shown,
+                    "redacted": hidden,
+                    "call_sha256": sha,
+                    "occurrence": occurrence,
+                    "deadline": request.deadline,
+                },
+                self.attempt,
+            )
+            if settings.approval_webhook_url:
+                payload = {"event": "approval.requested", "request": request.model_dump(mode="json")}
+                webhook.notify(settings.approval_webhook_url, settings.approval_webhook_secret, payload)
+        grace_ends = time.monotonic() + settings.approval_grace_s
+        while True:
+            admission = self._decided(rid, tool)
+            if admission is not None:
+                return admission
+            if closed.is_set():
+                return Admission("abandoned", rid)
+            if time.time() > request.deadline:  # no sweep needed to time out a call that is waiting here
+                try:
+                    self.store.decide(
+                        rid, ApprovalStatus.TIMED_OUT, by="timeout", reason="no decision in time"
+                    )
+                except (ApprovalDecidedError, ApprovalWithdrawnError):
+                    pass  # decided meanwhile: the next look sees it
+                continue
+            if time.monotonic() >= grace_ends:
+                return Admission("suspend", rid)
+            closed.wait(POLL_S)
+
+    def executed(self, rid: str, reply: dict[str, Any]) -> None:
+        """Keep the executed call's reply on its request (served to any re-run instead of a second call):
+        first the signed ``executed`` event committing to its digest, then the reply itself, so a
+        stored outcome without its event (a worker that died between the two) is never served."""
+        with self._lock:
+            tool, sha = self._tools.get(rid, ("", ""))
+        self.audit.emit(
+            AuditKind.APPROVAL,
+            {
+                "event": EXECUTED,
+                "id": rid,
+                "tool": tool,
+                "call_sha256": sha,
+                "ok": bool(reply.get("ok")),
+                "outcome_sha256": outcome_sha256(reply),
+            },
+            self.attempt,
+        )
+        self.store.record_outcome(rid, reply)
+
+    def _decided(self, rid: str, tool: str) -> Admission | None:
+        """What to do now that the request is decided, or None while it waits."""
+        status = self.store.status(rid)
+        if status is None or status == ApprovalStatus.PENDING:
+            return None
+        request = self.store.get(rid)
+        if request.status == ApprovalStatus.EXECUTED and request.outcome is not None:
+            served = self._served(request)  # verified before anything of it is used, its decision too
+            if served.kind == "served":
+                note_decision(self.store, request, self.audit, self.attempt)
+            return served
+        note_decision(self.store, request, self.audit, self.attempt)
+        if status == ApprovalStatus.APPROVED:
+            taken = self.store.consume(rid, self.job_id, self.service.worker)
+            if taken == "go":
+                return Admission("run", rid)
+            if taken == "final":
+                return Admission(
+                    "denied", rid, message=f"call to {tool} refused: job {self.job_id} has ended"
+                )
+            request = self.store.get(rid)  # taken meanwhile by another delivery of the job
+            status = request.status
+        if status == ApprovalStatus.EXECUTED and request.outcome is not None:
+            return self._served(request)
+        if status == ApprovalStatus.EXECUTING:
+            return Admission(
+                "denied",
+                rid,
+                message=f"the approved call to {tool} (request {rid}) was started by a delivery that died; "
+                "an approval runs its call at most once, so it is not run again",
+            )
+        if status == ApprovalStatus.DENIED:
+            why = f": {request.reason}" if request.reason else ""
+            return Admission("denied", rid, message=f"call to {tool} denied by {request.decided_by}{why}")
+        if status == ApprovalStatus.TIMED_OUT:
+            return Admission(
+                "denied",
+                rid,
+                message=f"call to {tool} not approved within {self.service.settings.approval_timeout_s:g} s "
+                f"(request {rid} timed out): denied",
+            )
+        return Admission("denied", rid, message=f"call to {tool} refused: its request {rid} was withdrawn")
+
+    def _served(self, request: ApprovalRequest) -> Admission:
+        """An executed request's stored outcome, served only if the job's verified chain commits to it."""
+        try:
+            outcome = self.service.verified.outcome(request)
+        except UntrustedStateError as e:
+            log.warning("job %s: %s", self.job_id, e)
+            return Admission("untrusted", request.id, message=str(e))
+        return Admission("served", request.id, outcome=outcome)
+
+
+def note_decision(store: ApprovalStore, request: ApprovalRequest, audit: Emitter, attempt: int) -> None:
+    """Write the request's decision to the chain, once (who decided, when, why)."""
+    status = request.status
+    decision = (
+        ApprovalStatus.APPROVED if status in (ApprovalStatus.EXECUTING, ApprovalStatus.EXECUTED) else status
+    )
+    if decision not in (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.TIMED_OUT):
+        return
+    if store.redis.hget(store.keys.approval(request.id), f"audited_{decision.value}"):
+        return
+    audit.emit(
+        AuditKind.APPROVAL,
+        {
+            "event": decision.value,
+            "id": request.id,
+            "tool": request.tool,
+            "call_sha256": request.call_sha256,
+            "by": request.decided_by,
+            "at": request.decided_at,
+            "reason": request.reason,
+        },
+        attempt,
+    )
+    store.mark_audited(request.id, decision.value)

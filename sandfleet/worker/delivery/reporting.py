@@ -1,0 +1,67 @@
+"""What reports on the jobs a worker ends: its Prometheus metrics (sandfleet/worker/metrics/) and the completion
+webhooks (sandfleet/worker/webhooks/), both hooked into the worker's ``JobEnd`` (sandfleet/worker/delivery/job_end.py).
+
+:class:`JobReporting` is owned by ``WorkerState``: built with the settings (nothing started),
+:meth:`JobReporting.start` when the worker starts consuming, :meth:`JobReporting.stop` when it stops.
+The metrics exist only when ``SANDFLEET_METRICS_PORT`` is set, so a worker without them pays nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from sandfleet.core.contracts import JobResult
+from sandfleet.core.settings import Settings
+from sandfleet.core.store import JobStore
+from sandfleet.worker.delivery.job_end import JobEnd
+
+log = logging.getLogger("sandfleet.worker")
+
+
+class JobReporting:
+    """Metrics and webhooks of one worker process. ``pool_stats`` reads the sandbox pool's figures."""
+
+    def __init__(self, settings: Settings, pool_stats: Callable[[], dict[str, Any] | None]) -> None:
+        self.settings = settings
+        self.metrics: Any = None  # WorkerMetrics, when the metrics port is set
+        self.webhooks: Any = None  # Webhooks, once started
+        self._server: Any = None
+        if settings.metrics_port:
+            from sandfleet.worker.metrics import WorkerMetrics
+
+            self.metrics = WorkerMetrics(pool_stats)
+
+    def start(self, store: JobStore, job_end: JobEnd) -> None:
+        """Serve the metrics (an unusable port is logged, not fatal) and hook both into ``job_end``."""
+        if self.webhooks is not None:
+            return
+        if self.metrics is not None:
+            from sandfleet.worker.metrics import start_metrics
+
+            job_end.on_recorded(self._count)
+            try:
+                self._server = start_metrics(self.settings, self.metrics)
+            except OSError as e:
+                log.error(
+                    "metrics: cannot listen on %s:%d (%s); set SANDFLEET_METRICS_PORT to a free port",
+                    self.settings.metrics_address, self.settings.metrics_port, e,
+                )  # fmt: skip
+        from sandfleet.worker.webhooks import Webhooks
+
+        on_sent = self.metrics.webhook_sent if self.metrics is not None else None
+        self.webhooks = Webhooks(self.settings, store.redis, on_sent=on_sent)
+        self.webhooks.register(job_end)
+
+    def _count(self, store: JobStore, job_id: str, result: JobResult) -> None:
+        record = store.record(job_id)  # the final record: its stamps give the queue wait
+        if record is not None:
+            self.metrics.job_ended(record)
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.stop()
+        if self.webhooks is not None:
+            self.webhooks.close()

@@ -1,0 +1,12 @@
+"""The engine: turns a JobSpec into a JobResult in the job's mode (modes.py).
+
+code-action: loop.py; shell: shell.py (session sandbox, sandfleet/worker/shell/); chat: chat.py. Shell and chat
+share the tool-calling loop (toolloop.py), its functions (functions.py, schemas.py) and records
+(outcome.py).
+"""
+
+from sandfleet.worker.engine.code_action import AuditSink, ListAudit, NullAudit
+from sandfleet.worker.engine.modes import run_job
+from sandfleet.worker.engine.services import EngineServices
+
+__all__ = ["AuditSink", "EngineServices", "ListAudit", "NullAudit", "run_job"]

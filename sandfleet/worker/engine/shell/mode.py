@@ -1,0 +1,119 @@
+"""Shell mode: a tool-calling loop over the job's tools plus five tools on ONE session sandbox.
+
+The session sandbox is made when the job starts and destroyed when it ends, whatever happens (its
+caps, a model failure, an exception), with the same hardening and limits as every sandbox. Its
+lifetime cap is the sandbox's ``timeout`` (bounded by the job's wall time), its idle cap
+``tool_loop.idle_timeout``. A sandbox that dies mid-job is reported to the model by the tool that
+found it gone (and by every later one); the job goes on to an answer or a cap, never hangs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import ValidationError
+
+from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
+from sandfleet.core.contracts import AuditKind, ErrorKind, JobMode, JobResult, JobSpec
+from sandfleet.core.errors import InvalidSpecError, SandboxError
+from sandfleet.worker.engine.functions import FunctionTable
+from sandfleet.worker.engine.outcome import failed_before_loop, loop_result, refused
+from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
+from sandfleet.worker.engine.schemas import function_tools
+from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.engine.shell.tools import SHELL_TOOL_NAMES, ShellTools
+from sandfleet.worker.engine.toolloop import AuditSink, ToolLoop
+from sandfleet.worker.sandbox.policy import check_sandbox_policy
+from sandfleet.worker.tools.registry import ToolRegistry
+
+
+def run_shell_job(
+    spec: JobSpec, job_id: str, *, services: EngineServices, audit: AuditSink, base_url: str | None = None
+) -> JobResult:
+    """Answer one shell job in a session sandbox of its own. Returns its result for every outcome of
+    the job itself.
+
+    Raises:
+        SandboxUnavailableError: no engine (the job is retried).
+        ModelUnavailableError: the model endpoint failed with a retryable error (the job is retried).
+    """
+    began = time.perf_counter()
+    settings = services.settings
+    model_name = spec.model or settings.model
+    caps = spec.tool_loop
+    try:
+        config = SandboxConfig.model_validate(spec.sandbox)
+        check_sandbox_policy(config, settings)
+        allowed = services.registry.subset(spec.tools)
+        clash = sorted(set(allowed.names()) & set(SHELL_TOOL_NAMES))
+        if clash:
+            raise InvalidSpecError(
+                f"tool {', '.join(clash)} has the name of a shell-mode sandbox tool; rename it for shell jobs"
+            )
+        function_tools(allowed)  # every job tool can be offered by name
+        model = services.job_model(spec, job_id, base_url)
+        services.pool.backend.preflight(config)
+    except (InvalidSpecError, SandboxError, ValidationError) as e:
+        return refused(job_id, JobMode.SHELL, model_name, e, began, audit)
+    deadline = time.monotonic() + caps.wall_timeout
+    try:
+        session = services.sessions.open(
+            config,
+            job_id=job_id,
+            lifetime_s=min(config.timeout, caps.wall_timeout),
+            idle_s=caps.idle_timeout,
+            wait_s=caps.wall_timeout,
+        )
+    except SandboxError as e:
+        message = f"the session sandbox could not be made: {e}"
+        return failed_before_loop(job_id, JobMode.SHELL, model_name, ErrorKind.SANDBOX, message, began, audit)
+    audit.emit(
+        AuditKind.SESSION,
+        {
+            "event": "started",
+            "container_id": session.container.id,
+            "runtime": session.container.runtime,
+            "start_s": session.container.start_s,
+            "lifetime_s": session.seconds_left(),
+            "idle_s": caps.idle_timeout,
+        },
+    )
+    try:
+        tools = ShellTools(
+            session,
+            caps=caps,
+            settings=settings,
+            deadline=deadline,
+            network=config.network,
+            wheelhouse=services.sessions.wheelhouse,
+        )
+        shell_tools = tools.registry()
+        functions = FunctionTable(
+            ToolRegistry([*allowed, *shell_tools]),
+            policy=services.runtime.policy,
+            job_id=job_id,
+            unchecked=shell_tools.names(),
+        )
+        system = tool_loop_system(
+            shell=True,
+            max_tool_calls=caps.max_tool_calls,
+            data_science=config.image == DATA_SCIENCE_IMAGE,
+            network=config.network,
+        )
+        messages = first_messages(spec.question, spec.history, system)
+        loop = ToolLoop(model, functions, caps, audit, request_timeout_s=settings.model_request_timeout_s)
+        outcome = loop.run(messages, deadline=deadline)
+    finally:
+        services.sessions.close_session(session)
+        record = session.record()
+        audit.emit(AuditKind.SESSION, {"event": "destroyed", **record.model_dump(mode="json")})
+    return loop_result(
+        job_id,
+        JobMode.SHELL,
+        model_name,
+        outcome,
+        began,
+        audit,
+        session=record,
+        timings={"session_start_s": session.container.start_s},
+    )

@@ -1,0 +1,319 @@
+"""The tool-calling loop of shell and chat jobs, over the OpenAI chat API's function calling.
+
+    question -> model -> tool calls -> run each (host tools, sandbox tools) -> results -> model -> ...
+                  |                                                                     |
+                  +------ a reply with no tool call: the answer (its RESULT line) <-----+
+
+Caps (``ToolLoopSettings``), each ending the job with a clear error and a ``limits_hit`` entry:
+
+- turns: at most ``max_turns`` model replies; a last reply that still asks for calls is not run.
+- tool calls, as in code-action: every call counts (failed, unknown and malformed ones too); a call
+  past ``max_tool_calls`` is refused with ``ToolBudgetExceededError`` and the model gets one more
+  turn to answer; a reply that asks for calls after that ends the job.
+- tokens: prompt + completion over the job; past ``max_tokens`` no further call runs.
+- wall time: ``wall_timeout`` seconds from the start; each model request's timeout and each
+  command's timeout are bounded by what is left.
+
+Audit: every model call (``model_call``), every call the model asked for before it runs
+(``function_call``) and what it returned (``function_result``). A model that fails for good ends the
+job ``failed`` (kind ``model``); a transient failure raises ``ModelUnavailableError`` (the job is retried)
+unless the wall time ran out meanwhile.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sandfleet.core.config import ToolLoopSettings
+from sandfleet.core.contracts import (
+    AuditKind,
+    ErrorInfo,
+    ErrorKind,
+    FunctionCallRecord,
+    JobStatus,
+    Limit,
+    TokenUsage,
+    TurnRecord,
+)
+from sandfleet.core.errors import JsonLimitError, ModelError, ModelUnavailableError
+from sandfleet.worker.engine.clip import clip_text
+from sandfleet.worker.engine.functions import CallOutcome, FunctionTable
+from sandfleet.worker.llm.bounds import budget_outcome
+from sandfleet.worker.llm.client import ModelClient, ModelReply
+from sandfleet.worker.program.bridge import BUDGET_ERROR
+from sandfleet.worker.program.runtime import RESULT_PREFIX, parse_result_line
+
+RECORDED_RESULT_BYTES = (
+    64 * 1024
+)  # a call's result is kept in the job record up to this size (the audit has all)
+NOT_RUN = "NotRunError"  # the error type of calls a cap stopped before they ran
+
+
+class AuditSink(Protocol):
+    """Where events go (the same protocol as sandfleet/worker/engine/code_action.py's: a Redis stream in the fleet)."""
+
+    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None: ...
+
+
+@dataclass
+class LoopOutcome:
+    """How the loop ended: a status, the answer (or the error), and everything it did."""
+
+    status: JobStatus
+    answer: str | None = None
+    result: Any = None
+    error: ErrorInfo | None = None
+    turns: list[TurnRecord] = field(default_factory=list)
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    limits_hit: list[Limit] = field(default_factory=list)
+    tool_calls: int = 0
+    model_s: float = 0.0
+    tool_s: float = 0.0
+
+
+def parse_answer(text: str) -> Any:
+    """The answer of a final reply: the payload of its last ``RESULT:`` line (JSON when it parses), else
+    the whole text.
+
+    Raises:
+        JsonLimitError: the RESULT payload nests past the cap (``MAX_JSON_DEPTH``).
+    """
+    for line in reversed(text.splitlines()):
+        candidate = line.strip().strip("`").strip()
+        if candidate.startswith(RESULT_PREFIX):
+            return parse_result_line(candidate)[1]
+    return text.strip()
+
+
+class ToolLoop:
+    """One job's loop: a model, the functions it may call, the caps and where events go.
+
+    Args:
+        model: the model client (function calling through ``complete(..., tools=...)``).
+        functions: the job's functions.
+        caps: the job's ``tool_loop`` settings.
+        audit: where every model call and function call is reported.
+        request_timeout_s: the model request timeout of the settings; shortened to the time left.
+        clock: seconds, monotonic (injectable for tests of the caps).
+    """
+
+    def __init__(
+        self,
+        model: ModelClient,
+        functions: FunctionTable,
+        caps: ToolLoopSettings,
+        audit: AuditSink,
+        *,
+        request_timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.model = model
+        self.functions = functions
+        self.caps = caps
+        self.audit = audit
+        self.request_timeout_s = request_timeout_s
+        self.clock = clock
+
+    def run(self, messages: list[dict[str, Any]], *, deadline: float | None = None) -> LoopOutcome:
+        """Talk to the model until it answers or a cap ends the job. ``messages`` grows as it goes."""
+        deadline = self.clock() + self.caps.wall_timeout if deadline is None else deadline
+        out = LoopOutcome(status=JobStatus.RUNNING)
+        sent = 0  # messages already shown in an earlier model_call event
+        budget_refused = False
+        for number in range(1, self.caps.max_turns + 1):
+            left = deadline - self.clock()
+            if left <= 0:
+                return self._wall_time(out)
+            try:
+                reply = self.model.complete(
+                    messages, tools=self.functions.schemas, timeout_s=min(self.request_timeout_s, left)
+                )
+            except ModelError as e:
+                kind, limit = budget_outcome(e)
+                return self._stop(out, JobStatus.FAILED, kind, str(e), limit)
+            except ModelUnavailableError:
+                if self.clock() >= deadline:
+                    return self._wall_time(out)
+                raise
+            turn = self._account(out, number, reply, messages[sent:])
+            sent = len(messages) + 1
+            assistant = _assistant_message(reply, number)
+            messages.append(assistant)
+            ids = [call["id"] for call in assistant.get("tool_calls", [])]
+            if not reply.tool_calls:
+                return self._answered(out, reply)
+            if number == self.caps.max_turns:
+                self._not_run(
+                    out, turn, reply, ids, messages, f"the job reached its cap of {number} model turns"
+                )
+                return self._stop(
+                    out, JobStatus.FAILED, ErrorKind.LIMIT,
+                    f"the model still asked for tool calls after {number} turns (max_turns)", Limit.TURNS,
+                )  # fmt: skip
+            if budget_refused:
+                self._not_run(out, turn, reply, ids, messages, "the tool-call budget was already spent")
+                return self._stop(
+                    out, JobStatus.FAILED, ErrorKind.LIMIT,
+                    f"the model kept asking for tool calls past the budget of {self.caps.max_tool_calls}",
+                    Limit.TOOL_CALLS,
+                )  # fmt: skip
+            if out.usage.prompt_tokens + out.usage.completion_tokens > self.caps.max_tokens:
+                self._not_run(out, turn, reply, ids, messages, "the job used up its token budget")
+                return self._stop(
+                    out, JobStatus.FAILED, ErrorKind.LIMIT,
+                    f"the job used {out.usage.prompt_tokens + out.usage.completion_tokens} tokens, more "
+                    f"than its max_tokens of {self.caps.max_tokens}",
+                    Limit.TOKENS,
+                )  # fmt: skip
+            for call, call_id in zip(reply.tool_calls, ids, strict=True):
+                if self.clock() >= deadline:
+                    outcome = CallOutcome(False, error_type=NOT_RUN, error="the job ran out of wall time")
+                elif out.tool_calls >= self.caps.max_tool_calls:
+                    budget_refused = True
+                    outcome = CallOutcome(
+                        False,
+                        error_type=BUDGET_ERROR,
+                        error=f"tool-call budget of {self.caps.max_tool_calls} exceeded: no more calls "
+                        "will run; answer now with what you have",
+                    )
+                else:
+                    outcome = None
+                out.tool_calls += 1
+                self._call(out, turn, call_id, call.name, call.arguments, messages, outcome)
+            if budget_refused and Limit.TOOL_CALLS not in out.limits_hit:
+                out.limits_hit.append(Limit.TOOL_CALLS)
+            if self.clock() >= deadline:
+                return self._wall_time(out)
+        raise AssertionError("unreachable: the last turn returns")  # pragma: no cover
+
+    # -- steps ----------------------------------------------------------------------------------
+
+    def _account(
+        self, out: LoopOutcome, number: int, reply: ModelReply, new_messages: list[dict[str, Any]]
+    ) -> TurnRecord:
+        out.usage = out.usage + TokenUsage(
+            prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
+        )
+        out.model_s += reply.latency_s
+        self.audit.emit(AuditKind.MODEL_CALL, reply.audit_data(new_messages, with_tool_calls=True), number)
+        turn = TurnRecord(
+            number=number,
+            reply=reply.text,
+            finish_reason=reply.finish_reason,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            latency_s=reply.latency_s,
+        )
+        out.turns.append(turn)
+        return turn
+
+    def _call(
+        self,
+        out: LoopOutcome,
+        turn: TurnRecord,
+        call_id: str,
+        name: str,
+        arguments: str,
+        messages: list[dict[str, Any]],
+        outcome: CallOutcome | None,
+    ) -> None:
+        """Run one call (unless ``outcome`` already says it may not run), record it, answer the model."""
+        seq = out.tool_calls
+        self.audit.emit(
+            AuditKind.FUNCTION_CALL,
+            {"seq": seq, "call_id": call_id, "tool": name, "arguments": arguments},
+            turn.number,
+        )
+        if outcome is None:
+            outcome = self.functions.call(name, arguments, seq)
+        out.tool_s += outcome.duration_s
+        text = outcome.text()
+        shown, size = clip_text(text, self.caps.max_result_bytes)
+        record = FunctionCallRecord(
+            seq=seq,
+            turn=turn.number,
+            call_id=call_id,
+            tool=name,
+            arguments=arguments,
+            ok=outcome.ok,
+            error_type=outcome.error_type,
+            error=outcome.error,
+            result=outcome.value if outcome.ok and size <= RECORDED_RESULT_BYTES else None,
+            result_size=size,
+            shown_size=len(shown.encode(errors="surrogatepass")),
+            duration_ms=outcome.duration_s * 1000,
+        )
+        turn.calls.append(record)
+        self.audit.emit(
+            AuditKind.FUNCTION_RESULT,
+            {**record.model_dump(mode="json", exclude={"result"}), "shown": shown},
+            turn.number,
+        )
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": shown})
+
+    def _not_run(
+        self,
+        out: LoopOutcome,
+        turn: TurnRecord,
+        reply: ModelReply,
+        ids: list[str],
+        messages: list[dict[str, Any]],
+        why: str,
+    ) -> None:
+        """Record the calls of a reply that a cap stopped, without running them."""
+        for call, call_id in zip(reply.tool_calls, ids, strict=True):
+            outcome = CallOutcome(False, error_type=NOT_RUN, error=f"not run: {why}")
+            out.tool_calls += 1
+            self._call(out, turn, call_id, call.name, call.arguments, messages, outcome)
+
+    def _answered(self, out: LoopOutcome, reply: ModelReply) -> LoopOutcome:
+        text = reply.text.strip()
+        if not text:
+            return self._stop(out, JobStatus.FAILED, ErrorKind.NO_ANSWER, "the model's last reply was empty")
+        try:
+            answer = parse_answer(reply.text)
+        except JsonLimitError as e:
+            return self._stop(
+                out, JobStatus.FAILED, ErrorKind.LIMIT, f"the model's answer: {e}", Limit.NESTING
+            )
+        out.status, out.answer, out.result = JobStatus.SUCCEEDED, reply.text, answer
+        return out
+
+    def _wall_time(self, out: LoopOutcome) -> LoopOutcome:
+        return self._stop(
+            out, JobStatus.TIMED_OUT, ErrorKind.LIMIT,
+            f"the job passed its wall time of {self.caps.wall_timeout:g} s (wall_timeout)", Limit.WALL_TIME,
+        )  # fmt: skip
+
+    def _stop(
+        self, out: LoopOutcome, status: JobStatus, kind: ErrorKind, message: str, limit: Limit | None = None
+    ) -> LoopOutcome:
+        out.status, out.error = status, ErrorInfo(kind=kind, message=message)
+        if limit is not None and limit not in out.limits_hit:
+            out.limits_hit.append(limit)
+        return out
+
+
+def _assistant_message(reply: ModelReply, number: int) -> dict[str, Any]:
+    """The reply as the next assistant message; a call without an id gets one (each must be answered)."""
+    message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+    if reply.tool_calls:
+        seen: set[str] = set()
+        calls = []
+        for index, call in enumerate(reply.tool_calls):
+            call_id = call.id if call.id and call.id not in seen else f"call_t{number}_{index}"
+            seen.add(call_id)
+            calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+            )
+        message["tool_calls"] = calls
+    elif not reply.text:
+        message["content"] = ""
+    return message

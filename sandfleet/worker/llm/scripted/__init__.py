@@ -1,0 +1,1 @@
+"""The scripted model: an OpenAI-compatible server replaying a script (``replay:FILE`` models)."""

@@ -1,0 +1,1 @@
+"""Running one program: the runtime, the host side of the tool bridge, artifacts."""

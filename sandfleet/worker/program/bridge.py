@@ -1,0 +1,482 @@
+"""The host side of the tool bridge: every call a program makes passes here, and only here.
+
+Caps and limits live on this side, never in the stub: the allow-list, the call budget (every
+call counts, failed and unknown ones included), request and reply sizes, the nesting cap on
+arguments and results (``MAX_JSON_DEPTH``, read from the request's text before it is parsed), the
+per-call timeout, the operator's policy hook, and the audit record of each call. A program that
+rewrites its stub or writes bytes by hand gets nothing more than the stub would.
+
+Calls may arrive from several of the program's threads at once: :meth:`ToolBridge.handle` is called
+on a thread per call and is thread-safe. Each call's sequence number (and its place in the budget) is
+its place in the order the frames were read; records are kept, and reported, as calls finish. The per-call timeout: an
+MCP call is cancelled at it; a Python function cannot be stopped, so the program's loop asks
+:meth:`ToolBridge.overdue` now and then, which answers a call past ``call_timeout_s`` with a
+``TimeoutError`` (recorded so) and drops the function's result when it comes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from sandfleet.core import json_limits
+from sandfleet.core.contracts import ToolCallRecord
+from sandfleet.core.errors import JsonLimitError
+from sandfleet.worker.tools.registry import ToolRegistry
+from sandfleet.worker.tools.tool import Tool
+
+STUB_SOURCE = Path(__file__).resolve().parent.parent / "sandbox" / "inside" / "tools_stub.py"
+MAX_RECORDED_RESULT_BYTES = 8 * 1024**2
+BUDGET_ERROR = "ToolBudgetExceededError"
+DENIED_ERROR = "ToolDeniedError"  # a gated call a person denied (or did not approve in time)
+MAX_ERROR_CHARS = 8000  # of a tool's error message, for the program and the record
+REQUEST_ENVELOPE_DEPTH = 2  # a request object, then its args list (or kwargs object), then the values
+REPLY_ENVELOPE_DEPTH = 1  # a reply object, then the value
+
+
+@dataclass(frozen=True)
+class CallRequest:
+    """What the policy hook sees of a call before it runs."""
+
+    tool: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    job_id: str | None
+    seq: int
+
+
+@dataclass(frozen=True)
+class PolicyDecision:
+    allow: bool
+    reason: str = ""
+
+
+class CallPolicy(Protocol):
+    """Decides whether a call may run (e.g. human approval). Runs on the host, before the tool."""
+
+    def __call__(self, request: CallRequest) -> PolicyDecision | bool: ...
+
+
+def allow_all(request: CallRequest) -> PolicyDecision:
+    return PolicyDecision(True)
+
+
+def stub_module(registry: ToolRegistry, max_request_bytes: int = 0) -> str:
+    """The source of ``sandfleet_tools`` for a program allowed exactly ``registry``'s tools."""
+    specs = [{"name": t.name, "signature": t.signature, "description": t.description} for t in registry]
+    source = STUB_SOURCE.read_text().replace("_TOOLS = []", f"_TOOLS = {json.dumps(specs)}", 1)
+    return source.replace("_MAX_REQUEST = 0", f"_MAX_REQUEST = {int(max_request_bytes)}", 1)
+
+
+class _Refusal(Exception):
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(error_type, message)
+        self.error_type, self.message = error_type, message
+
+
+class _AlreadyAnswered(Exception):
+    """The call was answered with a TimeoutError while its function ran: its result is dropped."""
+
+
+class _Unanswered(Exception):
+    """The run is being suspended (or has ended) while the call waited for a decision: no reply, no record."""
+
+
+@dataclass(frozen=True)
+class _Running:
+    """A Python tool call in progress, for :meth:`ToolBridge.overdue`."""
+
+    deadline: float  # time.monotonic()
+    request_id: Any
+    tool: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    began: float  # time.perf_counter()
+
+
+@dataclass
+class ToolBridge:
+    """Serves one program run's calls. ``handle`` gets a request frame and returns the reply bytes."""
+
+    registry: ToolRegistry
+    max_calls: int = 50
+    max_request_bytes: int = 1024**2
+    max_response_bytes: int = 64 * 1024**2
+    policy: CallPolicy = allow_all
+    job_id: str | None = None
+    replay: list[ToolCallRecord] | None = None
+    side_effect_memo: dict[str, list[Any]] | None = None
+    on_call: Callable[[ToolCallRecord], None] | None = None
+    call_timeout_s: float | None = None
+    gate: Any = None  # sandfleet/worker/approval/gate.py RunGate: asked before a gated call runs
+    resume: list[ToolCallRecord] | None = None  # a resumed run: calls completed before, served again
+    on_suspend: Callable[[], None] | None = None  # stops the program (waits past the grace, or untrusted)
+    records: list[ToolCallRecord] = field(default_factory=list)
+    tool_time_s: float = 0.0
+    budget_exceeded: bool = False
+    protocol_errors: int = 0
+    _seq: int = field(default=0, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _record_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _running: dict[int, _Running] = field(default_factory=dict, init=False, repr=False)
+    _replayed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
+    suspended_for: list[str] = field(default_factory=list, init=False)  # requests the run stopped for
+    untrusted: str | None = field(default=None, init=False)  # why it stopped: state the chain lacks
+    _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _quiet: set[int] = field(default_factory=set, init=False, repr=False)  # resumed: not audited again
+    _resumed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
+    _approvals: dict[int, str] = field(default_factory=dict, init=False, repr=False)
+
+    def close(self) -> None:
+        """The run ended: calls still waiting for a decision give up (unanswered, unrecorded)."""
+        self._closed.set()
+
+    @property
+    def suspended(self) -> bool:
+        return bool(self.suspended_for)
+
+    def __call__(self, header: dict[str, Any], body: bytes, arrival: int | None = None) -> bytes | None:
+        return self.handle(header, body, arrival)
+
+    def handle(self, header: dict[str, Any], body: bytes, arrival: int | None = None) -> bytes | None:
+        """Serve one call frame; the reply bytes, or None when :meth:`overdue` answered it already.
+
+        ``arrival``: the call's place in the order the frames were read (its sequence number and its
+        place in the budget), given when calls are served on several threads; else the next one.
+        """
+        with self._lock:
+            if arrival is None:
+                self._seq += 1
+                seq = self._seq
+            else:
+                seq = arrival
+                self._seq = max(self._seq, arrival)
+        began = time.perf_counter()
+        request_id: Any = None
+        tool = "?"
+        args: list[Any] = []
+        kwargs: dict[str, Any] = {}
+        try:
+            if header.get("oversize") is not None:
+                raise _Refusal(
+                    "ValueError",
+                    f"tool request of {header['oversize']} bytes exceeds the "
+                    f"{self.max_request_bytes}-byte limit",
+                )
+            if header.get("malformed"):
+                self._protocol_error()
+                raise _Refusal("ConnectionError", str(header["malformed"]))
+            if len(body) > self.max_request_bytes:
+                raise _Refusal(
+                    "ValueError",
+                    f"tool request of {len(body)} bytes exceeds the {self.max_request_bytes}-byte limit",
+                )
+            request_id, tool, args, kwargs = self._parse(body)
+            if seq > self.max_calls:
+                self.budget_exceeded = True
+                raise _Refusal(BUDGET_ERROR, f"tool-call budget of {self.max_calls} exceeded")
+            if tool not in self.registry:
+                allowed = ", ".join(self.registry.names()) or "none"
+                raise _Refusal(
+                    "NameError", f"tool {tool!r} is not allowed for this job; allowed tools: {allowed}"
+                )
+            decision = self.policy(CallRequest(tool, args, kwargs, self.job_id, seq))
+            if isinstance(decision, bool):
+                decision = PolicyDecision(decision)
+            if not decision.allow:
+                raise _Refusal(
+                    "PermissionError",
+                    f"call to {tool} denied by policy" + (f": {decision.reason}" if decision.reason else ""),
+                )
+            value, replayed = self._run(seq, request_id, began, tool, args, kwargs)
+            reply = _value_reply(tool, request_id, value)
+            if len(reply) > self.max_response_bytes:
+                raise _Refusal(
+                    "ValueError",
+                    f"tool {tool} returned {len(reply)} bytes, more than the "
+                    f"{self.max_response_bytes}-byte limit",
+                )
+            self._record(
+                seq, tool, args, kwargs, began, ok=True, value=value, size=len(reply), replayed=replayed
+            )
+            return reply
+        except (_AlreadyAnswered, _Unanswered):
+            return None
+        except _Refusal as e:
+            return self._fail(seq, request_id, tool, args, kwargs, began, e.error_type, e.message)
+        except Exception as e:  # the tool's own exception reaches the program, type name and message kept
+            return self._fail(seq, request_id, tool, args, kwargs, began, type(e).__name__, _message(e))
+
+    def _parse(self, body: bytes) -> tuple[Any, str, list[Any], dict[str, Any]]:
+        try:
+            request = json_limits.loads(
+                body, "a tool argument", envelope=REQUEST_ENVELOPE_DEPTH
+            )  # checked before parsing: json's decoder recurses
+        except JsonLimitError as e:
+            raise _Refusal("ValueError", str(e)) from None
+        except (ValueError, UnicodeDecodeError) as e:
+            self._protocol_error()
+            raise _Refusal("ValueError", f"malformed tool request: {e}") from None
+        if not isinstance(request, dict):
+            self._protocol_error()
+            raise _Refusal("ValueError", "malformed tool request: not an object")
+        tool, args, kwargs = request.get("tool"), request.get("args", []), request.get("kwargs", {})
+        if not isinstance(tool, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            self._protocol_error()
+            raise _Refusal(
+                "ValueError", "malformed tool request: needs tool (str), args (list), kwargs (object)"
+            )
+        oversize = request.get("oversize")
+        if isinstance(oversize, int) and not isinstance(oversize, bool):  # the stub did not send it whole
+            raise _Refusal(
+                "ValueError",
+                f"tool request of {oversize} bytes exceeds the {self.max_request_bytes}-byte limit",
+            )
+        return request.get("id"), tool[:200], args, kwargs
+
+    def _protocol_error(self) -> None:
+        with self._lock:
+            self.protocol_errors += 1
+
+    def _run(
+        self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[Any, bool]:
+        if self.replay is not None:
+            return self._replayed(seq, tool, args, kwargs), True
+        if self.suspended or self.untrusted is not None:
+            raise _Unanswered()  # the program is being stopped: nothing more runs
+        if self.resume:
+            resumed = self._from_checkpoint(seq, tool, args, kwargs)
+            if resumed is not None:  # the same call, as it was recorded before the suspension
+                return resumed.result, resumed.replayed
+        if self.side_effect_memo and self.registry.get(tool).side_effects:
+            key = call_key(tool, args, kwargs)
+            with self._lock:
+                earlier = self.side_effect_memo.get(key)
+                if earlier:  # each earlier call stands in for one repeat, no more
+                    return earlier.pop(0), True
+        approval = None
+        if self.gate is not None and self.gate.gates(tool):
+            approval = self._admit(seq, tool, args, kwargs)
+            if approval is None:
+                raise _Unanswered()
+            if approval[0] == "served":  # the approved call ran once already: its reply, not a second run
+                return approval[1], False
+        try:
+            value, replayed = self._execute(seq, request_id, began, tool, args, kwargs)
+        except _AlreadyAnswered:
+            raise
+        except Exception as e:
+            if approval is not None:
+                self.gate.executed(
+                    approval[1], {"ok": False, "type": type(e).__name__, "message": _message(e)}
+                )
+            raise
+        if approval is not None:
+            self.gate.executed(approval[1], {"ok": True, "value": value})
+        return value, replayed
+
+    def _admit(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any] | None:
+        """Ask the gate about a gated call: ("run", request id), ("served", value), or None (unanswered:
+        the run suspends or ended). Raises _Refusal(ToolDeniedError) for a denial."""
+        tool_obj = self.registry.get(tool)
+        try:
+            bound = tool_obj.bind(args, kwargs)
+        except TypeError:
+            if type(tool_obj).call is Tool.call:  # a plain function: a bad call fails before a person sees it
+                raise
+            bound = None  # MCP tools also take the server's own names: checked when called
+        admission = self.gate.admit(call_key(tool, args, kwargs), tool, bound, args, kwargs, self._closed)
+        with self._lock:
+            self._approvals[seq] = admission.request_id
+        if admission.kind == "run":
+            return ("run", admission.request_id)
+        if admission.kind == "served":
+            outcome = admission.outcome or {}
+            if not outcome.get("ok"):
+                raise _Refusal(outcome.get("type") or "ToolError", outcome.get("message") or "failed")
+            return ("served", outcome.get("value"))
+        if admission.kind == "denied":
+            raise _Refusal(DENIED_ERROR, admission.message)
+        if admission.kind == "suspend":
+            with self._lock:
+                first = not self.suspended_for
+                self.suspended_for.append(admission.request_id)
+            if first and self.on_suspend is not None:
+                self.on_suspend()
+        if admission.kind == "untrusted":  # a stored outcome the chain does not commit to: nothing served
+            with self._lock:
+                first = self.untrusted is None
+                self.untrusted = self.untrusted or admission.message
+            if first and self.on_suspend is not None:
+                self.on_suspend()
+        return None
+
+    def _from_checkpoint(
+        self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> ToolCallRecord | None:
+        """The record of the same call completed before the job was suspended, not yet served again."""
+        with self._lock:
+            candidates = [r for r in self.resume or [] if r.seq not in self._resumed_seqs]
+            same = [r for r in candidates if r.tool == tool and r.args == args and r.kwargs == kwargs]
+            recorded = next((r for r in same if r.seq == seq), same[0] if same else None)
+            if recorded is None:
+                return None
+            self._resumed_seqs.add(recorded.seq)
+            self._quiet.add(seq)
+            if recorded.approval_id:
+                self._approvals[seq] = recorded.approval_id
+        if not recorded.ok:
+            raise _Refusal(recorded.error_type or "ToolError", recorded.error or "failed")
+        return recorded
+
+    def _execute(
+        self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> tuple[Any, bool]:
+        timeout = self.call_timeout_s
+        watched = timeout is not None and not self.registry.get(tool).stops_at_timeout
+        if watched:
+            assert timeout is not None
+            running = _Running(time.monotonic() + timeout, request_id, tool, args, kwargs, began)
+            with self._lock:
+                self._running[seq] = running
+        started = time.perf_counter()
+        try:
+            value = self.registry.call(tool, args, kwargs, timeout)
+        except Exception:
+            if self._finished(seq, watched, started):
+                raise _AlreadyAnswered() from None
+            raise
+        if self._finished(seq, watched, started):
+            raise _AlreadyAnswered()
+        return value, False
+
+    def _finished(self, seq: int, watched: bool, started: float) -> bool:
+        """Account for a call that returned; True when overdue() answered it meanwhile."""
+        with self._lock:
+            self.tool_time_s += time.perf_counter() - started
+            return watched and self._running.pop(seq, None) is None
+
+    def overdue(self) -> list[bytes]:
+        """Answer every Python tool call past its timeout with a TimeoutError (recorded so)."""
+        now = time.monotonic()
+        with self._lock:
+            late = {seq: r for seq, r in self._running.items() if r.deadline <= now}
+            for seq in late:
+                del self._running[seq]
+        replies = []
+        for seq, r in sorted(late.items()):
+            message = (
+                f"tool {r.tool} did not return within {self.call_timeout_s:g} s (the per-call timeout); "
+                "its result, if it comes, is dropped"
+            )
+            replies.append(
+                self._fail(seq, r.request_id, r.tool, r.args, r.kwargs, r.began, "TimeoutError", message)
+            )
+        return replies
+
+    def _replayed(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        """The recorded result of the same call, instead of calling the tool again.
+
+        The call recorded with this number, else the first not yet replayed with the same tool and
+        arguments: calls made from several threads may arrive in another order than they did.
+        """
+        with self._lock:
+            candidates = [r for r in self.replay or [] if r.seq not in self._replayed_seqs]
+            same = [r for r in candidates if r.tool == tool and r.args == args and r.kwargs == kwargs]
+            recorded = next((r for r in same if r.seq == seq), same[0] if same else None)
+            if recorded is not None:
+                self._replayed_seqs.add(recorded.seq)
+        if recorded is None:
+            raise _Refusal("LookupError", f"replay: call {seq} ({tool}) differs from the recorded run")
+        if not recorded.ok:
+            raise _Refusal(recorded.error_type or "ToolError", recorded.error or "failed")
+        return recorded.result
+
+    def _fail(
+        self,
+        seq: int,
+        request_id: Any,
+        tool: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        began: float,
+        error_type: str,
+        message: str,
+    ) -> bytes:
+        self._record(seq, tool, args, kwargs, began, ok=False, error_type=error_type, error=message)
+        return _encode({"id": request_id, "ok": False, "type": error_type, "message": message})
+
+    def _record(
+        self,
+        seq: int,
+        tool: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        began: float,
+        *,
+        ok: bool,
+        value: Any = None,
+        size: int = 0,
+        error_type: str | None = None,
+        error: str | None = None,
+        replayed: bool = False,
+    ) -> None:
+        record = ToolCallRecord(
+            seq=seq,
+            tool=tool,
+            args=args,
+            kwargs=kwargs,
+            ok=ok,
+            error_type=error_type,
+            error=error,
+            result=value if size <= MAX_RECORDED_RESULT_BYTES else None,
+            result_size=size,
+            duration_ms=(time.perf_counter() - began) * 1000,
+            replayed=replayed,
+            approval_id=self._approvals.get(seq),
+        )
+        with self._record_lock:  # the audit sees calls in the order their records are kept
+            self.records.append(record)
+            if self.on_call is not None and seq not in self._quiet:
+                self.on_call(record)
+
+
+def call_key(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """A canonical text of a call, to recognise the same call made again."""
+    return json.dumps([tool, args, kwargs], sort_keys=True, separators=(",", ":"))
+
+
+def _message(e: Exception) -> str:
+    """The error's message for the program and the record, its middle cut past MAX_ERROR_CHARS (a
+    check's message may quote the whole argument: jsonschema's does, megabytes of it)."""
+    text = str(e.args[0]) if isinstance(e, KeyError) and len(e.args) == 1 else str(e)
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    half = MAX_ERROR_CHARS // 2
+    return f"{text[:half]} ... ({len(text) - 2 * half} characters cut) ... {text[-half:]}"
+
+
+def _value_reply(tool: str, request_id: Any, value: Any) -> bytes:
+    """The reply carrying ``value``, refused if it nests past the cap. Values a tool returned were
+    converted under the cap already (sandfleet/worker/tools/values.py); replayed, resumed and approved ones
+    come from records, so every reply is checked here, whatever its source."""
+    try:
+        reply = _encode({"id": request_id, "ok": True, "value": value})
+        json_limits.check_depth(reply, f"the value tool {tool} returned", envelope=REPLY_ENVELOPE_DEPTH)
+    except (RecursionError, JsonLimitError):  # json's encoder recurses: deeper than ~1000 it raises
+        raise _Refusal(
+            "ValueError", f"the value tool {tool} returned {json_limits.nested_message()}"
+        ) from None
+    return reply
+
+
+def _encode(reply: dict[str, Any]) -> bytes:
+    # surrogatepass: a str may hold lone surrogates (a tool echoing what the program sent); the stub's
+    # json.loads(bytes) decodes with surrogatepass too, so they round-trip instead of failing here.
+    return json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode("utf-8", "surrogatepass")

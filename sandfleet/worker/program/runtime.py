@@ -1,0 +1,264 @@
+"""The program runtime: run ONE model-written program in a fresh sandbox, tools served from the host.
+
+    runtime = ProgramRuntime(pool, registry)
+    run = runtime.run(program, config=SandboxConfig(), settings=CodeActionSettings(), tools=["load_orders"])
+    run.result  # the RESULT payload
+
+Each run takes a fresh container from the pool (warm when possible, never reused), writes the
+program and a ``sandfleet_tools`` module allowing exactly the job's tools, runs it under
+``exec_timeout`` with the bridge attached, collects the files it left in ``/workspace/out/``
+(sandfleet/worker/program/artifacts.py), and returns what happened. The container is destroyed afterwards, whatever
+happened.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandfleet.core import json_limits
+from sandfleet.core.config import CodeActionSettings, SandboxConfig
+from sandfleet.core.contracts import Limit, ToolCallRecord
+from sandfleet.core.errors import InvalidSpecError, JsonLimitError
+from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
+from sandfleet.worker.egress.gateway import take_denials
+from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
+from sandfleet.worker.program.bridge import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.sandbox.pool import SandboxPool
+from sandfleet.worker.tools.registry import ToolRegistry
+
+log = logging.getLogger("sandfleet.runtime")
+
+RESULT_PREFIX = "RESULT:"
+BRIDGE_DIR = ".sandfleet"
+
+
+def parse_result_line(line: bytes | str | None) -> tuple[bool, Any]:
+    """(found, payload) from the last ``RESULT:`` line: JSON when it parses, else the text.
+
+    Raises:
+        JsonLimitError: the payload nests past the cap (``MAX_JSON_DEPTH``; checked before it is
+            parsed). Text opening with a bracket that is not JSON but nests past the cap counts too.
+    """
+    if line is None:
+        return False, None
+    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    if not text.startswith(RESULT_PREFIX):
+        return False, None
+    payload = text[len(RESULT_PREFIX) :].strip()
+    try:  # JSON that opens with no bracket is a scalar (or no JSON): nothing for the cap to check
+        return True, json_limits.loads(payload, "the RESULT") if payload[:1] in ("[", "{") else json.loads(
+            payload
+        )
+    except JsonLimitError:
+        raise
+    except ValueError:
+        return True, payload
+
+
+@dataclass
+class RunResult:
+    """Everything one program run did, for the engine, the audit and the CLI."""
+
+    exit_code: int
+    timed_out: bool
+    stdout: str
+    stderr: str
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    result_found: bool = False
+    result: Any = None
+    result_text: str | None = None
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    limits_hit: list[Limit] = field(default_factory=list)
+    network_denied: list[dict[str, Any]] = field(default_factory=list)  # refused by proxy or filter
+    oom_killed: bool = False
+    agent_killed: bool = False  # the program killed its sandbox's agent process (not a limit)
+    error: str | None = None
+    container_id: str | None = None
+    runtime: str | None = None
+    warm: bool = False
+    forked: bool = False  # run in a fork of the sandbox agent's interpreter, not a new python3
+    timings: dict[str, float] = field(default_factory=dict)
+    artifacts: Collection = field(default_factory=Collection)  # what it left in /workspace/out/
+    suspended_for: list[str] = field(default_factory=list)  # stopped to wait for these approval requests
+    untrusted_state: str | None = None  # stopped: a stored outcome the job's chain does not commit to
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and self.result_found and self.error is None
+
+    def failure(self) -> str | None:
+        """Why the run does not count as an answer, in words the model can act on; None if it does."""
+        if self.timed_out:
+            return f"the program timed out (killed at {self.timings.get('exec_timeout_s', 0):g} s)"
+        if self.error:
+            return self.error
+        if Limit.TOOL_CALLS in self.limits_hit and self.exit_code != 0:
+            return f"the program exceeded its tool-call budget and exited with code {self.exit_code}"
+        if self.oom_killed or (self.exit_code == 137 and Limit.MEMORY in self.limits_hit):
+            return "the program ran out of memory (exit code 137)"
+        if self.exit_code != 0:
+            return f"the program exited with code {self.exit_code}"
+        if not self.result_found:
+            return "the program printed no line starting with 'RESULT:'"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {k: v for k, v in self.__dict__.items() if k not in ("tool_calls", "artifacts")}
+        data["tool_calls"] = [c.model_dump(mode="json") for c in self.tool_calls]
+        data["artifacts"] = [a.info.model_dump(mode="json") for a in self.artifacts.kept]
+        data["artifacts_skipped"] = [s.model_dump(mode="json") for s in self.artifacts.skipped]
+        return data
+
+
+class ProgramRuntime:
+    """Runs programs in fresh sandboxes from ``pool`` with ``registry``'s tools on the host."""
+
+    def __init__(
+        self, pool: SandboxPool, registry: ToolRegistry | None = None, policy: CallPolicy = allow_all
+    ) -> None:
+        self.pool = pool
+        self.registry = registry or ToolRegistry()
+        self.policy = policy
+
+    def run(
+        self,
+        program: str,
+        *,
+        config: SandboxConfig | None = None,
+        settings: CodeActionSettings | None = None,
+        tools: list[str] | None = None,
+        job_id: str | None = None,
+        replay: list[ToolCallRecord] | None = None,
+        side_effect_memo: dict[str, list[Any]] | None = None,
+        on_call: Callable[[ToolCallRecord], None] | None = None,
+        artifacts: ArtifactCaps | None = None,
+        gate: Any = None,
+        resume: list[ToolCallRecord] | None = None,
+    ) -> RunResult:
+        """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
+        or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
+
+        ``replay`` serves every call from recorded calls instead of the tools; ``side_effect_memo``
+        (call_key -> results, consumed one per call) serves repeated calls of side-effecting tools from an earlier attempt.
+        ``artifacts``: the caps on the files collected from ``/workspace/out/`` (default: the defaults
+        of the settings; ``max_files=0`` collects nothing).
+        ``gate`` (sandfleet/worker/approval/gate.py) is asked before each gated call; a call still undecided after
+        the grace stops the program (``suspended_for`` says for which requests). ``resume`` serves the
+        calls a suspended run had completed again from their records.
+        """
+        caps = artifacts or ArtifactCaps()
+        config = config or SandboxConfig()
+        settings = settings or CodeActionSettings()
+        if config.persistent:
+            raise InvalidSpecError("programs run in single-use sandboxes: persistent is not allowed here")
+        allowed = self.registry.subset(tools if tools is not None else self.registry.names())
+        bridge = ToolBridge(
+            allowed,
+            max_calls=settings.max_tool_calls,
+            max_request_bytes=settings.max_request_bytes,
+            max_response_bytes=settings.max_response_bytes,
+            policy=self.policy,
+            job_id=job_id,
+            replay=replay,
+            side_effect_memo=side_effect_memo,
+            on_call=on_call,
+            call_timeout_s=settings.tool_timeout,
+            gate=gate,
+            resume=resume,
+        )
+        began = time.monotonic()
+        raise_if_cancelled("the program's run")
+        lease = self.pool.acquire(config)
+        container = lease.container
+        untrack = track_container(container)  # a cancel of the job destroys it mid-run
+        bridge.on_suspend = container.kill_command
+        try:
+            files_began = time.monotonic()
+            base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
+            container.put_files(
+                {
+                    f"{base}/sandfleet_tools.py": stub_module(allowed, settings.max_request_bytes).encode(),
+                    f"{base}/program.py": program.encode(),
+                }
+            )
+            exec_began = time.monotonic()
+            done = container.execute(
+                ["python3", "-s", f"{base}/program.py"],
+                python_script=f"{base}/program.py",
+                timeout=min(settings.exec_timeout, config.timeout),  # the sandbox's own timeout bounds it too
+                max_output=settings.max_output_bytes,
+                max_result=settings.max_response_bytes,
+                on_call=bridge,
+                max_request=settings.max_request_bytes,
+                mkdirs=[out_dir(config.workdir)] if caps.enabled else None,
+            )
+            ended = time.monotonic()
+            denied = take_denials(container)  # before release: a released sandbox's file is gone
+            collection = collect_artifacts(container, caps)
+            collected = time.monotonic()
+        finally:
+            untrack()
+            bridge.close()
+            self.pool.release(container)
+        limits = list(done.limits_hit)
+        try:
+            found, payload = parse_result_line(done.result_line)
+            refused = None
+        except JsonLimitError as e:  # the run's answer is refused, naming the cap: no value recorded
+            found, payload, refused = True, None, str(e)
+            limits.append(Limit.NESTING)
+        if bridge.budget_exceeded:
+            limits.append(Limit.TOOL_CALLS)
+        if done.result_overflow:
+            limits.append(Limit.RESULT_SIZE)
+        if denied:
+            limits.append(Limit.NETWORK)
+        if collection.cap_hit:
+            limits.append(Limit.ARTIFACTS)
+        error = done.protocol_error if not done.timed_out else None
+        if done.result_overflow and error is None:
+            error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"
+        if refused and error is None:
+            error = refused
+        return RunResult(
+            exit_code=done.exit_code,
+            timed_out=done.timed_out,
+            stdout=done.stdout,
+            stderr=done.stderr,
+            stdout_truncated=done.stdout_truncated,
+            stderr_truncated=done.stderr_truncated,
+            result_found=found,
+            result=payload,
+            result_text=done.result_line.decode(errors="replace")[len(RESULT_PREFIX) :].strip()
+            if found and done.result_line is not None and refused is None
+            else None,
+            tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
+            limits_hit=limits,
+            network_denied=denied,
+            oom_killed=done.oom_killed,
+            agent_killed=done.agent_killed,
+            error=error,
+            container_id=container.id,
+            runtime=container.runtime,
+            warm=lease.warm,
+            forked=done.forked,
+            artifacts=collection,
+            timings={
+                "acquire_s": lease.acquire_s,
+                "files_s": exec_began - files_began,
+                "start_s": max(0.0, done.duration_s - done.agent_run_s),
+                "run_s": done.agent_run_s,
+                "tool_s": bridge.tool_time_s,
+                "total_s": ended - began,
+                "artifacts_s": collected - ended,
+                "exec_timeout_s": min(settings.exec_timeout, config.timeout),
+            },
+            suspended_for=list(bridge.suspended_for),
+            untrusted_state=bridge.untrusted,
+        )

@@ -1,0 +1,1 @@
+"""Re-running finished jobs from their audit chains: one job, or a batch at once."""

@@ -1,0 +1,1 @@
+"""The Docker backend: the engine client, container specs, attach, the reaper, labels."""

@@ -1,0 +1,471 @@
+"""The Docker backend: the one module that imports the Docker SDK and translates its errors.
+
+Everything Sandfleet asks of a Docker engine goes through here: a shared client, the preflight
+check before a sandbox starts (runtime registered, image present, network mode possible), a
+sandbox's life on the engine (create, attach, start, how it ended, remove: DockerBackend and
+DockerSandbox) and the engine's facts for the doctor. Everything else receives Sandfleet errors
+that say what to do. The modules this backend owns use no SDK themselves: attach.py (the attach
+stream), sandfleet/worker/egress/ (network "restricted"), reaper.py (leftovers), spec.py (what a
+container is asked for).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.errors import SandboxError, SandboxUnavailableError
+from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
+from sandfleet.worker.sandbox.container import SandboxContainer, SandboxEnd
+from sandfleet.worker.sandbox.docker.attach import AttachStream
+from sandfleet.worker.sandbox.docker.labels import LABEL_CONFIG as LABEL_CONFIG
+from sandfleet.worker.sandbox.docker.labels import LABEL_JOB as LABEL_JOB
+from sandfleet.worker.sandbox.docker.labels import LABEL_OWNER as LABEL_OWNER
+from sandfleet.worker.sandbox.docker.labels import LABEL_PERSISTENT as LABEL_PERSISTENT
+from sandfleet.worker.sandbox.docker.labels import LABEL_ROLE as LABEL_ROLE
+from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs
+
+if TYPE_CHECKING:
+    from sandfleet.worker.egress.gateway import EgressLease
+
+try:  # the producer-only install has no docker SDK; fail closed with the install hint
+    import docker
+    import docker.errors
+except ModuleNotFoundError:  # pragma: no cover - exercised by a test in a venv without docker
+    docker = None
+
+DOCKER_MISSING = (
+    "The 'docker' package is required for the sandbox. Install it with: pip install 'sandfleet[worker]'"
+)
+API_POOL_CONNECTIONS = 64
+PING_FRESH_S = 1.0  # a successful ping vouches for the engine this long (jobs preflight twice each)
+EXIT_RECORDED_S = 1.0  # the engine records a container's exit this long after its stream closes
+LATE_OOM_S = 0.25  # an OOM event may reach the engine after the exit it caused
+SIGKILL_EXIT = 128 + 9
+
+log = logging.getLogger("sandfleet.sandbox")
+_client_lock = threading.Lock()
+_clients: dict[str, Any] = {}
+
+
+def unavailable(cause: object) -> SandboxUnavailableError:
+    """The error for "no engine answers"; ``cause`` is a text or the exception that said so."""
+    if isinstance(cause, BaseException):
+        cause = _cause(cause)
+    return SandboxUnavailableError(
+        f"Sandbox backend 'docker' is not available: {cause}. Make sure Docker is installed and running."
+    )
+
+
+def require_sdk() -> None:
+    if docker is None:
+        raise SandboxError(DOCKER_MISSING)
+
+
+def create_container(client: Any, kwargs: dict[str, Any]) -> str:
+    """Create a container from ``containers.create`` keyword arguments and return its id.
+
+    The SDK's ``containers.create`` inspects the container it just made to build a model object; a
+    sandbox needs only the id, and that inspect was one engine call in five per job.
+    """
+    from docker.models.containers import _create_container_args
+
+    args = {**kwargs, "version": client.api._version}
+    return str(client.api.create_container(**_create_container_args(args))["Id"])
+
+
+def docker_client(base_url: str | None = None) -> Any:
+    """A shared, pinged ``docker.DockerClient`` (from DOCKER_HOST unless base_url is given).
+
+    Raises:
+        SandboxError: the SDK is not installed.
+        SandboxUnavailableError: no engine answers.
+    """
+    require_sdk()
+    key = base_url or ""
+    with _client_lock:
+        client = _clients.get(key)
+        if client is None:
+            client = _connect(base_url)
+            _clients[key] = client
+        return client
+
+
+def _connect(base_url: str | None) -> Any:
+    client = None
+    try:
+        if base_url:
+            client = docker.DockerClient(base_url=base_url, max_pool_size=API_POOL_CONNECTIONS)
+        else:
+            client = docker.from_env(max_pool_size=API_POOL_CONNECTIONS)
+        client.ping()
+        return client
+    except Exception as e:  # DockerException, or requests/urllib3 errors that surface raw
+        if client is not None:
+            client.close()
+        raise unavailable(_cause(e)) from e
+
+
+def forget_client(base_url: str | None = None) -> None:
+    """Drop a cached client (after the engine went away), so the next call reconnects."""
+    with _client_lock:
+        _clients.pop(base_url or "", None)
+
+
+def _cause(e: BaseException) -> str:
+    """The useful part of a Docker SDK connection error: the OS error underneath, if there is one."""
+    seen: set[int] = set()
+    stack: list[object] = [e]
+    while stack:
+        item = stack.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, OSError) and item.strerror:
+            return f"cannot connect to the engine ({item.strerror})"
+        if isinstance(item, BaseException):
+            stack.extend(x for x in (item.__cause__, item.__context__, *item.args) if x is not None)
+        elif isinstance(item, tuple):
+            stack.extend(item)
+    return str(e).replace("Error while fetching server API version: ", "").strip() or type(e).__name__
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """What the engine can do, as the doctor and the sandbox need it."""
+
+    server_version: str
+    api_version: str
+    runtimes: tuple[str, ...]
+    ncpu: int
+    mem_total: int
+    cgroup_version: str
+    images: frozenset[str] = field(default_factory=frozenset)
+
+
+def engine_info(client: Any | None = None) -> EngineInfo:
+    """Version, runtimes, CPUs and local image tags of the engine."""
+    client = client or docker_client()
+    try:
+        info = client.info()
+        version = client.version()
+        tags = frozenset(tag for image in client.images.list() for tag in image.tags)
+    except DockerError as e:
+        raise unavailable(_cause(e)) from e
+    return EngineInfo(
+        server_version=version.get("Version", "?"),
+        api_version=version.get("ApiVersion", "?"),
+        runtimes=tuple(sorted(info.get("Runtimes", {}))),
+        ncpu=int(info.get("NCPU", 1)),
+        mem_total=int(info.get("MemTotal", 0)),
+        cgroup_version=str(info.get("CgroupVersion", "1")),
+        images=tags,
+    )
+
+
+if docker is not None:
+    import requests.exceptions
+
+    # The SDK lets its transport's errors through untranslated: an engine that stops (or hangs) mid-call
+    # raises requests' ConnectionError or Timeout, not a DockerException. Both mean "no engine".
+    TransportError: tuple[type[Exception], ...] = (
+        requests.exceptions.ConnectionError,
+        requests.exceptions.Timeout,
+    )
+    DockerError: tuple[type[Exception], ...] = (docker.errors.DockerException, *TransportError)
+    NotFoundError: type[Exception] = docker.errors.NotFound
+    ImageNotFoundError: type[Exception] = docker.errors.ImageNotFound
+else:  # pragma: no cover
+    TransportError = DockerError = (OSError,)
+    NotFoundError = ImageNotFoundError = OSError
+
+
+def raw_socket(attached: Any) -> Any:
+    """The real socket under what ``attach_socket`` returns (a SocketIO over unix, a socket over TCP).
+
+    The SocketIO is closed here: while it is open it holds a reference that keeps ``close()`` of the
+    socket from closing the file descriptor, which then leaks until garbage collection.
+    """
+    sock = getattr(attached, "_sock", None)
+    if sock is None:
+        return attached
+    attached.close()  # drops the SocketIO's reference; the socket itself stays open
+    return sock
+
+
+def translate(e: Exception, doing: str) -> Exception:
+    """The Sandfleet error for an SDK error raised while ``doing`` something (a verb phrase)."""
+    text = str(e)
+    if isinstance(e, TransportError):
+        return unavailable(e)
+    if "Connection" in text or ("connect" in text.lower() and "refused" in text.lower()):
+        return unavailable(text)
+    explanation = getattr(e, "explanation", None) or text
+    server_error = getattr(e, "is_server_error", None)
+    if doing in ("create the sandbox", "start the sandbox") and server_error and server_error():
+        # preflight vouched for the runtime and the image: an engine-side failure now (a daemon
+        # stopping mid-create: "error creating overlay mount ...") is worth retrying later
+        return unavailable(f"cannot {doing}: {explanation}")
+    return SandboxError(f"cannot {doing}: {explanation}")
+
+
+def image_missing(image: str) -> SandboxError:
+    return SandboxError(
+        f"sandbox image {image!r} is not on this engine; build it with `sandfleet images build`"
+    )
+
+
+# -- preflight ------------------------------------------------------------------------------------
+
+_facts: dict[int, dict[str, Any]] = {}
+
+
+def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any]:
+    """Check, before anything starts, that the engine can make this sandbox; returns the engine facts.
+
+    Raises:
+        SandboxUnavailableError: no engine.
+        SandboxError: the runtime is not registered, the image is missing, or the network mode
+            cannot be enforced under the runtime.
+    """
+    client = client or docker_client()
+    info = _engine_facts(client)
+    if time.monotonic() - info["pinged"] > PING_FRESH_S:  # the facts are cached: is the engine there now?
+        try:
+            client.ping()
+        except DockerError as e:
+            raise unavailable(e) from e
+        info["pinged"] = time.monotonic()
+    if config.docker_runtime not in info["runtimes"]:
+        raise SandboxError(
+            f"Docker runtime {config.docker_runtime!r} is not registered with the engine; registered "
+            f"runtimes: {', '.join(sorted(info['runtimes']))}. Run deploy/bootstrap.sh to register gVisor."
+        )
+    if config.network == "restricted" and config.is_gvisor and config.docker_runtime != "runsc-egress":
+        raise SandboxError(
+            f"network 'restricted' under gVisor needs the runtime 'runsc-egress' (runsc --network=host, "
+            f"whose sockets the sandbox's filter holds), not {config.docker_runtime!r}"
+        )
+    if config.image not in info["images"]:
+        try:
+            client.images.get(config.image)
+        except ImageNotFoundError as e:
+            raise image_missing(config.image) from e
+        except DockerError as e:
+            raise translate(e, "look up the sandbox image") from e
+        info["images"].add(config.image)
+    return info
+
+
+def _engine_facts(client: Any) -> dict[str, Any]:
+    """Runtimes and CPU count of an engine, asked once per client."""
+    facts = _facts.get(id(client))
+    if facts is None:
+        try:
+            info = client.info()
+        except DockerError as e:
+            raise translate(e, "reach the engine") from e
+        facts = {
+            "runtimes": set(info.get("Runtimes", {})),
+            "ncpu": int(info.get("NCPU", 1)),
+            "images": set(),
+            "pinged": 0.0,
+        }
+        _facts[id(client)] = facts
+    return facts
+
+
+def _engine_answers(client: Any) -> bool:
+    try:
+        client.ping()
+    except DockerError:
+        return False
+    return True
+
+
+# -- one sandbox's life on the engine ---------------------------------------------------------------
+
+
+class DockerBackend:
+    """Sandboxes as Docker containers, under runc or gVisor's runsc (backend.SandboxBackend).
+
+    ``client`` is a ``docker.DockerClient``; by default the shared one for DOCKER_HOST, asked for at
+    each start (so that one made anew after the engine went away is used). Constructing connects to
+    nothing.
+    """
+
+    name = "docker"
+
+    def __init__(self, client: Any | None = None) -> None:
+        self._client = client
+
+    @property
+    def client(self) -> Any:
+        return self._client or docker_client()
+
+    def preflight(self, config: SandboxConfig) -> None:
+        preflight(config, self.client)
+
+    def start(
+        self,
+        config: SandboxConfig,
+        *,
+        owner: Owner | None = None,
+        labels: dict[str, str] | None = None,
+        read_only_mounts: dict[str, str] | None = None,
+    ) -> SandboxContainer:
+        """Create, attach and start a container, send it the agent and wait for its hello.
+
+        ``read_only_mounts`` (host folder -> path inside) are bind-mounted read-only (spec.py).
+
+        Raises:
+            SandboxUnavailableError: no engine, or it went away while the sandbox started.
+            SandboxError: the container cannot be made as configured (runtime, image, filter), or
+                its agent sees more network than the config allows (isolation.network_refusal).
+        """
+        began = time.monotonic()
+        client = self.client
+        info = preflight(config, client)
+        if config.network == "restricted":
+            from sandfleet.worker.egress.gateway import egress_gateway  # settings: only when needed
+
+            try:
+                egress_gateway().prepare(client)  # network, host rules, proxy: or EgressError
+            except DockerError as e:
+                raise translate(e, "prepare the egress network") from e
+        kwargs = container_kwargs(
+            config,
+            owner=owner or Owner.current(),
+            host_ncpu=info["ncpu"],
+            labels=labels,
+            read_only_mounts=read_only_mounts,
+        )
+        try:
+            container_id = create_container(client, kwargs)
+        except ImageNotFoundError as e:
+            raise image_missing(config.image) from e
+        except DockerError as e:
+            raise translate(e, "create the sandbox") from e
+        sandbox = DockerSandbox(client, container_id, config.docker_runtime)
+        channel = None
+        try:
+            sock = client.api.attach_socket(
+                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            channel = AgentChannel(AttachStream(raw_socket(sock)))
+            client.api.start(container_id)
+            if config.network == "restricted":
+                sandbox.egress = egress_gateway().attach(client, container_id, config)
+            return SandboxContainer.boot(config, sandbox, channel, began)
+        except BaseException as e:
+            if channel:
+                channel.close()
+            killed = isinstance(e, ChannelError) and sandbox.killed_before_start()
+            sandbox.remove()
+            if isinstance(e, ChannelError):
+                if killed or not _engine_answers(client):  # the engine stopped and took the sandbox with it
+                    raise unavailable(f"the engine went away while the sandbox started ({e})") from e
+                raise SandboxError(f"the sandbox did not start: {e}") from e
+            if isinstance(e, DockerError):
+                raise translate(e, "start the sandbox") from e
+            raise
+
+
+class DockerSandbox:
+    """One container as the Docker backend holds it (container.SandboxHandle)."""
+
+    def __init__(self, client: Any, container_id: str, runtime: str) -> None:
+        self._client = client
+        self.id = container_id
+        self.runtime = runtime
+        self._created_wall = time.time()
+        self.egress: EgressLease | None = None  # network "restricted": its registration with the proxy
+
+    def ended(self) -> SandboxEnd:
+        """How the container ended, once the engine has recorded its exit (waits up to ~1 s).
+
+        OOMKilled is the engine's word for the kernel's OOM killer (under gVisor the whole sandbox
+        goes at once); a kill through the engine (``docker kill``, removal, the engine stopping) is
+        in its event log, so a SIGKILL with neither came from inside the container.
+
+        Raises:
+            SandboxUnavailableError: the engine does not answer: it stopped, and took the container
+                with it. That is infrastructure, not the program's failure: the job is retried.
+        """
+        state = self._exit_state()
+        if state is None:
+            return SandboxEnd(gone=True)
+        if state.get("Running"):
+            return SandboxEnd()  # the stream closed but the container lives on: nothing to tell
+        code = int(state.get("ExitCode", -1))
+        if state.get("OOMKilled"):
+            return SandboxEnd(exit_code=code, oom_killed=True)
+        if code != SIGKILL_EXIT:
+            return SandboxEnd(exit_code=code)
+        time.sleep(LATE_OOM_S)
+        events = self._events("kill", "oom")
+        return SandboxEnd(exit_code=code, oom_killed="oom" in events, killed_from_outside="kill" in events)
+
+    def killed_before_start(self) -> bool:
+        """Whether a container that died before its agent spoke was killed by its engine (stopping:
+        SIGTERM/SIGKILL, or already gone) rather than failing by itself (no python3, out of memory)."""
+        try:
+            state = self._exit_state()
+        except SandboxUnavailableError:
+            return True  # the engine itself is going
+        if state is None:
+            return True
+        if state.get("Running"):
+            return False
+        return not state.get("OOMKilled") and state.get("ExitCode") in (137, 143)
+
+    def _exit_state(self) -> dict[str, Any] | None:
+        """Docker's State of the container once it has stopped (or still running after
+        EXIT_RECORDED_S); None when the engine no longer knows it."""
+        deadline = time.monotonic() + EXIT_RECORDED_S
+        while True:
+            try:
+                state: dict[str, Any] = self._client.api.inspect_container(self.id)["State"]
+            except TransportError as e:
+                raise unavailable(e) from e
+            except DockerError:
+                return None
+            if not state.get("Running") or time.monotonic() >= deadline:
+                return state
+            time.sleep(0.05)
+
+    def _events(self, *actions: str) -> set[str]:
+        """Which of ``actions`` the engine's event log shows for this container since it was made."""
+        try:
+            stream = self._client.api.events(
+                since=f"{self._created_wall - 1:.9f}",
+                until=f"{time.time():.9f}",
+                filters={"container": self.id, "event": list(actions)},
+                decode=True,
+            )
+            return {event.get("Action", "") for event in stream} & set(actions)
+        except DockerError as e:
+            raise unavailable(e) from e
+
+    def remove(self) -> None:
+        """Kill and remove the container. Never raises: the reaper finds what is left."""
+        if self.egress is not None:
+            self.egress.release()
+        try:
+            self._client.api.remove_container(self.id, force=True)
+        except NotFoundError:
+            pass
+        except Exception as e:
+            log.warning("could not remove sandbox container %s: %s", self.id[:12], e)
+
+    def inspect(self) -> dict[str, Any]:
+        """Docker's own view of the container (``docker inspect``)."""
+        try:
+            result: dict[str, Any] = self._client.api.inspect_container(self.id)
+        except DockerError as e:
+            raise translate(e, "inspect the sandbox") from e
+        return result
