@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandfleet.core.errors import SandboxError
+from sandfleet.worker.images import build as images
 from sandfleet.worker.images.build import (
     BASE_TAG,
     DATA_SCIENCE_TAG,
@@ -22,7 +23,6 @@ from sandfleet.worker.images.build import (
     mirror_from_apt_sources,
     plan_images,
 )
-from sandfleet.worker.images import build as images
 
 
 @pytest.fixture
