@@ -6,13 +6,15 @@ Frozen pydantic models, unknown fields refused, a schema version. Only JSON cros
 from __future__ import annotations
 
 import re
+from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
 from sandfleet.core.model_limits import ModelLimits
 from sandfleet.core.priority import MAX_PRIORITY, MIN_PRIORITY
+from sandfleet.core.validation_text import describe_validation_error as describe_validation_error
 
 # The words of the records live in vocabulary.py; re-exported here, where the models use them.
 from sandfleet.core.vocabulary import FINAL_STATUSES as FINAL_STATUSES
@@ -148,6 +150,15 @@ class JobSpec(_Strict):
     def _sandbox_options(cls, v: dict[str, Any]) -> dict[str, Any]:
         config = SandboxConfig.model_validate(v)
         return config.model_dump(mode="json", include=set(v))
+
+    @cached_property
+    def sandbox_config(self) -> SandboxConfig:
+        """The job's sandbox: its ``sandbox`` options over the defaults, parsed once for every reader.
+
+        ``sandbox`` was validated with the spec, so this does not raise for a validated spec. (A copy
+        made with ``model_copy(update={"sandbox": ...})`` is validated by nobody: build a new JobSpec.)
+        """
+        return SandboxConfig.model_validate(self.sandbox)
 
     @field_validator("batch_id")
     @classmethod
@@ -374,12 +385,3 @@ class AuditEvent(_Strict):
     attempt: int = 0
     kind: AuditKind
     data: dict[str, Any] = Field(default_factory=dict)
-
-
-def describe_validation_error(err: ValidationError) -> str:
-    """``field: reason`` for each problem, joined by ``; ``."""
-    parts = []
-    for item in err.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"]) or "spec"
-        parts.append(f"{where}: {item['msg'].removeprefix('Value error, ')}")
-    return "; ".join(parts)

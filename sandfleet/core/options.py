@@ -1,5 +1,5 @@
 """How the contracts are spelled on a command line, for every command of either side: ``-o KEY=VALUE``
-sandbox options and the display of validation errors."""
+sandbox options (their validation errors are shown by core/validation_text.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-if TYPE_CHECKING:  # imported when used: `--help` and commands without -o need no pydantic
-    from pydantic import ValidationError
+from sandfleet.core.validation_text import describe_validation_error
 
+if TYPE_CHECKING:  # imported when used: `--help` and commands without -o need no pydantic
     from sandfleet.core.config import SandboxConfig
 
 sandbox_option = click.option(
@@ -40,16 +40,6 @@ def parse_options(pairs: tuple[str, ...]) -> dict[str, Any]:
     return options
 
 
-def describe_validation_error(err: ValidationError) -> str:
-    """One line per problem: ``field: reason``, without pydantic's URLs."""
-    lines = []
-    for item in err.errors(include_url=False):
-        where = ".".join(str(p) for p in item["loc"]) or "options"
-        msg = item["msg"].removeprefix("Value error, ")
-        lines.append(f"{where}: {msg}")
-    return "\n".join(lines)
-
-
 def sandbox_config_from(pairs: tuple[str, ...], base: dict[str, Any] | None = None) -> SandboxConfig:
     """A validated SandboxConfig from ``-o`` pairs, or a clear usage error."""
     from pydantic import ValidationError
@@ -59,4 +49,5 @@ def sandbox_config_from(pairs: tuple[str, ...], base: dict[str, Any] | None = No
     try:
         return SandboxConfig.model_validate({**(base or {}), **parse_options(pairs)})
     except ValidationError as e:
-        raise click.UsageError(f"invalid sandbox option:\n{describe_validation_error(e)}") from None
+        problems = describe_validation_error(e, root="options", sep="\n")
+        raise click.UsageError(f"invalid sandbox option:\n{problems}") from None

@@ -99,9 +99,7 @@ def make_app(settings: Settings, *, main: str = APP_NAME, app_class: type[Any] |
 
 def sandbox_timeout_s(spec: JobSpec | None = None) -> float:
     """The wall timeout of one of the job's containers, in seconds."""
-    if spec is not None and "timeout" in spec.sandbox:
-        return float(spec.sandbox["timeout"])
-    return SandboxConfig().timeout
+    return (spec.sandbox_config if spec is not None else SandboxConfig()).timeout
 
 
 def job_time_limits(settings: Settings, spec: JobSpec | None = None) -> tuple[float, float]:

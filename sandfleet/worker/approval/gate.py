@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from sandfleet.core.approvals import (
     ApprovalRequest,
@@ -37,6 +37,7 @@ from sandfleet.core.approvals import (
     outcome_sha256,
     request_id,
 )
+from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.contracts import AuditKind, JobSpec
 from sandfleet.core.errors import ApprovalDecidedError, ApprovalWithdrawnError, UntrustedStateError
 from sandfleet.core.records import RecordReader
@@ -65,12 +66,6 @@ class Admission:
     message: str = ""  # denied: the ToolDeniedError's message; untrusted: why the job ends
 
 
-class Emitter(Protocol):
-    """Where approval events go: the job's audit sink (``emit(kind, data, attempt)``)."""
-
-    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None: ...
-
-
 class ApprovalService:
     """The worker's approvals: one store, the operator's policy, the webhook. One per worker process.
 
@@ -89,7 +84,7 @@ class ApprovalService:
     def patterns(self, spec: JobSpec) -> tuple[str, ...]:
         return approval_patterns(self.settings.approval_tools, spec.approval_tools)
 
-    def gate(self, *, job_id: str, spec: JobSpec, attempt: int, program: str, audit: Emitter) -> RunGate:
+    def gate(self, *, job_id: str, spec: JobSpec, attempt: int, program: str, audit: AuditSink) -> RunGate:
         return RunGate(self, job_id=job_id, spec=spec, attempt=attempt, program=program, audit=audit)
 
     def resume_point(self, job_id: str) -> Checkpoint | None:
@@ -103,7 +98,7 @@ class ApprovalService:
             return None
         return self.verified.checkpoint(job_id, raw)
 
-    def audit_decisions(self, job_id: str, audit: Emitter, attempt: int) -> None:
+    def audit_decisions(self, job_id: str, audit: AuditSink, attempt: int) -> None:
         """Write every decision of the job's requests the chain does not have yet (a resumed job)."""
         for rid in self.store.job_request_ids(job_id):
             try:
@@ -133,7 +128,7 @@ class RunGate:
         spec: JobSpec,
         attempt: int,
         program: str,
-        audit: Emitter,
+        audit: AuditSink,
     ) -> None:
         self.service = service
         self.store = service.store
@@ -300,7 +295,7 @@ class RunGate:
         return Admission("served", request.id, outcome=outcome)
 
 
-def note_decision(store: ApprovalStore, request: ApprovalRequest, audit: Emitter, attempt: int) -> None:
+def note_decision(store: ApprovalStore, request: ApprovalRequest, audit: AuditSink, attempt: int) -> None:
     """Write the request's decision to the chain, once (who decided, when, why)."""
     status = request.status
     decision = (

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from typing import Any
 
 from sandfleet.core.approvals import ApprovalStore
+from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.chain import sha256_hex
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.core.store import JobStore
 from sandfleet.worker.approval.checkpoint import Checkpoint
-from sandfleet.worker.approval.gate import Emitter
 
 log = logging.getLogger("sandfleet.approval")
 
@@ -27,7 +27,7 @@ def suspend_job(
     store: JobStore,
     job_id: str,
     checkpoint: Checkpoint,
-    audit: Emitter,
+    audit: AuditSink,
     republish: Callable[[str], Any] | None,
 ) -> JobStatus | None:
     """Suspend the job (or queue it again at once); the status recorded, None if it had ended."""

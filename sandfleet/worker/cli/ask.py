@@ -17,7 +17,8 @@ import click
 from sandfleet.core.console import echo, echo_json_text, escape_line, escape_program
 from sandfleet.core.contracts import JobMode
 from sandfleet.core.errors import SandfleetError
-from sandfleet.core.options import describe_validation_error, parse_options, sandbox_option
+from sandfleet.core.options import parse_options, sandbox_option
+from sandfleet.core.validation_text import describe_validation_error
 from sandfleet.worker.cli.common import echo_payload, mcp_config_option
 
 
@@ -100,7 +101,7 @@ def ask(
             code_action=code_action,
         )
     except ValidationError as e:
-        raise click.UsageError(describe_validation_error(e)) from None
+        raise click.UsageError(describe_validation_error(e, root="options", sep="\n")) from None
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     try:

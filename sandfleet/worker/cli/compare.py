@@ -19,7 +19,8 @@ import click
 
 from sandfleet.core.console import echo, echo_json, escape_line
 from sandfleet.core.errors import SandfleetError
-from sandfleet.core.options import describe_validation_error, parse_options, sandbox_option
+from sandfleet.core.options import parse_options, sandbox_option
+from sandfleet.core.validation_text import describe_validation_error
 from sandfleet.worker.cli.common import tools_option
 
 DEFAULT_MODES = "code-action,chat"
@@ -81,7 +82,7 @@ def compare(
             for m in chosen
         ]
     except ValidationError as e:
-        raise click.UsageError(describe_validation_error(e)) from None
+        raise click.UsageError(describe_validation_error(e, root="options", sep="\n")) from None
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     rows = []

@@ -25,8 +25,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.config import ToolLoopSettings
 from sandfleet.core.contracts import (
     AuditKind,
@@ -50,12 +51,6 @@ RECORDED_RESULT_BYTES = (
     64 * 1024
 )  # a call's result is kept in the job record up to this size (the audit has all)
 NOT_RUN = "NotRunError"  # the error type of calls a cap stopped before they ran
-
-
-class AuditSink(Protocol):
-    """Where events go (the same protocol as sandfleet/worker/engine/code_action.py's: a Redis stream in the fleet)."""
-
-    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None: ...
 
 
 @dataclass

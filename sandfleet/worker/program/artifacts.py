@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from sandfleet.core import json_limits
 from sandfleet.core.artifacts import OUT_DIR_NAME, ArtifactStore, media_type, name_problem, sha256_bytes
+from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.contracts import ArtifactInfo, ArtifactLimits, AuditKind, SkippedArtifact
 from sandfleet.core.errors import PolicyViolationError, SandboxError
 from sandfleet.core.settings import (
@@ -42,10 +43,6 @@ log = logging.getLogger("sandfleet.artifacts")
 MAX_LISTING_BYTES = 1024**2  # the agent's listing of one folder, before the files' bytes
 MAX_DEPTH = 8
 MAX_SKIPPED_KEPT = 100  # skipped files named in a JobResult (as the agent lists at most)
-
-
-class AuditSink(Protocol):
-    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from sandfleet.core.allowlist import AllowListError, parse_rules, uncovered
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import PolicyViolationError
-from sandfleet.core.options import describe_validation_error
 from sandfleet.core.settings import Settings
 from sandfleet.core.sizes import format_size
+from sandfleet.core.validation_text import describe_validation_error
 
 ENV_PREFIX = str(Settings.model_config.get("env_prefix", ""))  # the variables are named after the fields
 
@@ -113,7 +113,7 @@ def replay_sandbox(recorded: dict[str, Any], settings: Settings) -> SandboxConfi
     try:
         config = SandboxConfig.model_validate({**recorded, "network": "none", "allow_hosts": []})
     except ValidationError as e:
-        problems = describe_validation_error(e).replace("\n", "; ")
+        problems = describe_validation_error(e, root="options")
         raise PolicyViolationError(f"the recorded sandbox options are not valid here: {problems}") from None
     check_sandbox_policy(config, settings)
     return config
