@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from fleet.helpers import fleet_settings_for, start_worker, stop_worker
 
-from sandfleet.core.contracts import ErrorKind, JobStatus, Limit
+from sandfleet.core.contracts import ErrorKind, JobMode, JobStatus, Limit
 from sandfleet.core.settings import DEFAULT_MODEL_MAX_COMPLETION_TOKENS
 from sandfleet.worker.llm.scripted.script import parse_script
 from sandfleet.worker.llm.scripted.server import ReplayServer
@@ -143,3 +143,27 @@ def test_slow_endpoint_fails_within_the_model_time_budget(worker, model_server: 
         <= float(worker.client.redis.hget(f"{worker.settings.key_prefix}:job:{job.job_id}", "model_s"))
         < MODEL_TIME_S + 2
     )
+
+
+def test_every_result_names_its_mode(worker) -> None:  # type: ignore[no-untyped-def]
+    """Issue 23: a code-action job's result said ``mode: null`` (answered, failed and refused alike)."""
+    client = worker.client
+    answered = client.submit({"question": "repair once"})
+    failed = client.submit(
+        {
+            "question": "rambling question",
+            "code_action": {"max_repairs": 0},
+            "model_limits": {"max_completion_tokens": 100},
+        }
+    )
+    refused = client.submit({"question": "repair once", "model_limits": {"max_completion_tokens": 10**6}})
+    chat = client.submit({"question": "chat question", "mode": "chat"})
+    results = [handle.result(timeout=120) for handle in (answered, failed, refused, chat)]
+    assert [r.status for r in results] == [
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.REFUSED,
+        JobStatus.SUCCEEDED,
+    ]
+    assert [r.mode for r in results] == [JobMode.CODE_ACTION] * 3 + [JobMode.CHAT]
+    assert client.get(answered.job_id).result().mode == JobMode.CODE_ACTION  # as stored, read back

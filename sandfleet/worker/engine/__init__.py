@@ -5,7 +5,7 @@ share the tool-calling loop (toolloop.py), its functions (functions.py, schemas.
 (outcome.py).
 """
 
-from sandfleet.worker.engine.code_action import AuditSink, ListAudit, NullAudit
+from sandfleet.core.audit_sink import AuditSink, ListAudit, NullAudit
 from sandfleet.worker.engine.modes import run_job
 from sandfleet.worker.engine.services import EngineServices
 

@@ -8,19 +8,14 @@ no model-written code runs anywhere.
 
 from __future__ import annotations
 
-import time
-
-from pydantic import ValidationError
-
-from sandfleet.core.config import SandboxConfig
+from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.contracts import JobMode, JobResult, JobSpec
-from sandfleet.core.errors import InvalidSpecError
+from sandfleet.worker.engine.admission import JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
-from sandfleet.worker.engine.outcome import loop_result, refused
+from sandfleet.worker.engine.outcome import loop_result
 from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
 from sandfleet.worker.engine.services import EngineServices
-from sandfleet.worker.engine.toolloop import AuditSink, ToolLoop
-from sandfleet.worker.sandbox.policy import check_sandbox_policy
+from sandfleet.worker.engine.toolloop import ToolLoop
 
 
 def run_chat_job(
@@ -31,20 +26,22 @@ def run_chat_job(
     Raises:
         ModelUnavailableError: the model endpoint failed with a retryable error (the job is retried).
     """
-    began = time.perf_counter()
-    model_name = spec.model or services.settings.model
-    try:
-        # No sandbox here, but a job is refused alike in every mode: bad options, or beyond the policy.
-        check_sandbox_policy(SandboxConfig.model_validate(spec.sandbox), services.settings)
-        allowed = services.registry.subset(spec.tools)
-        functions = FunctionTable(allowed, policy=services.runtime.policy, job_id=job_id)
-        model = services.job_model(spec, job_id, base_url)
-    except (InvalidSpecError, ValidationError) as e:
-        return refused(job_id, JobMode.CHAT, model_name, e, began, audit)
+    start = JobStart(spec, job_id, services, audit, base_url)
+    admitted = admit(
+        start,
+        lambda config, allowed: FunctionTable(allowed, policy=services.runtime.policy, job_id=job_id),
+        sandbox=False,  # no sandbox here, but its options are checked against the policy all the same
+    )
+    if isinstance(admitted, JobResult):
+        return admitted
     system = tool_loop_system(shell=False, max_tool_calls=spec.tool_loop.max_tool_calls)
     messages = first_messages(spec.question, spec.history, system)
     loop = ToolLoop(
-        model, functions, spec.tool_loop, audit, request_timeout_s=services.settings.model_request_timeout_s
+        admitted.model,
+        admitted.prepared,
+        spec.tool_loop,
+        audit,
+        request_timeout_s=services.settings.model_request_timeout_s,
     )
     outcome = loop.run(messages)
-    return loop_result(job_id, JobMode.CHAT, model_name, outcome, began, audit)
+    return loop_result(job_id, JobMode.CHAT, start.model_name, outcome, start.began, audit)

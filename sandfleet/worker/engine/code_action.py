@@ -19,10 +19,9 @@ import functools
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from pydantic import ValidationError
-
+from sandfleet.core.audit_sink import AuditSink, ListAudit, NullAudit
 from sandfleet.core.chain import canonical_json, sha256_hex
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import (
@@ -31,6 +30,7 @@ from sandfleet.core.contracts import (
     AuditKind,
     ErrorInfo,
     ErrorKind,
+    JobMode,
     JobResult,
     JobSpec,
     JobStatus,
@@ -42,6 +42,7 @@ from sandfleet.core.contracts import (
 from sandfleet.core.errors import InvalidSpecError, ModelError, SandboxError, UntrustedStateError
 from sandfleet.worker.approval.checkpoint import Checkpoint, JobSuspended
 from sandfleet.worker.approval.policy import approval_patterns, is_gated
+from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
@@ -50,61 +51,20 @@ from sandfleet.worker.llm.client import ModelClient
 from sandfleet.worker.program.artifacts import ArtifactCaps, keep_artifacts
 from sandfleet.worker.program.bridge import call_key
 from sandfleet.worker.program.runtime import RunResult
-from sandfleet.worker.sandbox.policy import check_sandbox_policy
 from sandfleet.worker.tools.registry import ToolRegistry
 
 log = logging.getLogger("sandfleet.engine")
 TAIL_CHARS = 2000
 
 
-class AuditSink(Protocol):
-    """Where the engine reports what happens, event by event (a Redis stream in the fleet)."""
-
-    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None: ...
-
-
-class NullAudit:
-    """An audit sink that keeps nothing (``sandfleet ask`` without --audit)."""
-
-    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
-        pass
-
-
-class ListAudit:
-    """An audit sink that keeps events in memory, in order."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, int, dict[str, Any]]] = []
-
-    def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
-        self.events.append((kind, attempt, data))
-
-
 def run_job(
     spec: JobSpec, job_id: str, *, services: EngineServices, audit: AuditSink, base_url: str | None = None
 ) -> JobResult:
     """Answer one job. Returns its result for every outcome of the job itself."""
-    began = time.perf_counter()
-    settings = services.settings
-    model_name = spec.model or settings.model
-    try:
-        config = SandboxConfig.model_validate(spec.sandbox)
-        check_sandbox_policy(config, settings)
-        caps = ArtifactCaps.for_job(settings, spec.artifacts)
-        allowed = services.registry.subset(spec.tools)
-        _check_approvals_possible(spec, allowed, services)
-        model = services.job_model(spec, job_id, base_url)
-        services.pool.backend.preflight(config)
-    except (InvalidSpecError, SandboxError, ValidationError) as e:
-        message = _validation_text(e) if isinstance(e, ValidationError) else str(e)
-        audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
-        return JobResult(
-            job_id=job_id,
-            status=JobStatus.REFUSED,
-            model=model_name,
-            error=ErrorInfo(kind=ErrorKind.REFUSED, message=message),
-            timings={"total_s": time.perf_counter() - began},
-        )
+    start = JobStart(spec, job_id, services, audit, base_url)
+    admitted = admit(start, functools.partial(_code_action_checks, start))
+    if isinstance(admitted, JobResult):
+        return admitted
     try:  # a suspended job's checkpoint, used only if its verified chain commits to it: before any sandbox
         resume = services.approvals.resume_point(job_id) if services.approvals is not None else None
     except UntrustedStateError as e:
@@ -113,145 +73,146 @@ def run_job(
         return JobResult(
             job_id=job_id,
             status=JobStatus.FAILED,
-            model=model_name,
+            model=start.model_name,
+            mode=JobMode.CODE_ACTION,
             error=ErrorInfo(kind=ErrorKind.UNTRUSTED_STATE, message=str(e)),
-            timings={"total_s": time.perf_counter() - began},
+            timings={"total_s": time.perf_counter() - start.began},
         )
-    with services.pool.expecting(config):  # this job will want a sandbox: the pool warms one ahead
-        return _answer(spec, job_id, config, caps, allowed, model, model_name, services, audit, began, resume)
+    with services.pool.expecting(admitted.config):  # this job will want a sandbox: the pool warms one ahead
+        return CodeActionRun(start, admitted, resume).answer()
 
 
-def _answer(
-    spec: JobSpec,
-    job_id: str,
-    config: SandboxConfig,
-    caps: ArtifactCaps,
-    allowed: ToolRegistry,
-    model: ModelClient,
-    model_name: str,
-    services: EngineServices,
-    audit: AuditSink,
-    began: float,
-    resume: Checkpoint | None,
-) -> JobResult:
-    """The code-action attempts of an accepted job: model, program, run, repair (``resume``: the
-    verified checkpoint of a suspended job, whose attempt goes on without a model call)."""
-    system = system_message(
-        allowed.describe(),
-        max_tool_calls=spec.code_action.max_tool_calls,
-        data_science=config.image == DATA_SCIENCE_IMAGE,
-    )
-    messages = first_messages(spec.question, spec.history, system)
-    attempts: list[AttemptRecord] = []
-    usage = TokenUsage()
-    phase = {"model_s": 0.0, "acquire_s": 0.0, "run_s": 0.0, "tool_s": 0.0, "sandbox_s": 0.0}
-    memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call_key -> results
-    last_failure = ""
-    timed_out = agent_killed = False
-    last_run: tuple[int, RunResult] | None = None  # the latest attempt that ran: its artifacts are kept
-    kept = functools.partial(_keep, services, job_id, audit)
+def _code_action_checks(start: JobStart, config: SandboxConfig, allowed: ToolRegistry) -> ArtifactCaps:
+    """Code-action's own admission: the artifact caps within the operator's, approvals only where
+    they can be asked."""
+    caps = ArtifactCaps.for_job(start.services.settings, start.spec.artifacts)
+    _check_approvals_possible(start.spec, allowed, start.services)
+    return caps
 
-    def ended(status: JobStatus, error: ErrorInfo, limits_hit: list[Limit] | None = None) -> JobResult:
-        """The job's result as it ends unanswered: what it did so far (read when called)."""
-        return _finish(
-            job_id, status, error, attempts, usage, phase, began, model_name, audit, kept(last_run),
-            limits_hit=limits_hit,
-        )  # fmt: skip
 
-    first = 1
-    if resume is not None:  # a suspended job resumes its attempt: no model call, the same program
-        messages, attempts, memo = list(resume.messages), list(resume.attempts), dict(resume.memo)
-        usage, phase, first = resume.usage, {**phase, **resume.phase}, resume.number
+class CodeActionRun:
+    """The code-action attempts of one admitted job: model, program, run, repair.
+
+    It holds what the attempts share: the conversation, the attempts so far, the usage, the time per
+    phase and the memo of side-effecting calls already made; ``resume`` is the verified checkpoint of
+    a suspended job, whose attempt goes on without a model call.
+    """
+
+    def __init__(self, start: JobStart, admitted: Admitted[ArtifactCaps], resume: Checkpoint | None) -> None:
+        self.start, self.admitted, self.resume = start, admitted, resume
+        spec = start.spec
+        system = system_message(
+            admitted.allowed.describe(),
+            max_tool_calls=spec.code_action.max_tool_calls,
+            data_science=admitted.config.image == DATA_SCIENCE_IMAGE,
+        )
+        self.messages = first_messages(spec.question, spec.history, system)
+        self.attempts: list[AttemptRecord] = []
+        self.usage = TokenUsage()
+        self.phase = {"model_s": 0.0, "acquire_s": 0.0, "run_s": 0.0, "tool_s": 0.0, "sandbox_s": 0.0}
+        self.memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call_key -> results
+        self.last_failure = ""
+        self.timed_out = self.agent_killed = False
+        self.last_run: tuple[int, RunResult] | None = (
+            None  # the latest attempt that ran: its artifacts are kept
+        )
+
+    def answer(self) -> JobResult:
+        """Every attempt until one answers, or the repairs run out."""
+        first = self._resume_state() if self.resume is not None else 1
+        for number in range(first, self.start.spec.code_action.max_repairs + 2):
+            resuming = self.resume is not None and number == self.resume.number
+            reply = self._reply(number, resuming)
+            if isinstance(reply, JobResult):
+                return reply
+            reply_text, program = reply
+            if program is None:
+                self._no_program(number, reply_text)
+                continue
+            ended = self._attempt(number, program, reply_text, resuming)
+            if ended is not None:
+                return ended
+        return self._gave_up()
+
+    def _resume_state(self) -> int:
+        """Take the suspended job's state back (no model call, the same program): its attempt number."""
+        resume, audit = self.resume, self.start.audit
+        assert resume is not None
+        self.messages, self.attempts, self.memo = (
+            list(resume.messages),
+            list(resume.attempts),
+            dict(resume.memo),
+        )
+        self.usage, self.phase = resume.usage, {**self.phase, **resume.phase}
         audit.emit(
             AuditKind.APPROVAL,
             {"event": "resumed", "waiting_for": resume.waiting_for, "calls_served": len(resume.calls)},
-            first,
+            resume.number,
         )
-        assert services.approvals is not None  # a checkpoint comes only from the approval service
-        services.approvals.audit_decisions(job_id, audit, first)
-    program: str | None
-    for number in range(first, spec.code_action.max_repairs + 2):
-        resuming = resume is not None and number == resume.number
+        approvals = self.start.services.approvals
+        assert approvals is not None  # a checkpoint comes only from the approval service
+        approvals.audit_decisions(self.start.job_id, audit, resume.number)
+        return resume.number
+
+    def _reply(self, number: int, resuming: bool) -> tuple[str, str | None] | JobResult:
+        """The attempt's reply and the program in it (a resumed attempt's own), or the job's end."""
         if resuming:
-            assert resume is not None
-            reply_text, program = resume.reply, resume.program
-        else:
-            outcome = _ask_model(model, messages, number, usage, phase, audit)
-            if isinstance(outcome, ModelFailure):
-                return ended(JobStatus.FAILED, outcome.error, [outcome.limit] if outcome.limit else None)
-            reply_text, usage = outcome
-            messages.append({"role": "assistant", "content": reply_text})
-            program = extract_program(reply_text)
-        if program is None:
-            last_failure, timed_out, agent_killed = "the reply contained no Python program", False, False
-            log.debug("attempt %d: no program in the reply:\n%s", number, reply_text)
-            attempts.append(
-                AttemptRecord(number=number, program=None, reply=reply_text, failure=last_failure)
+            assert self.resume is not None
+            return self.resume.reply, self.resume.program
+        outcome = _ask_model(
+            self.admitted.model, self.messages, number, self.usage, self.phase, self.start.audit
+        )
+        if isinstance(outcome, ModelFailure):
+            return self._ended(JobStatus.FAILED, outcome.error, [outcome.limit] if outcome.limit else None)
+        reply_text, self.usage = outcome
+        self.messages.append({"role": "assistant", "content": reply_text})
+        return reply_text, extract_program(reply_text)
+
+    def _no_program(self, number: int, reply_text: str) -> None:
+        self.last_failure, self.timed_out, self.agent_killed = (
+            "the reply contained no Python program",
+            False,
+            False,
+        )
+        log.debug("attempt %d: no program in the reply:\n%s", number, reply_text)
+        self.attempts.append(
+            AttemptRecord(number=number, program=None, reply=reply_text, failure=self.last_failure)
+        )
+        self.start.audit.emit(AuditKind.PROGRAM, {"program": None, "failure": self.last_failure}, number)
+        self.messages.append(
+            repair_message(
+                self.last_failure + " (reply with one ```python block)",
+                exit_code=None,
+                stderr="",
+                stdout="",
+                timed_out=False,
+                tool_cap_hit=False,
             )
-            audit.emit(AuditKind.PROGRAM, {"program": None, "failure": last_failure}, number)
-            messages.append(
-                repair_message(
-                    last_failure + " (reply with one ```python block)",
-                    exit_code=None,
-                    stderr="",
-                    stdout="",
-                    timed_out=False,
-                    tool_cap_hit=False,
-                )
-            )
-            continue
+        )
+
+    def _attempt(self, number: int, program: str, reply_text: str, resuming: bool) -> JobResult | None:
+        """Run the attempt's program: the job's result when it ends here, None when a repair follows."""
+        audit = self.start.audit
         if not resuming:
             log.debug("attempt %d program:\n%s", number, program)
             audit.emit(AuditKind.PROGRAM, {"program": program}, number)
-        gate = (
-            services.approvals.gate(job_id=job_id, spec=spec, attempt=number, program=program, audit=audit)
-            if services.approvals is not None
-            else None
-        )
         try:
-            run = services.runtime.run(
-                program,
-                config=config,
-                settings=spec.code_action,
-                tools=allowed.names(),
-                job_id=job_id,
-                side_effect_memo={key: list(results) for key, results in memo.items()},
-                on_call=functools.partial(_emit_tool_call, audit, number),
-                artifacts=caps,
-                gate=gate,
-                resume=resume.calls if resuming and resume is not None else None,
-            )
+            run = self._run(number, program, resuming)
         except SandboxError as e:  # the sandbox could not be made (not transient): the job fails, recorded
-            error = ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e))
-            return ended(JobStatus.FAILED, error)
-        last_run = (number, run)
-        _account(phase, run)
+            return self._ended(JobStatus.FAILED, ErrorInfo(kind=ErrorKind.SANDBOX, message=str(e)))
+        self.last_run = (number, run)
+        _account(self.phase, run)
         if run.untrusted_state is not None:  # stopped before being served state the chain lacks
             audit.emit(AuditKind.SANDBOX_RUN, _run_event(run), number)
-            attempts.append(_attempt(number, program, reply_text, run, run.untrusted_state))
-            return ended(
-                JobStatus.FAILED, ErrorInfo(kind=ErrorKind.UNTRUSTED_STATE, message=run.untrusted_state)
-            )
+            self.attempts.append(_attempt(number, program, reply_text, run, run.untrusted_state))
+            error = ErrorInfo(kind=ErrorKind.UNTRUSTED_STATE, message=run.untrusted_state)
+            return self._ended(JobStatus.FAILED, error)
         # A call waits for a person: the program was stopped, and no container is kept while they decide.
         # (A program that answered, or ran out of time, on its own meanwhile is not suspended: its
         # waiting call is left undecided, never runs, and is withdrawn when the job ends.)
         if run.suspended_for and not run.timed_out and not run.ok:
             audit.emit(AuditKind.SANDBOX_RUN, _run_event(run), number)
-            raise JobSuspended(
-                Checkpoint(
-                    number=number,
-                    program=program,
-                    reply=reply_text,
-                    messages=messages,
-                    attempts=attempts,
-                    usage=usage,
-                    phase=phase,
-                    memo=memo,
-                    calls=run.tool_calls,
-                    waiting_for=list(dict.fromkeys(run.suspended_for)),
-                    suspensions=(resume.suspensions + 1) if resume is not None else 1,
-                )
-            )
+            raise JobSuspended(self._checkpoint(number, program, reply_text, run))
         log.debug(
             "attempt %d exit %s%s\nstdout:\n%s\nstderr:\n%s",
             number,
@@ -264,28 +225,74 @@ def _answer(
         if run.limits_hit:
             audit.emit(AuditKind.LIMIT, {"limits": [str(limit) for limit in run.limits_hit]}, number)
         failure = run.failure()
-        attempts.append(_attempt(number, program, reply_text, run, failure))
+        self.attempts.append(_attempt(number, program, reply_text, run, failure))
         if failure is None:
-            artifacts, skipped, cap_hit = kept(last_run)
-            result = JobResult(
-                job_id=job_id,
-                status=JobStatus.SUCCEEDED,
-                result=run.result,
-                final_program=program,
-                attempts=attempts,
-                repairs=number - 1,
-                tool_calls=sum(len(a.tool_calls) for a in attempts),
-                usage=usage,
-                timings={**phase, "total_s": time.perf_counter() - began},
-                model=model_name,
-                artifacts=artifacts,
-                artifacts_skipped=skipped,
-                limits_hit=[Limit.ARTIFACTS] if cap_hit else [],
+            return self._succeeded(number, program, run)
+        self._repair(run, failure)
+        return None
+
+    def _run(self, number: int, program: str, resuming: bool) -> RunResult:
+        """One run of ``program`` in a fresh sandbox, its repeated side effects served from the memo."""
+        start, services = self.start, self.start.services
+        gate = (
+            services.approvals.gate(
+                job_id=start.job_id, spec=start.spec, attempt=number, program=program, audit=start.audit
             )
-            return result
-        _remember_side_effects(memo, run.tool_calls, services)
-        last_failure, timed_out, agent_killed = failure, run.timed_out, run.agent_killed
-        messages.append(
+            if services.approvals is not None
+            else None
+        )
+        return services.runtime.run(
+            program,
+            config=self.admitted.config,
+            settings=start.spec.code_action,
+            tools=self.admitted.allowed.names(),
+            job_id=start.job_id,
+            side_effect_memo={key: list(results) for key, results in self.memo.items()},
+            on_call=functools.partial(_emit_tool_call, start.audit, number),
+            artifacts=self.admitted.prepared,
+            gate=gate,
+            resume=self.resume.calls if resuming and self.resume is not None else None,
+        )
+
+    def _checkpoint(self, number: int, program: str, reply_text: str, run: RunResult) -> Checkpoint:
+        return Checkpoint(
+            number=number,
+            program=program,
+            reply=reply_text,
+            messages=self.messages,
+            attempts=self.attempts,
+            usage=self.usage,
+            phase=self.phase,
+            memo=self.memo,
+            calls=run.tool_calls,
+            waiting_for=list(dict.fromkeys(run.suspended_for)),
+            suspensions=(self.resume.suspensions + 1) if self.resume is not None else 1,
+        )
+
+    def _succeeded(self, number: int, program: str, run: RunResult) -> JobResult:
+        artifacts, skipped, cap_hit = self._kept()
+        return JobResult(
+            job_id=self.start.job_id,
+            status=JobStatus.SUCCEEDED,
+            result=run.result,
+            final_program=program,
+            attempts=self.attempts,
+            repairs=number - 1,
+            tool_calls=sum(len(a.tool_calls) for a in self.attempts),
+            usage=self.usage,
+            timings={**self.phase, "total_s": time.perf_counter() - self.start.began},
+            model=self.start.model_name,
+            mode=JobMode.CODE_ACTION,
+            artifacts=artifacts,
+            artifacts_skipped=skipped,
+            limits_hit=[Limit.ARTIFACTS] if cap_hit else [],
+        )
+
+    def _repair(self, run: RunResult, failure: str) -> None:
+        """Remember what the failed run did, and ask the model for a repaired program."""
+        _remember_side_effects(self.memo, run.tool_calls, self.start.services)
+        self.last_failure, self.timed_out, self.agent_killed = failure, run.timed_out, run.agent_killed
+        self.messages.append(
             repair_message(
                 failure,
                 exit_code=run.exit_code,
@@ -295,18 +302,53 @@ def _answer(
                 tool_cap_hit=Limit.TOOL_CALLS in run.limits_hit,
             )
         )
-    tries = len(attempts)
-    message = f"no answer after {tries} attempt{'s' if tries > 1 else ''}: {last_failure}"
-    status = JobStatus.TIMED_OUT if timed_out else JobStatus.FAILED
-    if timed_out:
-        kind = ErrorKind.TIMEOUT
-    elif agent_killed:
-        kind = ErrorKind.AGENT_KILLED
-    elif attempts and attempts[-1].program is None:
-        kind = ErrorKind.NO_PROGRAM
-    else:
-        kind = ErrorKind.PROGRAM
-    return ended(status, ErrorInfo(kind=kind, message=message))
+
+    def _gave_up(self) -> JobResult:
+        """The result of a job whose repairs ran out, named by how its last attempt failed."""
+        tries = len(self.attempts)
+        message = f"no answer after {tries} attempt{'s' if tries > 1 else ''}: {self.last_failure}"
+        status = JobStatus.TIMED_OUT if self.timed_out else JobStatus.FAILED
+        if self.timed_out:
+            kind = ErrorKind.TIMEOUT
+        elif self.agent_killed:
+            kind = ErrorKind.AGENT_KILLED
+        elif self.attempts and self.attempts[-1].program is None:
+            kind = ErrorKind.NO_PROGRAM
+        else:
+            kind = ErrorKind.PROGRAM
+        return self._ended(status, ErrorInfo(kind=kind, message=message))
+
+    def _kept(self) -> tuple[list[ArtifactInfo], list[SkippedArtifact], bool]:
+        """Store the artifacts of the latest run and audit their digests."""
+        if self.last_run is None:
+            return [], [], False
+        number, run = self.last_run
+        kept, skipped = keep_artifacts(
+            self.start.services.artifacts, self.start.job_id, run.artifacts, self.start.audit, number
+        )
+        return kept, skipped, run.artifacts.cap_hit
+
+    def _ended(self, status: JobStatus, error: ErrorInfo, limits_hit: list[Limit] | None = None) -> JobResult:
+        """The job's result as it ends unanswered: what it did so far."""
+        self.start.audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
+        kept, skipped, cap_hit = self._kept()
+        attempts = self.attempts
+        return JobResult(
+            job_id=self.start.job_id,
+            status=status,
+            error=error,
+            attempts=attempts,
+            repairs=max(0, len(attempts) - 1),
+            final_program=next((a.program for a in reversed(attempts) if a.program), None),
+            tool_calls=sum(len(a.tool_calls) for a in attempts),
+            usage=self.usage,
+            timings={**self.phase, "total_s": time.perf_counter() - self.start.began},
+            model=self.start.model_name,
+            mode=JobMode.CODE_ACTION,
+            artifacts=kept,
+            artifacts_skipped=skipped,
+            limits_hit=(limits_hit or []) + ([Limit.ARTIFACTS] if cap_hit else []),
+        )
 
 
 def _ask_model(
@@ -353,50 +395,6 @@ def _check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: En
             f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval, which needs "
             "the fleet (Redis and a worker); this process has no approval service"
         )
-
-
-def _finish(
-    job_id: str,
-    status: JobStatus,
-    error: ErrorInfo,
-    attempts: list[AttemptRecord],
-    usage: TokenUsage,
-    phase: dict[str, float],
-    began: float,
-    model: str,
-    audit: AuditSink,
-    artifacts: tuple[list[ArtifactInfo], list[SkippedArtifact], bool] = ([], [], False),
-    *,
-    limits_hit: list[Limit] | None = None,
-) -> JobResult:
-    audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
-    kept, skipped, cap_hit = artifacts
-    return JobResult(
-        job_id=job_id,
-        status=status,
-        error=error,
-        attempts=attempts,
-        repairs=max(0, len(attempts) - 1),
-        final_program=next((a.program for a in reversed(attempts) if a.program), None),
-        tool_calls=sum(len(a.tool_calls) for a in attempts),
-        usage=usage,
-        timings={**phase, "total_s": time.perf_counter() - began},
-        model=model,
-        artifacts=kept,
-        artifacts_skipped=skipped,
-        limits_hit=(limits_hit or []) + ([Limit.ARTIFACTS] if cap_hit else []),
-    )
-
-
-def _keep(
-    services: EngineServices, job_id: str, audit: AuditSink, last_run: tuple[int, RunResult] | None
-) -> tuple[list[ArtifactInfo], list[SkippedArtifact], bool]:
-    """Store the artifacts of the latest run (its number, its result) and audit their digests."""
-    if last_run is None:
-        return [], [], False
-    number, run = last_run
-    kept, skipped = keep_artifacts(services.artifacts, job_id, run.artifacts, audit, number)
-    return kept, skipped, run.artifacts.cap_hit
 
 
 def _account(phase: dict[str, float], run: RunResult) -> None:
@@ -465,11 +463,4 @@ def _remember_side_effects(
                 memo.setdefault(call_key(call.tool, call.args, call.kwargs), []).append(call.result)
 
 
-def _validation_text(e: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in item['loc']) or 'sandbox'}: {item['msg'].removeprefix('Value error, ')}"
-        for item in e.errors(include_url=False)
-    )
-
-
-__all__ = ["AuditSink", "ListAudit", "NullAudit", "SandboxError", "run_job"]
+__all__ = ["AuditSink", "CodeActionRun", "ListAudit", "NullAudit", "SandboxError", "run_job"]

@@ -11,19 +11,19 @@ from __future__ import annotations
 
 import time
 
-from pydantic import ValidationError
-
+from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import AuditKind, ErrorKind, JobMode, JobResult, JobSpec
 from sandfleet.core.errors import InvalidSpecError, SandboxError
+from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
-from sandfleet.worker.engine.outcome import failed_before_loop, loop_result, refused
+from sandfleet.worker.engine.outcome import failed_before_loop, loop_result
 from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
 from sandfleet.worker.engine.schemas import function_tools
 from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.engine.shell.session import SessionSandbox
 from sandfleet.worker.engine.shell.tools import SHELL_TOOL_NAMES, ShellTools
-from sandfleet.worker.engine.toolloop import AuditSink, ToolLoop
-from sandfleet.worker.sandbox.policy import check_sandbox_policy
+from sandfleet.worker.engine.toolloop import LoopOutcome, ToolLoop
 from sandfleet.worker.tools.registry import ToolRegistry
 
 
@@ -37,25 +37,13 @@ def run_shell_job(
         SandboxUnavailableError: no engine (the job is retried).
         ModelUnavailableError: the model endpoint failed with a retryable error (the job is retried).
     """
-    began = time.perf_counter()
-    settings = services.settings
-    model_name = spec.model or settings.model
+    start = JobStart(spec, job_id, services, audit, base_url)
+    admitted = admit(start, _no_clash)
+    if isinstance(admitted, JobResult):
+        return admitted
     caps = spec.tool_loop
-    try:
-        config = SandboxConfig.model_validate(spec.sandbox)
-        check_sandbox_policy(config, settings)
-        allowed = services.registry.subset(spec.tools)
-        clash = sorted(set(allowed.names()) & set(SHELL_TOOL_NAMES))
-        if clash:
-            raise InvalidSpecError(
-                f"tool {', '.join(clash)} has the name of a shell-mode sandbox tool; rename it for shell jobs"
-            )
-        function_tools(allowed)  # every job tool can be offered by name
-        model = services.job_model(spec, job_id, base_url)
-        services.pool.backend.preflight(config)
-    except (InvalidSpecError, SandboxError, ValidationError) as e:
-        return refused(job_id, JobMode.SHELL, model_name, e, began, audit)
     deadline = time.monotonic() + caps.wall_timeout
+    config = admitted.config
     try:
         session = services.sessions.open(
             config,
@@ -66,7 +54,9 @@ def run_shell_job(
         )
     except SandboxError as e:
         message = f"the session sandbox could not be made: {e}"
-        return failed_before_loop(job_id, JobMode.SHELL, model_name, ErrorKind.SANDBOX, message, began, audit)
+        return failed_before_loop(
+            job_id, JobMode.SHELL, start.model_name, ErrorKind.SANDBOX, message, start.began, audit
+        )
     audit.emit(
         AuditKind.SESSION,
         {
@@ -79,30 +69,7 @@ def run_shell_job(
         },
     )
     try:
-        tools = ShellTools(
-            session,
-            caps=caps,
-            settings=settings,
-            deadline=deadline,
-            network=config.network,
-            wheelhouse=services.sessions.wheelhouse,
-        )
-        shell_tools = tools.registry()
-        functions = FunctionTable(
-            ToolRegistry([*allowed, *shell_tools]),
-            policy=services.runtime.policy,
-            job_id=job_id,
-            unchecked=shell_tools.names(),
-        )
-        system = tool_loop_system(
-            shell=True,
-            max_tool_calls=caps.max_tool_calls,
-            data_science=config.image == DATA_SCIENCE_IMAGE,
-            network=config.network,
-        )
-        messages = first_messages(spec.question, spec.history, system)
-        loop = ToolLoop(model, functions, caps, audit, request_timeout_s=settings.model_request_timeout_s)
-        outcome = loop.run(messages, deadline=deadline)
+        outcome = _converse(start, admitted, session, deadline)
     finally:
         services.sessions.close_session(session)
         record = session.record()
@@ -110,10 +77,57 @@ def run_shell_job(
     return loop_result(
         job_id,
         JobMode.SHELL,
-        model_name,
+        start.model_name,
         outcome,
-        began,
+        start.began,
         audit,
         session=record,
         timings={"session_start_s": session.container.start_s},
     )
+
+
+def _no_clash(config: SandboxConfig, allowed: ToolRegistry) -> None:
+    """Shell mode's own admission: the job's tools beside the five sandbox tools, each offered by name."""
+    clash = sorted(set(allowed.names()) & set(SHELL_TOOL_NAMES))
+    if clash:
+        raise InvalidSpecError(
+            f"tool {', '.join(clash)} has the name of a shell-mode sandbox tool; rename it for shell jobs"
+        )
+    function_tools(allowed)  # every job tool can be offered by name
+
+
+def _converse(
+    start: JobStart, admitted: Admitted[None], session: SessionSandbox, deadline: float
+) -> LoopOutcome:
+    """The tool-calling loop of the job over its tools and the session's five."""
+    services, spec, config, caps = start.services, start.spec, admitted.config, start.spec.tool_loop
+    tools = ShellTools(
+        session,
+        caps=caps,
+        settings=services.settings,
+        deadline=deadline,
+        network=config.network,
+        wheelhouse=services.sessions.wheelhouse,
+    )
+    shell_tools = tools.registry()
+    functions = FunctionTable(
+        ToolRegistry([*admitted.allowed, *shell_tools]),
+        policy=services.runtime.policy,
+        job_id=start.job_id,
+        unchecked=shell_tools.names(),
+    )
+    system = tool_loop_system(
+        shell=True,
+        max_tool_calls=caps.max_tool_calls,
+        data_science=config.image == DATA_SCIENCE_IMAGE,
+        network=config.network,
+    )
+    messages = first_messages(spec.question, spec.history, system)
+    loop = ToolLoop(
+        admitted.model,
+        functions,
+        caps,
+        start.audit,
+        request_timeout_s=services.settings.model_request_timeout_s,
+    )
+    return loop.run(messages, deadline=deadline)

@@ -1,0 +1,97 @@
+"""Admitting a job, alike in every mode: the checks before its first model call or container.
+
+    sandbox options -> operator policy -> the job's tools -> the mode's own checks -> model -> preflight
+
+A job that fails any of them is refused (``refused`` in its record, one ``error`` audit event) and
+nothing has run: no model call, no container. Chat jobs have no sandbox, but their options are
+checked against the policy too, so a job is refused alike whatever its mode.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from pydantic import ValidationError
+
+from sandfleet.core.audit_sink import AuditSink
+from sandfleet.core.config import SandboxConfig
+from sandfleet.core.contracts import JobResult, JobSpec
+from sandfleet.core.errors import InvalidSpecError, SandboxError
+from sandfleet.worker.approval.policy import approval_patterns, is_gated
+from sandfleet.worker.engine.outcome import refused
+from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.llm.client import ModelClient
+from sandfleet.worker.sandbox.policy import check_sandbox_policy
+from sandfleet.worker.tools.registry import ToolRegistry
+
+T = TypeVar("T")
+# The mode's own checks, given the job's sandbox and tools: what the mode needs of them next (raises
+# InvalidSpecError / SandboxError to refuse the job).
+ModeCheck = Callable[[SandboxConfig, ToolRegistry], T]
+
+
+@dataclass(frozen=True)
+class JobStart:
+    """One job as its mode takes it: what every step of every mode reads."""
+
+    spec: JobSpec
+    job_id: str
+    services: EngineServices
+    audit: AuditSink
+    base_url: str | None = None
+    began: float = field(default_factory=time.perf_counter)
+
+    @property
+    def model_name(self) -> str:
+        return self.spec.model or self.services.settings.model
+
+    def refused(self, e: Exception) -> JobResult:
+        return refused(self.job_id, self.spec.mode, self.model_name, e, self.began, self.audit)
+
+
+@dataclass(frozen=True)
+class Admitted(Generic[T]):
+    """An admitted job: its sandbox, its tools, its model client and what its mode's check made."""
+
+    config: SandboxConfig
+    allowed: ToolRegistry
+    model: ModelClient
+    prepared: T
+
+
+def admit(start: JobStart, check: ModeCheck[T], *, sandbox: bool = True) -> Admitted[T] | JobResult:
+    """The job admitted, or its refusal record. ``sandbox``: the mode runs containers (preflight them)."""
+    spec, services = start.spec, start.services
+    try:
+        if spec.mode.uses_tool_loop:
+            refuse_gated_tools(spec, services)
+        config = spec.sandbox_config
+        check_sandbox_policy(config, services.settings)
+        allowed = services.registry.subset(spec.tools)
+        prepared = check(config, allowed)
+        model = services.job_model(spec, start.job_id, start.base_url)
+        if sandbox:
+            services.pool.backend.preflight(config)
+    except (InvalidSpecError, SandboxError, ValidationError) as e:
+        return start.refused(e)
+    return Admitted(config, allowed, model, prepared)
+
+
+def refuse_gated_tools(spec: JobSpec, services: EngineServices) -> None:
+    """Fail closed: the tool-calling loop has no suspension point (yet), so its jobs cannot name tools
+    that need a person's approval."""
+    gated = gated_tools(spec, services)
+    if gated:
+        raise InvalidSpecError(
+            f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval, which "
+            f"only code-action jobs support; {spec.mode.value} jobs cannot name them"
+        )
+
+
+def gated_tools(spec: JobSpec, services: EngineServices) -> list[str]:
+    """The job's tools that need approval under the worker's and the job's patterns."""
+    patterns = approval_patterns(services.settings.approval_tools, spec.approval_tools)
+    return [name for name in spec.tools if is_gated(name, patterns)]
