@@ -49,7 +49,7 @@ from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.llm.client import ModelClient
 from sandfleet.worker.program.artifacts import ArtifactCaps, keep_artifacts
-from sandfleet.worker.program.bridge import call_key
+from sandfleet.worker.program.recorded import RecordedAnswers, call_key
 from sandfleet.worker.program.runtime import RunResult
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -247,11 +247,12 @@ class CodeActionRun:
             settings=start.spec.code_action,
             tools=self.admitted.allowed.names(),
             job_id=start.job_id,
-            side_effect_memo={key: list(results) for key, results in self.memo.items()},
+            recorded=RecordedAnswers(
+                memo=self.memo, resume=self.resume.calls if resuming and self.resume is not None else None
+            ),
             on_call=functools.partial(_emit_tool_call, start.audit, number),
             artifacts=self.admitted.prepared,
             gate=gate,
-            resume=self.resume.calls if resuming and self.resume is not None else None,
         )
 
     def _checkpoint(self, number: int, program: str, reply_text: str, run: RunResult) -> Checkpoint:

@@ -6,6 +6,10 @@ arguments and results (``MAX_JSON_DEPTH``, read from the request's text before i
 per-call timeout, the operator's policy hook, and the audit record of each call. A program that
 rewrites its stub or writes bytes by hand gets nothing more than the stub would.
 
+A call may be answered from a record instead of its tool: the bridge asks its ``recorded`` source
+(sandfleet/worker/program/recorded.py: a replay, a resumed run's completed calls, the memo of
+side-effecting calls) "is there a recorded answer for call N?" before it runs anything.
+
 Calls may arrive from several of the program's threads at once: :meth:`ToolBridge.handle` is called
 on a thread per call and is thread-safe. Each call's sequence number (and its place in the budget) is
 its place in the order the frames were read; records are kept, and reported, as calls finish. The per-call timeout: an
@@ -27,6 +31,7 @@ from typing import Any, Protocol
 from sandfleet.core import json_limits
 from sandfleet.core.contracts import ToolCallRecord
 from sandfleet.core.errors import JsonLimitError
+from sandfleet.worker.program.recorded import RecordedAnswer, RecordedAnswers, call_key
 from sandfleet.worker.tools.registry import ToolRegistry
 from sandfleet.worker.tools.tool import Tool
 
@@ -109,12 +114,10 @@ class ToolBridge:
     max_response_bytes: int = 64 * 1024**2
     policy: CallPolicy = allow_all
     job_id: str | None = None
-    replay: list[ToolCallRecord] | None = None
-    side_effect_memo: dict[str, list[Any]] | None = None
+    recorded: RecordedAnswers | None = None  # replay, resume, memo: calls answered from a record
     on_call: Callable[[ToolCallRecord], None] | None = None
     call_timeout_s: float | None = None
     gate: Any = None  # sandfleet/worker/approval/gate.py RunGate: asked before a gated call runs
-    resume: list[ToolCallRecord] | None = None  # a resumed run: calls completed before, served again
     on_suspend: Callable[[], None] | None = None  # stops the program (waits past the grace, or untrusted)
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_time_s: float = 0.0
@@ -124,12 +127,10 @@ class ToolBridge:
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _record_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _running: dict[int, _Running] = field(default_factory=dict, init=False, repr=False)
-    _replayed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
     suspended_for: list[str] = field(default_factory=list, init=False)  # requests the run stopped for
     untrusted: str | None = field(default=None, init=False)  # why it stopped: state the chain lacks
     _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _quiet: set[int] = field(default_factory=set, init=False, repr=False)  # resumed: not audited again
-    _resumed_seqs: set[int] = field(default_factory=set, init=False, repr=False)
     _approvals: dict[int, str] = field(default_factory=dict, init=False, repr=False)
 
     def close(self) -> None:
@@ -246,20 +247,13 @@ class ToolBridge:
     def _run(
         self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
     ) -> tuple[Any, bool]:
-        if self.replay is not None:
-            return self._replayed(seq, tool, args, kwargs), True
-        if self.suspended or self.untrusted is not None:
+        replaying = self.recorded is not None and self.recorded.replaying
+        if not replaying and (self.suspended or self.untrusted is not None):
             raise _Unanswered()  # the program is being stopped: nothing more runs
-        if self.resume:
-            resumed = self._from_checkpoint(seq, tool, args, kwargs)
-            if resumed is not None:  # the same call, as it was recorded before the suspension
-                return resumed.result, resumed.replayed
-        if self.side_effect_memo and self.registry.get(tool).side_effects:
-            key = call_key(tool, args, kwargs)
-            with self._lock:
-                earlier = self.side_effect_memo.get(key)
-                if earlier:  # each earlier call stands in for one repeat, no more
-                    return earlier.pop(0), True
+        if self.recorded is not None:
+            answer = self.recorded.answer(seq, tool, args, kwargs, self._has_side_effects)
+            if answer is not None:
+                return self._served(seq, answer), answer.replayed
         approval = None
         if self.gate is not None and self.gate.gates(tool):
             approval = self._admit(seq, tool, args, kwargs)
@@ -317,23 +311,19 @@ class ToolBridge:
                 self.on_suspend()
         return None
 
-    def _from_checkpoint(
-        self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> ToolCallRecord | None:
-        """The record of the same call completed before the job was suspended, not yet served again."""
+    def _has_side_effects(self, tool: str) -> bool:
+        return self.registry.get(tool).side_effects
+
+    def _served(self, seq: int, answer: RecordedAnswer) -> Any:
+        """The value of a recorded answer (raised as the program's error when it records one)."""
         with self._lock:
-            candidates = [r for r in self.resume or [] if r.seq not in self._resumed_seqs]
-            same = [r for r in candidates if r.tool == tool and r.args == args and r.kwargs == kwargs]
-            recorded = next((r for r in same if r.seq == seq), same[0] if same else None)
-            if recorded is None:
-                return None
-            self._resumed_seqs.add(recorded.seq)
-            self._quiet.add(seq)
-            if recorded.approval_id:
-                self._approvals[seq] = recorded.approval_id
-        if not recorded.ok:
-            raise _Refusal(recorded.error_type or "ToolError", recorded.error or "failed")
-        return recorded
+            if answer.quiet:
+                self._quiet.add(seq)
+            if answer.approval_id:
+                self._approvals[seq] = answer.approval_id
+        if not answer.ok:
+            raise _Refusal(answer.error_type or "ToolError", answer.error or "failed")
+        return answer.value
 
     def _execute(
         self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
@@ -379,24 +369,6 @@ class ToolBridge:
                 self._fail(seq, r.request_id, r.tool, r.args, r.kwargs, r.began, "TimeoutError", message)
             )
         return replies
-
-    def _replayed(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """The recorded result of the same call, instead of calling the tool again.
-
-        The call recorded with this number, else the first not yet replayed with the same tool and
-        arguments: calls made from several threads may arrive in another order than they did.
-        """
-        with self._lock:
-            candidates = [r for r in self.replay or [] if r.seq not in self._replayed_seqs]
-            same = [r for r in candidates if r.tool == tool and r.args == args and r.kwargs == kwargs]
-            recorded = next((r for r in same if r.seq == seq), same[0] if same else None)
-            if recorded is not None:
-                self._replayed_seqs.add(recorded.seq)
-        if recorded is None:
-            raise _Refusal("LookupError", f"replay: call {seq} ({tool}) differs from the recorded run")
-        if not recorded.ok:
-            raise _Refusal(recorded.error_type or "ToolError", recorded.error or "failed")
-        return recorded.result
 
     def _fail(
         self,
@@ -445,11 +417,6 @@ class ToolBridge:
             self.records.append(record)
             if self.on_call is not None and seq not in self._quiet:
                 self.on_call(record)
-
-
-def call_key(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:
-    """A canonical text of a call, to recognise the same call made again."""
-    return json.dumps([tool, args, kwargs], sort_keys=True, separators=(",", ":"))
 
 
 def _message(e: Exception) -> str:

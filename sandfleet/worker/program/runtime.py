@@ -28,6 +28,7 @@ from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.egress.gateway import take_denials
 from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.program.bridge import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.program.recorded import RecordedAnswers
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -134,25 +135,22 @@ class ProgramRuntime:
         settings: CodeActionSettings | None = None,
         tools: list[str] | None = None,
         job_id: str | None = None,
-        replay: list[ToolCallRecord] | None = None,
-        side_effect_memo: dict[str, list[Any]] | None = None,
+        recorded: RecordedAnswers | None = None,
         on_call: Callable[[ToolCallRecord], None] | None = None,
         artifacts: ArtifactCaps | None = None,
         gate: Any = None,
-        resume: list[ToolCallRecord] | None = None,
     ) -> RunResult:
         """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
         or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
 
-        ``replay`` serves every call from recorded calls instead of the tools; ``side_effect_memo``
-        (call_key -> results, consumed one per call) serves repeated calls of side-effecting tools from an earlier attempt.
+        ``recorded`` (sandfleet/worker/program/recorded.py) answers calls from records instead of the
+        tools: all of them (a replay), the calls a suspended run had completed (a resume), repeated
+        calls of side-effecting tools from an earlier attempt (the memo).
         ``artifacts``: the caps on the files collected from ``/workspace/out/`` (default: the defaults
         of the settings; ``max_files=0`` collects nothing).
         ``gate`` (sandfleet/worker/approval/gate.py) is asked before each gated call; a call still undecided after
-        the grace stops the program (``suspended_for`` says for which requests). ``resume`` serves the
-        calls a suspended run had completed again from their records.
+        the grace stops the program (``suspended_for`` says for which requests).
         """
-        caps = artifacts or ArtifactCaps()
         config = config or SandboxConfig()
         settings = settings or CodeActionSettings()
         if config.persistent:
@@ -165,15 +163,20 @@ class ProgramRuntime:
             max_response_bytes=settings.max_response_bytes,
             policy=self.policy,
             job_id=job_id,
-            replay=replay,
-            side_effect_memo=side_effect_memo,
+            recorded=recorded,
             on_call=on_call,
             call_timeout_s=settings.tool_timeout,
             gate=gate,
-            resume=resume,
         )
-        began = time.monotonic()
+        sandbox = _Sandbox(config, settings, artifacts or ArtifactCaps())
         raise_if_cancelled("the program's run")
+        return sandbox.result(self._in_sandbox(program, sandbox, bridge), bridge)
+
+    def _in_sandbox(self, program: str, sandbox: _Sandbox, bridge: ToolBridge) -> _Ran:
+        """Lease a fresh container, run the program in it with the bridge attached, collect its files;
+        the container is released (destroyed) whatever happens."""
+        config, settings = sandbox.config, sandbox.settings
+        began = time.monotonic()
         lease = self.pool.acquire(config)
         container = lease.container
         untrack = track_container(container)  # a cancel of the job destroys it mid-run
@@ -183,7 +186,9 @@ class ProgramRuntime:
             base = f"{config.workdir.rstrip('/')}/{BRIDGE_DIR}"
             container.put_files(
                 {
-                    f"{base}/sandfleet_tools.py": stub_module(allowed, settings.max_request_bytes).encode(),
+                    f"{base}/sandfleet_tools.py": stub_module(
+                        bridge.registry, settings.max_request_bytes
+                    ).encode(),
                     f"{base}/program.py": program.encode(),
                 }
             )
@@ -191,21 +196,57 @@ class ProgramRuntime:
             done = container.execute(
                 ["python3", "-s", f"{base}/program.py"],
                 python_script=f"{base}/program.py",
-                timeout=min(settings.exec_timeout, config.timeout),  # the sandbox's own timeout bounds it too
+                timeout=sandbox.exec_timeout_s,
                 max_output=settings.max_output_bytes,
                 max_result=settings.max_response_bytes,
                 on_call=bridge,
                 max_request=settings.max_request_bytes,
-                mkdirs=[out_dir(config.workdir)] if caps.enabled else None,
+                mkdirs=[out_dir(config.workdir)] if sandbox.caps.enabled else None,
             )
             ended = time.monotonic()
             denied = take_denials(container)  # before release: a released sandbox's file is gone
-            collection = collect_artifacts(container, caps)
+            collection = collect_artifacts(container, sandbox.caps)
             collected = time.monotonic()
         finally:
             untrack()
             bridge.close()
             self.pool.release(container)
+        marks = {
+            "began": began,
+            "files": files_began,
+            "exec": exec_began,
+            "ended": ended,
+            "collected": collected,
+        }
+        return _Ran(lease, done, denied, collection, marks)
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """What one run in a container left: the lease, the agent's report, denials, files, time marks."""
+
+    lease: Any  # sandfleet/worker/sandbox/pool.py Lease
+    done: Any  # the container's ExecResult
+    denied: list[dict[str, Any]]
+    collection: Collection
+    marks: dict[str, float]  # time.monotonic() at each step
+
+
+@dataclass(frozen=True)
+class _Sandbox:
+    """The sandbox one program runs in: its options, the run's settings, the artifact caps."""
+
+    config: SandboxConfig
+    settings: CodeActionSettings
+    caps: ArtifactCaps
+
+    @property
+    def exec_timeout_s(self) -> float:
+        return min(self.settings.exec_timeout, self.config.timeout)  # the sandbox's own timeout bounds it too
+
+    def result(self, ran: _Ran, bridge: ToolBridge) -> RunResult:
+        """The RunResult of a run: its answer (the RESULT line), its limits hit, its error, its timings."""
+        done, settings = ran.done, self.settings
         limits = list(done.limits_hit)
         try:
             found, payload = parse_result_line(done.result_line)
@@ -213,14 +254,14 @@ class ProgramRuntime:
         except JsonLimitError as e:  # the run's answer is refused, naming the cap: no value recorded
             found, payload, refused = True, None, str(e)
             limits.append(Limit.NESTING)
-        if bridge.budget_exceeded:
-            limits.append(Limit.TOOL_CALLS)
-        if done.result_overflow:
-            limits.append(Limit.RESULT_SIZE)
-        if denied:
-            limits.append(Limit.NETWORK)
-        if collection.cap_hit:
-            limits.append(Limit.ARTIFACTS)
+        for hit, limit in (
+            (bridge.budget_exceeded, Limit.TOOL_CALLS),
+            (done.result_overflow, Limit.RESULT_SIZE),
+            (bool(ran.denied), Limit.NETWORK),
+            (ran.collection.cap_hit, Limit.ARTIFACTS),
+        ):
+            if hit:
+                limits.append(limit)
         error = done.protocol_error if not done.timed_out else None
         if done.result_overflow and error is None:
             error = f"the RESULT line is longer than the {settings.max_response_bytes}-byte limit"
@@ -240,25 +281,29 @@ class ProgramRuntime:
             else None,
             tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
             limits_hit=limits,
-            network_denied=denied,
+            network_denied=ran.denied,
             oom_killed=done.oom_killed,
             agent_killed=done.agent_killed,
             error=error,
-            container_id=container.id,
-            runtime=container.runtime,
-            warm=lease.warm,
+            container_id=ran.lease.container.id,
+            runtime=ran.lease.container.runtime,
+            warm=ran.lease.warm,
             forked=done.forked,
-            artifacts=collection,
-            timings={
-                "acquire_s": lease.acquire_s,
-                "files_s": exec_began - files_began,
-                "start_s": max(0.0, done.duration_s - done.agent_run_s),
-                "run_s": done.agent_run_s,
-                "tool_s": bridge.tool_time_s,
-                "total_s": ended - began,
-                "artifacts_s": collected - ended,
-                "exec_timeout_s": min(settings.exec_timeout, config.timeout),
-            },
+            artifacts=ran.collection,
+            timings=self._timings(ran, bridge),
             suspended_for=list(bridge.suspended_for),
             untrusted_state=bridge.untrusted,
         )
+
+    def _timings(self, ran: _Ran, bridge: ToolBridge) -> dict[str, float]:
+        done, marks = ran.done, ran.marks
+        return {
+            "acquire_s": ran.lease.acquire_s,
+            "files_s": marks["exec"] - marks["files"],
+            "start_s": max(0.0, done.duration_s - done.agent_run_s),
+            "run_s": done.agent_run_s,
+            "tool_s": bridge.tool_time_s,
+            "total_s": marks["ended"] - marks["began"],
+            "artifacts_s": marks["collected"] - marks["ended"],
+            "exec_timeout_s": self.exec_timeout_s,
+        }

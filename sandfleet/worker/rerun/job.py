@@ -30,6 +30,7 @@ from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.core.verify import JobEvidence, Verdict, VerdictState, verify_job
 from sandfleet.worker.program.artifacts import ArtifactCaps
+from sandfleet.worker.program.recorded import RecordedAnswers
 from sandfleet.worker.program.runtime import ProgramRuntime, RunResult
 from sandfleet.worker.sandbox.policy import replay_sandbox
 from sandfleet.worker.sandbox.pool import SandboxPool
@@ -151,7 +152,7 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings
         settings=spec.code_action,
         tools=tools,
         job_id=result.job_id,
-        replay=calls,
+        recorded=RecordedAnswers(replay=calls),
         artifacts=_caps_for(result.artifacts),
     )
     sealed = events[-1].data["record"]["fields"].get("result")
