@@ -9,18 +9,17 @@ checked against the policy too, so a job is refused alike whatever its mode.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from pydantic import ValidationError
 
-from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.contracts import JobResult, JobSpec
 from sandfleet.core.errors import InvalidSpecError, SandboxError
 from sandfleet.worker.approval.policy import approval_patterns, is_gated
+from sandfleet.worker.engine.job_start import JobStart as JobStart
 from sandfleet.worker.engine.outcome import refused
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.llm.client import ModelClient
@@ -31,25 +30,6 @@ T = TypeVar("T")
 # The mode's own checks, given the job's sandbox and tools: what the mode needs of them next (raises
 # InvalidSpecError / SandboxError to refuse the job).
 ModeCheck = Callable[[SandboxConfig, ToolRegistry], T]
-
-
-@dataclass(frozen=True)
-class JobStart:
-    """One job as its mode takes it: what every step of every mode reads."""
-
-    spec: JobSpec
-    job_id: str
-    services: EngineServices
-    audit: AuditSink
-    base_url: str | None = None
-    began: float = field(default_factory=time.perf_counter)
-
-    @property
-    def model_name(self) -> str:
-        return self.spec.model or self.services.settings.model
-
-    def refused(self, e: Exception) -> JobResult:
-        return refused(self.job_id, self.spec.mode, self.model_name, e, self.began, self.audit)
 
 
 @dataclass(frozen=True)
@@ -76,7 +56,7 @@ def admit(start: JobStart, check: ModeCheck[T], *, sandbox: bool = True) -> Admi
         if sandbox:
             services.pool.backend.preflight(config)
     except (InvalidSpecError, SandboxError, ValidationError) as e:
-        return start.refused(e)
+        return refused(start, e)
     return Admitted(config, allowed, model, prepared)
 
 

@@ -9,7 +9,7 @@ no model-written code runs anywhere.
 from __future__ import annotations
 
 from sandfleet.core.audit_sink import AuditSink
-from sandfleet.core.contracts import JobMode, JobResult, JobSpec
+from sandfleet.core.contracts import JobResult, JobSpec
 from sandfleet.worker.engine.admission import JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
 from sandfleet.worker.engine.outcome import loop_result
@@ -44,4 +44,4 @@ def run_chat_job(
         request_timeout_s=services.settings.model_request_timeout_s,
     )
     outcome = loop.run(messages)
-    return loop_result(job_id, JobMode.CHAT, start.model_name, outcome, start.began, audit)
+    return loop_result(start, outcome)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sandfleet.core.audit_sink import AuditSink, ListAudit, NullAudit
@@ -47,7 +46,6 @@ from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.llm.bounds import budget_outcome
-from sandfleet.worker.llm.client import ModelClient
 from sandfleet.worker.program.artifacts import ArtifactCaps, keep_artifacts
 from sandfleet.worker.program.recorded import RecordedAnswers, call_key
 from sandfleet.worker.program.runtime import RunResult
@@ -159,14 +157,23 @@ class CodeActionRun:
         if resuming:
             assert self.resume is not None
             return self.resume.reply, self.resume.program
-        outcome = _ask_model(
-            self.admitted.model, self.messages, number, self.usage, self.phase, self.start.audit
+        try:
+            reply = self.admitted.model.complete(self.messages)
+        except ModelError as e:  # it ends the job; a spent budget of ``model_limits`` names its limit
+            kind, limit = budget_outcome(e)
+            if limit is not None:
+                self.start.audit.emit(AuditKind.LIMIT, {"limits": [str(limit)], "message": str(e)}, number)
+            return self._ended(
+                JobStatus.FAILED, ErrorInfo(kind=kind, message=str(e)), [limit] if limit else None
+            )
+        self.usage = self.usage + TokenUsage(
+            prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
         )
-        if isinstance(outcome, ModelFailure):
-            return self._ended(JobStatus.FAILED, outcome.error, [outcome.limit] if outcome.limit else None)
-        reply_text, self.usage = outcome
-        self.messages.append({"role": "assistant", "content": reply_text})
-        return reply_text, extract_program(reply_text)
+        self.phase["model_s"] += reply.latency_s
+        sent = self.messages[-1:] if number > 1 else self.messages
+        self.start.audit.emit(AuditKind.MODEL_CALL, reply.audit_data(sent), number)
+        self.messages.append({"role": "assistant", "content": reply.text})
+        return reply.text, extract_program(reply.text)
 
     def _no_program(self, number: int, reply_text: str) -> None:
         self.last_failure, self.timed_out, self.agent_killed = (
@@ -350,39 +357,6 @@ class CodeActionRun:
             artifacts_skipped=skipped,
             limits_hit=(limits_hit or []) + ([Limit.ARTIFACTS] if cap_hit else []),
         )
-
-
-def _ask_model(
-    model: ModelClient,
-    messages: list[dict[str, Any]],
-    number: int,
-    usage: TokenUsage,
-    phase: dict[str, float],
-    audit: AuditSink,
-) -> tuple[str, TokenUsage] | ModelFailure:
-    """One model call for attempt ``number``, audited: the reply's text and the usage so far, or the
-    error that ends the job (a spent budget of ``model_limits`` names its limit)."""
-    try:
-        reply = model.complete(messages)
-    except ModelError as e:
-        kind, limit = budget_outcome(e)
-        if limit is not None:
-            audit.emit(AuditKind.LIMIT, {"limits": [str(limit)], "message": str(e)}, number)
-        return ModelFailure(ErrorInfo(kind=kind, message=str(e)), limit)
-    usage = usage + TokenUsage(
-        prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
-    )
-    phase["model_s"] += reply.latency_s
-    audit.emit(AuditKind.MODEL_CALL, reply.audit_data(messages[-1:] if number > 1 else messages), number)
-    return reply.text, usage
-
-
-@dataclass(frozen=True)
-class ModelFailure:
-    """A model call that ends the job: the error, and the limit of ``model_limits`` it hit (if any)."""
-
-    error: ErrorInfo
-    limit: Limit | None = None
 
 
 def _check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: EngineServices) -> None:

@@ -1,8 +1,8 @@
-"""JobResults of the tool-loop modes (shell and chat): refused before any model call, or as the loop ended."""
+"""JobResults of a job that ends before its mode's work (refused, in every mode; failed before the loop),
+or as the tool-calling loop of shell and chat ended."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from pydantic import ValidationError
@@ -11,78 +11,65 @@ from sandfleet.core.contracts import (
     AuditKind,
     ErrorInfo,
     ErrorKind,
-    JobMode,
     JobResult,
     JobStatus,
     SessionRecord,
 )
-from sandfleet.core.errors import InvalidSpecError
-from sandfleet.worker.engine.toolloop import AuditSink, LoopOutcome
+from sandfleet.core.validation_text import describe_validation_error
+from sandfleet.worker.engine.job_start import JobStart
+from sandfleet.worker.engine.toolloop import LoopOutcome
 
 
 def refusal_text(e: Exception) -> str:
     """What a refused job's record says: our message, or pydantic's problems one by one."""
-    if isinstance(e, ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(p) for p in item['loc']) or 'sandbox'}: {item['msg'].removeprefix('Value error, ')}"
-            for item in e.errors(include_url=False)
-        )
-    return str(e)
+    return describe_validation_error(e, root="sandbox") if isinstance(e, ValidationError) else str(e)
 
 
-def refused(
-    job_id: str, mode: JobMode, model: str, e: Exception, began: float, audit: AuditSink
-) -> JobResult:
+def refused(start: JobStart, e: Exception) -> JobResult:
     """The record of a job refused before any model call (a bad option, a policy, an unknown tool)."""
-    message = refusal_text(e) if isinstance(e, InvalidSpecError | ValidationError) else str(e)
-    audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
+    message = refusal_text(e)
+    start.audit.emit(AuditKind.ERROR, {"kind": ErrorKind.REFUSED.value, "message": message})
     return JobResult(
-        job_id=job_id,
+        job_id=start.job_id,
         status=JobStatus.REFUSED,
-        model=model,
-        mode=mode,
+        model=start.model_name,
+        mode=start.spec.mode,
         error=ErrorInfo(kind=ErrorKind.REFUSED, message=message),
-        timings={"total_s": time.perf_counter() - began},
+        timings={"total_s": start.total_s()},
     )
 
 
-def failed_before_loop(
-    job_id: str, mode: JobMode, model: str, kind: ErrorKind, message: str, began: float, audit: AuditSink
-) -> JobResult:
+def failed_before_loop(start: JobStart, kind: ErrorKind, message: str) -> JobResult:
     """The record of a job that failed before its first model call (its session sandbox could not be made)."""
     error = ErrorInfo(kind=kind, message=message)
-    audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
+    start.audit.emit(AuditKind.ERROR, error.model_dump(mode="json"))
     return JobResult(
-        job_id=job_id,
+        job_id=start.job_id,
         status=JobStatus.FAILED,
-        model=model,
-        mode=mode,
+        model=start.model_name,
+        mode=start.spec.mode,
         error=error,
-        timings={"total_s": time.perf_counter() - began},
+        timings={"total_s": start.total_s()},
     )
 
 
 def loop_result(
-    job_id: str,
-    mode: JobMode,
-    model: str,
+    start: JobStart,
     outcome: LoopOutcome,
-    began: float,
-    audit: AuditSink,
     *,
     session: SessionRecord | None = None,
     timings: dict[str, float] | None = None,
 ) -> JobResult:
     """The final record of a job whose loop ran: its answer or its error, turns, usage, caps hit."""
     if outcome.error is not None:
-        audit.emit(AuditKind.ERROR, outcome.error.model_dump(mode="json"))
+        start.audit.emit(AuditKind.ERROR, outcome.error.model_dump(mode="json"))
     limits = list(outcome.limits_hit)
     for limit in session.limits_hit if session else []:
         if limit not in limits:
             limits.append(limit)
     extra: dict[str, Any] = dict(timings or {})
     return JobResult(
-        job_id=job_id,
+        job_id=start.job_id,
         status=outcome.status,
         result=outcome.result,
         error=outcome.error,
@@ -92,10 +79,10 @@ def loop_result(
             "model_s": outcome.model_s,
             "tool_s": outcome.tool_s,
             **extra,
-            "total_s": time.perf_counter() - began,
+            "total_s": start.total_s(),
         },
-        model=model,
-        mode=mode,
+        model=start.model_name,
+        mode=start.spec.mode,
         turns=outcome.turns,
         session=session,
         limits_hit=limits,

@@ -13,7 +13,7 @@ import time
 
 from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
-from sandfleet.core.contracts import AuditKind, ErrorKind, JobMode, JobResult, JobSpec
+from sandfleet.core.contracts import AuditKind, ErrorKind, JobResult, JobSpec
 from sandfleet.core.errors import InvalidSpecError, SandboxError
 from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
@@ -54,9 +54,7 @@ def run_shell_job(
         )
     except SandboxError as e:
         message = f"the session sandbox could not be made: {e}"
-        return failed_before_loop(
-            job_id, JobMode.SHELL, start.model_name, ErrorKind.SANDBOX, message, start.began, audit
-        )
+        return failed_before_loop(start, ErrorKind.SANDBOX, message)
     audit.emit(
         AuditKind.SESSION,
         {
@@ -75,12 +73,8 @@ def run_shell_job(
         record = session.record()
         audit.emit(AuditKind.SESSION, {"event": "destroyed", **record.model_dump(mode="json")})
     return loop_result(
-        job_id,
-        JobMode.SHELL,
-        start.model_name,
+        start,
         outcome,
-        start.began,
-        audit,
         session=record,
         timings={"session_start_s": session.container.start_s},
     )
