@@ -92,16 +92,24 @@ class _Unanswered(Exception):
     """The run is being suspended (or has ended) while the call waited for a decision: no reply, no record."""
 
 
+@dataclass
+class _Call:
+    """One call as the bridge serves it: its number, when it arrived, and what it asks (once parsed)."""
+
+    seq: int
+    began: float  # time.perf_counter()
+    request_id: Any = None
+    tool: str = "?"
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class _Running:
     """A Python tool call in progress, for :meth:`ToolBridge.overdue`."""
 
     deadline: float  # time.monotonic()
-    request_id: Any
-    tool: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    began: float  # time.perf_counter()
+    call: _Call
 
 
 @dataclass
@@ -157,61 +165,62 @@ class ToolBridge:
             else:
                 seq = arrival
                 self._seq = max(self._seq, arrival)
-        began = time.perf_counter()
-        request_id: Any = None
-        tool = "?"
-        args: list[Any] = []
-        kwargs: dict[str, Any] = {}
+        call = _Call(seq, time.perf_counter())
         try:
-            if header.get("oversize") is not None:
-                raise _Refusal(
-                    "ValueError",
-                    f"tool request of {header['oversize']} bytes exceeds the "
-                    f"{self.max_request_bytes}-byte limit",
-                )
-            if header.get("malformed"):
-                self._protocol_error()
-                raise _Refusal("ConnectionError", str(header["malformed"]))
-            if len(body) > self.max_request_bytes:
-                raise _Refusal(
-                    "ValueError",
-                    f"tool request of {len(body)} bytes exceeds the {self.max_request_bytes}-byte limit",
-                )
-            request_id, tool, args, kwargs = self._parse(body)
-            if seq > self.max_calls:
-                self.budget_exceeded = True
-                raise _Refusal(BUDGET_ERROR, f"tool-call budget of {self.max_calls} exceeded")
-            if tool not in self.registry:
-                allowed = ", ".join(self.registry.names()) or "none"
-                raise _Refusal(
-                    "NameError", f"tool {tool!r} is not allowed for this job; allowed tools: {allowed}"
-                )
-            decision = self.policy(CallRequest(tool, args, kwargs, self.job_id, seq))
-            if isinstance(decision, bool):
-                decision = PolicyDecision(decision)
-            if not decision.allow:
-                raise _Refusal(
-                    "PermissionError",
-                    f"call to {tool} denied by policy" + (f": {decision.reason}" if decision.reason else ""),
-                )
-            value, replayed = self._run(seq, request_id, began, tool, args, kwargs)
-            reply = _value_reply(tool, request_id, value)
+            self._check_frame(header, body)
+            call.request_id, call.tool, call.args, call.kwargs = self._parse(body)
+            self._check_call(call)
+            value, replayed = self._run(call)
+            reply = _value_reply(call.tool, call.request_id, value)
             if len(reply) > self.max_response_bytes:
                 raise _Refusal(
                     "ValueError",
-                    f"tool {tool} returned {len(reply)} bytes, more than the "
+                    f"tool {call.tool} returned {len(reply)} bytes, more than the "
                     f"{self.max_response_bytes}-byte limit",
                 )
-            self._record(
-                seq, tool, args, kwargs, began, ok=True, value=value, size=len(reply), replayed=replayed
-            )
+            self._record(call, value=value, size=len(reply), replayed=replayed)
             return reply
         except (_AlreadyAnswered, _Unanswered):
             return None
         except _Refusal as e:
-            return self._fail(seq, request_id, tool, args, kwargs, began, e.error_type, e.message)
+            return self._fail(call, e.error_type, e.message)
         except Exception as e:  # the tool's own exception reaches the program, type name and message kept
-            return self._fail(seq, request_id, tool, args, kwargs, began, type(e).__name__, _message(e))
+            return self._fail(call, type(e).__name__, _message(e))
+
+    def _check_frame(self, header: dict[str, Any], body: bytes) -> None:
+        """Refuse a frame the agent marked oversize or malformed, or one past the request size."""
+        if header.get("oversize") is not None:
+            raise _Refusal(
+                "ValueError",
+                f"tool request of {header['oversize']} bytes exceeds the {self.max_request_bytes}-byte limit",
+            )
+        if header.get("malformed"):
+            self._protocol_error()
+            raise _Refusal("ConnectionError", str(header["malformed"]))
+        if len(body) > self.max_request_bytes:
+            raise _Refusal(
+                "ValueError",
+                f"tool request of {len(body)} bytes exceeds the {self.max_request_bytes}-byte limit",
+            )
+
+    def _check_call(self, call: _Call) -> None:
+        """Refuse a call past the budget, of a tool not allowed, or denied by the operator's policy."""
+        if call.seq > self.max_calls:
+            self.budget_exceeded = True
+            raise _Refusal(BUDGET_ERROR, f"tool-call budget of {self.max_calls} exceeded")
+        if call.tool not in self.registry:
+            allowed = ", ".join(self.registry.names()) or "none"
+            raise _Refusal(
+                "NameError", f"tool {call.tool!r} is not allowed for this job; allowed tools: {allowed}"
+            )
+        decision = self.policy(CallRequest(call.tool, call.args, call.kwargs, self.job_id, call.seq))
+        if isinstance(decision, bool):
+            decision = PolicyDecision(decision)
+        if not decision.allow:
+            raise _Refusal(
+                "PermissionError",
+                f"call to {call.tool} denied by policy" + (f": {decision.reason}" if decision.reason else ""),
+            )
 
     def _parse(self, body: bytes) -> tuple[Any, str, list[Any], dict[str, Any]]:
         try:
@@ -244,25 +253,23 @@ class ToolBridge:
         with self._lock:
             self.protocol_errors += 1
 
-    def _run(
-        self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> tuple[Any, bool]:
+    def _run(self, call: _Call) -> tuple[Any, bool]:
         replaying = self.recorded is not None and self.recorded.replaying
         if not replaying and (self.suspended or self.untrusted is not None):
             raise _Unanswered()  # the program is being stopped: nothing more runs
         if self.recorded is not None:
-            answer = self.recorded.answer(seq, tool, args, kwargs, self._has_side_effects)
+            answer = self.recorded.answer(call.seq, call.tool, call.args, call.kwargs, self._has_side_effects)
             if answer is not None:
-                return self._served(seq, answer), answer.replayed
+                return self._served(call.seq, answer), answer.replayed
         approval = None
-        if self.gate is not None and self.gate.gates(tool):
-            approval = self._admit(seq, tool, args, kwargs)
+        if self.gate is not None and self.gate.gates(call.tool):
+            approval = self._admit(call)
             if approval is None:
                 raise _Unanswered()
             if approval[0] == "served":  # the approved call ran once already: its reply, not a second run
                 return approval[1], False
         try:
-            value, replayed = self._execute(seq, request_id, began, tool, args, kwargs)
+            value, replayed = self._execute(call)
         except _AlreadyAnswered:
             raise
         except Exception as e:
@@ -275,9 +282,10 @@ class ToolBridge:
             self.gate.executed(approval[1], {"ok": True, "value": value})
         return value, replayed
 
-    def _admit(self, seq: int, tool: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[str, Any] | None:
+    def _admit(self, call: _Call) -> tuple[str, Any] | None:
         """Ask the gate about a gated call: ("run", request id), ("served", value), or None (unanswered:
         the run suspends or ended). Raises _Refusal(ToolDeniedError) for a denial."""
+        seq, tool, args, kwargs = call.seq, call.tool, call.args, call.kwargs
         tool_obj = self.registry.get(tool)
         try:
             bound = tool_obj.bind(args, kwargs)
@@ -325,24 +333,20 @@ class ToolBridge:
             raise _Refusal(answer.error_type or "ToolError", answer.error or "failed")
         return answer.value
 
-    def _execute(
-        self, seq: int, request_id: Any, began: float, tool: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> tuple[Any, bool]:
+    def _execute(self, call: _Call) -> tuple[Any, bool]:
         timeout = self.call_timeout_s
-        watched = timeout is not None and not self.registry.get(tool).stops_at_timeout
-        if watched:
-            assert timeout is not None
-            running = _Running(time.monotonic() + timeout, request_id, tool, args, kwargs, began)
+        watched = timeout is not None and not self.registry.get(call.tool).stops_at_timeout
+        if timeout is not None and watched:
             with self._lock:
-                self._running[seq] = running
+                self._running[call.seq] = _Running(time.monotonic() + timeout, call)
         started = time.perf_counter()
         try:
-            value = self.registry.call(tool, args, kwargs, timeout)
+            value = self.registry.call(call.tool, call.args, call.kwargs, timeout)
         except Exception:
-            if self._finished(seq, watched, started):
+            if self._finished(call.seq, watched, started):
                 raise _AlreadyAnswered() from None
             raise
-        if self._finished(seq, watched, started):
+        if self._finished(call.seq, watched, started):
             raise _AlreadyAnswered()
         return value, False
 
@@ -360,62 +364,45 @@ class ToolBridge:
             for seq in late:
                 del self._running[seq]
         replies = []
-        for seq, r in sorted(late.items()):
+        for _seq, r in sorted(late.items()):
             message = (
-                f"tool {r.tool} did not return within {self.call_timeout_s:g} s (the per-call timeout); "
+                f"tool {r.call.tool} did not return within {self.call_timeout_s:g} s (the per-call timeout); "
                 "its result, if it comes, is dropped"
             )
-            replies.append(
-                self._fail(seq, r.request_id, r.tool, r.args, r.kwargs, r.began, "TimeoutError", message)
-            )
+            replies.append(self._fail(r.call, "TimeoutError", message))
         return replies
 
-    def _fail(
-        self,
-        seq: int,
-        request_id: Any,
-        tool: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        began: float,
-        error_type: str,
-        message: str,
-    ) -> bytes:
-        self._record(seq, tool, args, kwargs, began, ok=False, error_type=error_type, error=message)
-        return _encode({"id": request_id, "ok": False, "type": error_type, "message": message})
+    def _fail(self, call: _Call, error_type: str, message: str) -> bytes:
+        self._record(call, error=(error_type, message))
+        return _encode({"id": call.request_id, "ok": False, "type": error_type, "message": message})
 
     def _record(
         self,
-        seq: int,
-        tool: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        began: float,
+        call: _Call,
         *,
-        ok: bool,
         value: Any = None,
         size: int = 0,
-        error_type: str | None = None,
-        error: str | None = None,
+        error: tuple[str, str] | None = None,
         replayed: bool = False,
     ) -> None:
+        """Keep the call's record (``error``: its type and message; None when it answered ``value``)."""
         record = ToolCallRecord(
-            seq=seq,
-            tool=tool,
-            args=args,
-            kwargs=kwargs,
-            ok=ok,
-            error_type=error_type,
-            error=error,
+            seq=call.seq,
+            tool=call.tool,
+            args=call.args,
+            kwargs=call.kwargs,
+            ok=error is None,
+            error_type=error[0] if error else None,
+            error=error[1] if error else None,
             result=value if size <= MAX_RECORDED_RESULT_BYTES else None,
             result_size=size,
-            duration_ms=(time.perf_counter() - began) * 1000,
+            duration_ms=(time.perf_counter() - call.began) * 1000,
             replayed=replayed,
-            approval_id=self._approvals.get(seq),
+            approval_id=self._approvals.get(call.seq),
         )
         with self._record_lock:  # the audit sees calls in the order their records are kept
             self.records.append(record)
-            if self.on_call is not None and seq not in self._quiet:
+            if self.on_call is not None and call.seq not in self._quiet:
                 self.on_call(record)
 
 
