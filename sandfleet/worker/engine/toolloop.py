@@ -163,21 +163,8 @@ class ToolLoop:
                     f"than its max_tokens of {self.caps.max_tokens}",
                     Limit.TOKENS,
                 )  # fmt: skip
-            for call, call_id in zip(reply.tool_calls, ids, strict=True):
-                if self.clock() >= deadline:
-                    outcome = CallOutcome(False, error_type=NOT_RUN, error="the job ran out of wall time")
-                elif out.tool_calls >= self.caps.max_tool_calls:
-                    budget_refused = True
-                    outcome = CallOutcome(
-                        False,
-                        error_type=BUDGET_ERROR,
-                        error=f"tool-call budget of {self.caps.max_tool_calls} exceeded: no more calls "
-                        "will run; answer now with what you have",
-                    )
-                else:
-                    outcome = None
-                out.tool_calls += 1
-                self._call(out, turn, call_id, call.name, call.arguments, messages, outcome)
+            calls = list(zip(reply.tool_calls, ids, strict=True))
+            budget_refused = self._serve_calls(out, turn, calls, messages, deadline) or budget_refused
             if budget_refused and Limit.TOOL_CALLS not in out.limits_hit:
                 out.limits_hit.append(Limit.TOOL_CALLS)
             if self.clock() >= deadline:
@@ -185,6 +172,33 @@ class ToolLoop:
         raise AssertionError("unreachable: the last turn returns")  # pragma: no cover
 
     # -- steps ----------------------------------------------------------------------------------
+
+    def _serve_calls(
+        self,
+        out: LoopOutcome,
+        turn: TurnRecord,
+        calls: list[tuple[Any, str]],
+        messages: list[dict[str, Any]],
+        deadline: float,
+    ) -> bool:
+        """Run the calls of one reply (each counts), in order; True when the budget refused one."""
+        budget_refused = False
+        for call, call_id in calls:
+            if self.clock() >= deadline:
+                outcome = CallOutcome(False, error_type=NOT_RUN, error="the job ran out of wall time")
+            elif out.tool_calls >= self.caps.max_tool_calls:
+                budget_refused = True
+                outcome = CallOutcome(
+                    False,
+                    error_type=BUDGET_ERROR,
+                    error=f"tool-call budget of {self.caps.max_tool_calls} exceeded: no more calls "
+                    "will run; answer now with what you have",
+                )
+            else:
+                outcome = None
+            out.tool_calls += 1
+            self._call(out, turn, call_id, call.name, call.arguments, messages, outcome)
+        return budget_refused
 
     def _account(
         self, out: LoopOutcome, number: int, reply: ModelReply, new_messages: list[dict[str, Any]]
