@@ -222,20 +222,7 @@ def parse_collection(
             skipped=[SkippedArtifact(name="*", reason="the sandbox sent other bytes than its listing says")]
         )
     out = Collection()
-    for entry in skipped_raw[:MAX_SKIPPED_KEPT]:
-        if isinstance(entry, dict):
-            size = entry.get("size")
-            out.skipped.append(
-                SkippedArtifact(
-                    name=str(entry.get("name", "?"))[:300],
-                    size=size if isinstance(size, int) else None,
-                    reason=str(entry.get("reason", "skipped"))[:300],
-                )
-            )
-            out.cap_hit = out.cap_hit or bool(entry.get("cap"))
-    more = listing.get("skipped_more", 0)
-    if isinstance(more, int) and more > 0:
-        out.skipped.append(SkippedArtifact(name="*", reason=f"{more} more files skipped"))
+    _skipped_in_sandbox(out, skipped_raw, listing.get("skipped_more", 0))
     digests = hasher.digests(sizes) if hasher is not None else None
     offset = 0
     seen: set[str] = set()
@@ -257,6 +244,23 @@ def parse_collection(
         info = ArtifactInfo(name=name, size=size, media_type=media_type(name), sha256=digest)
         out.kept.append(CollectedArtifact(info, chunk))
     return out
+
+
+def _skipped_in_sandbox(out: Collection, skipped_raw: list[Any], more: Any) -> None:
+    """The files the agent skipped itself (a symlink, a device, over a cap), as it names them."""
+    for entry in skipped_raw[:MAX_SKIPPED_KEPT]:
+        if isinstance(entry, dict):
+            size = entry.get("size")
+            out.skipped.append(
+                SkippedArtifact(
+                    name=str(entry.get("name", "?"))[:300],
+                    size=size if isinstance(size, int) else None,
+                    reason=str(entry.get("reason", "skipped"))[:300],
+                )
+            )
+            out.cap_hit = out.cap_hit or bool(entry.get("cap"))
+    if isinstance(more, int) and more > 0:
+        out.skipped.append(SkippedArtifact(name="*", reason=f"{more} more files skipped"))
 
 
 def keep_artifacts(
