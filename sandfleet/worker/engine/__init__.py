@@ -1,8 +1,8 @@
 """The engine: turns a JobSpec into a JobResult in the job's mode (modes.py).
 
-code-action: loop.py; shell: shell.py (session sandbox, sandfleet/worker/shell/); chat: chat.py. Shell and chat
-share the tool-calling loop (toolloop.py), its functions (functions.py, schemas.py) and records
-(outcome.py).
+Every mode admits its job first (admission.py). code-action: code_action.py (``CodeActionRun``);
+shell: shell/mode.py (session sandbox, shell/keeper.py); chat: chat.py. Shell and chat share the
+tool-calling loop (toolloop.py), its functions (functions.py, schemas.py) and records (outcome.py).
 """
 
 from sandfleet.core.audit_sink import AuditSink, ListAudit, NullAudit
