@@ -1,0 +1,71 @@
+"""The bridge's one recorded-answer source (replay, resume, memo), asked directly: pure, no container."""
+
+from __future__ import annotations
+
+import json
+
+from sandfleet.core.contracts import ToolCallRecord
+from sandfleet.worker.program.bridge import ToolBridge
+from sandfleet.worker.program.recorded import RecordedAnswers, call_key
+from sandfleet.worker.tools.registry import ToolRegistry, side_effects
+
+RAN: list[str] = []
+
+
+@side_effects
+def send(to: str) -> str:
+    """Send something (a side effect)."""
+    RAN.append(to)
+    return f"sent-{to}"
+
+
+def lookup(key: str) -> str:
+    """Read something (no side effect)."""
+    RAN.append(key)
+    return f"read-{key}"
+
+
+def record(seq: int, tool: str, arg: str, result: str, **extra: object) -> ToolCallRecord:
+    return ToolCallRecord(seq=seq, tool=tool, args=[arg], kwargs={}, ok=True, result=result, **extra)  # type: ignore[arg-type]
+
+
+def call(bridge: ToolBridge, tool: str, arg: str) -> dict:  # type: ignore[type-arg]
+    body = json.dumps({"id": 1, "tool": tool, "args": [arg], "kwargs": {}}).encode()
+    return json.loads(bridge.handle({}, body))
+
+
+def bridge_with(recorded: RecordedAnswers) -> ToolBridge:
+    return ToolBridge(ToolRegistry.from_functions([send, lookup]), recorded=recorded)
+
+
+def test_a_replay_answers_every_call_from_its_records_and_refuses_a_call_it_lacks() -> None:
+    RAN.clear()
+    bridge = bridge_with(RecordedAnswers(replay=[record(1, "lookup", "a", "then-a")]))
+    assert call(bridge, "lookup", "a")["value"] == "then-a"
+    unknown = call(bridge, "lookup", "b")
+    assert unknown["ok"] is False and unknown["type"] == "LookupError"
+    assert "call 2 (lookup) differs from the recorded run" in unknown["message"]
+    assert RAN == [] and [r.replayed for r in bridge.records] == [True, False]
+
+
+def test_a_resumed_run_serves_completed_calls_once_unaudited_then_runs_new_ones() -> None:
+    RAN.clear()
+    audited: list[int] = []
+    recorded = RecordedAnswers(resume=[record(1, "send", "x", "sent-before", approval_id="req-1")])
+    bridge = bridge_with(recorded)
+    bridge.on_call = lambda r: audited.append(r.seq)
+    assert call(bridge, "send", "x")["value"] == "sent-before"
+    assert call(bridge, "send", "x")["value"] == "sent-x"  # the record stands in for one call only
+    assert RAN == ["x"] and audited == [2]  # the resumed call was audited before the suspension
+    assert bridge.records[0].approval_id == "req-1" and not bridge.records[0].replayed
+
+
+def test_the_memo_serves_only_side_effecting_tools() -> None:
+    RAN.clear()
+    memo = {call_key("send", ["x"], {}): ["sent-earlier"], call_key("lookup", ["k"], {}): ["read-earlier"]}
+    bridge = bridge_with(RecordedAnswers(memo=memo))
+    assert call(bridge, "send", "x")["value"] == "sent-earlier"
+    assert call(bridge, "lookup", "k")["value"] == "read-k"  # reads run again: only effects are kept
+    assert RAN == ["k"] and memo[call_key("send", ["x"], {})] == [
+        "sent-earlier"
+    ]  # the caller's memo is untouched
