@@ -25,13 +25,16 @@ import mimetypes
 import os
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Protocol
-
-import redis
+from typing import TYPE_CHECKING, Protocol
 
 from sandfleet.core.redis_keys import FleetKeys, check_id
-from sandfleet.core.settings import Settings
-from sandfleet.core.verify import JobEvidence, listed_artifacts
+
+if TYPE_CHECKING:  # redis, the settings and the verifier (cryptography) load where a store is opened:
+    # `sandfleet run` names artifacts with this module and opens no store
+    import redis
+
+    from sandfleet.core.settings import Settings
+    from sandfleet.core.verify import JobEvidence
 
 OUT_DIR_NAME = "out"  # under the sandbox's workdir: /workspace/out/
 MAX_NAME_CHARS = 255  # the whole relative path of one artifact
@@ -184,6 +187,8 @@ def open_artifact_store(settings: Settings, client: redis.Redis) -> ArtifactStor
 
 def binary_client(client: redis.Redis) -> redis.Redis:
     """A client on the same server as ``client`` that returns bytes (artifacts are not text)."""
+    import redis
+
     pool = client.connection_pool
     if not pool.connection_kwargs.get("decode_responses"):
         return client
@@ -194,6 +199,8 @@ def binary_client(client: redis.Redis) -> redis.Redis:
 def with_artifact_digests(evidence: JobEvidence, store: ArtifactStore) -> JobEvidence:
     """``evidence`` with, for each artifact its record lists, the SHA-256 of the bytes stored for it
     (None: nothing stored), so that verifying it checks the files at rest too."""
+    from sandfleet.core.verify import listed_artifacts
+
     found: dict[str, str | None] = {}
     for _name, digest in listed_artifacts(evidence.record.get("result")):
         data = store.get(evidence.job_id, digest)

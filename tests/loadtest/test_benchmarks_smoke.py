@@ -57,7 +57,11 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"docker exec / sandbox_exec: median \d+\.\dx[\s\S]*engine overhead per chat turn[\s\S]*audit to redis",
     ),
     "container_options": (["--cycles", "1", "--runtimes", "runc"], r"the agent: start, hello, remove +\d+"),
-    "cli_startup": (["--cycles", "1"], r"sandbox run -- true / docker run --rm \.\.\. true: \d+\.\d\d"),
+    "cli_startup": (
+        ["--cycles", "1"],
+        r"sandbox run -- true / docker run --rm \.\.\. true: \d+\.\d\d[\s\S]*"
+        r"run print1\.py / docker run --rm \.\.\. python3 -c <print1>: \d+\.\d\d",
+    ),
     "input_caps": (
         ["--repeat", "20", "--big-mb", "0.1"],
         r"depth check of[\s\S]*uniqueItems over 1,000 objects: one pass",

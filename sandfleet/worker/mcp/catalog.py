@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from sandfleet.core.errors import ToolServerUnavailableError
 from sandfleet.worker.mcp.names import server_of, server_prefixes
-from sandfleet.worker.mcp.sessions import McpSessions
-from sandfleet.worker.mcp.tools import McpTool, mcp_tools
 from sandfleet.worker.tools.registry import ToolRegistry
+
+if TYPE_CHECKING:  # the MCP SDK loads only with sessions: ~1 s of imports `sandfleet run` needs not
+    from sandfleet.worker.mcp.sessions import McpSessions
 
 
 class ToolCatalog:
@@ -33,6 +35,8 @@ class ToolCatalog:
         """Every tool offered now, Python tools first."""
         if self.sessions is None:
             return self.python_tools
+        from sandfleet.worker.mcp.tools import mcp_tools
+
         with self._lock:
             generation = self.sessions.generation
             if generation != self._generation:
@@ -50,6 +54,8 @@ class ToolCatalog:
         """
         if self.sessions is None:
             return
+        from sandfleet.worker.mcp.tools import McpTool
+
         registry = self.registry()
         prefixes = server_prefixes(self.sessions.server_names())
         enabled = {s.name for s in self.sessions.config.enabled}

@@ -1,0 +1,114 @@
+"""Which heavy packages each ``sandfleet`` command loads, run for real in a fresh interpreter.
+
+A command's start-up is its imports: the MCP SDK alone cost ``sandfleet run`` ~2 s with no MCP server
+configured (issue 25), pydantic and redis cost ``--help`` hundreds of ms before (issue 12). Each case
+runs the command as the console script does and records, as the interpreter exits, the top-level
+packages in ``sys.modules``; a package a command does not use must not be among them. What a command
+really needs (the Docker SDK for a sandbox, redis for a job) is allowed, so this fails on a new
+import nobody meant, not on the work itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# What the worker extra and the producer's heavier layers bring (import names).
+HEAVY = {
+    "mcp",
+    "mcp_types",
+    "openai",
+    "httpx",
+    "anyio",
+    "docker",
+    "requests",
+    "celery",
+    "kombu",
+    "pydantic",
+    "pydantic_settings",
+    "redis",
+    "cryptography",
+    "jsonschema",
+    "re2",
+    "prometheus_client",
+    "psutil",
+}
+# Runs the command as `sandfleet ARGS...` would and prints, at exit, the heavy packages it loaded.
+PROBE = (
+    "import atexit, json, sys\n"
+    "heavy = set(json.loads(sys.argv[1]))\n"
+    "atexit.register(lambda: print('LOADED=' + json.dumps(sorted({m.split('.')[0] for m in sys.modules} & heavy)),"
+    " file=sys.stderr))\n"
+    "from sandfleet.cli import main\n"
+    "main(sys.argv[2:], prog_name='sandfleet')\n"
+)
+WORKER_ONLY = {"mcp", "mcp_types", "openai", "httpx", "anyio", "docker", "requests", "jsonschema", "re2"}
+NO_TASKS = {"celery", "kombu", "prometheus_client", "psutil"}  # the worker process's own
+
+
+def loaded_by(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> set[str]:
+    """The heavy packages `sandfleet ARGS...` had loaded when it exited (its exit code is not checked:
+    a failing command's imports are guarded as well)."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(sorted(HEAVY)), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+    lines = [line for line in done.stderr.splitlines() if line.startswith("LOADED=")]
+    assert lines, done.stdout[-2000:] + done.stderr[-2000:]
+    return set(json.loads(lines[-1].removeprefix("LOADED=")))
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["submit", "--help"],
+        ["result", "--help"],
+        ["sandbox", "run", "--help"],
+        ["jobs", "--help"],
+    ],
+)
+def test_help_loads_no_heavy_package(args: list[str], tmp_path: Path) -> None:
+    assert loaded_by(args, tmp_path) == set()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(
+    ("args", "celery"),
+    [(["submit", "what is 2 + 2?"], {"celery", "kombu"}), (["result", "job-that-does-not-exist"], set())],
+)
+def test_producer_commands_load_no_worker_package(
+    args: list[str], celery: set[str], tmp_path: Path, redis_server: str
+) -> None:
+    """``submit`` enqueues through Celery's ``send_task``; ``result`` reads Redis and needs no Celery."""
+    env = {"SANDFLEET_REDIS_URL": redis_server, "SANDFLEET_KEY_PREFIX": f"cli-imports-{tmp_path.name}"}
+    loaded = loaded_by(args, tmp_path, env)
+    assert "redis" in loaded  # the command really ran (it talked to Redis)
+    assert loaded & (WORKER_ONLY | NO_TASKS) == celery
+
+
+@pytest.mark.docker
+def test_sandbox_run_loads_only_pydantic_and_the_docker_sdk(tmp_path: Path, docker_engine: Any) -> None:
+    loaded = loaded_by(["sandbox", "run", "--", "true"], tmp_path)
+    assert "docker" in loaded  # the command really ran a sandbox
+    assert loaded <= {"docker", "requests", "pydantic"}
+
+
+@pytest.mark.docker
+def test_run_without_mcp_servers_loads_no_mcp_sdk(tmp_path: Path, docker_engine: Any) -> None:
+    program = tmp_path / "prog.py"
+    program.write_text('print("RESULT: 1")\n')
+    env = {"SANDFLEET_MCP_CONFIG": "", "SANDFLEET_TOOLS": ""}
+    loaded = loaded_by(["run", str(program)], tmp_path, env)
+    assert "docker" in loaded  # the program really ran
+    assert loaded <= {"docker", "requests", "pydantic", "pydantic_settings"}
