@@ -5,8 +5,8 @@ The machine's own engine is never touched: this dockerd reads its own (empty) co
 registers no runtime of the machine's ``daemon.json``, and it has no bridge (``--bridge none``, safe
 here because the namespace has no ``docker0`` to delete; jobs run with network disabled). Images come
 from the machine's engine without a registry: ``docker save`` once into a cached tarball, ``docker
-load`` into each engine. The socket belongs to the host's own user, mode 0600, so a worker of
-another host (another user, no capabilities) cannot open it.
+load`` into each engine. The socket belongs to the host's own user and group, mode 0660, so
+a worker of another host (another group, no capabilities) cannot open it.
 """
 
 from __future__ import annotations
@@ -24,13 +24,14 @@ from sandfleet.fleet import netns
 ENGINE_READY_TIMEOUT_S = 60.0
 ENGINE_STOP_TIMEOUT_S = 30.0
 IMAGE_CACHE = Path("/tmp/sfh-images")
+ENGINE_FOLDER_UID = 21_300_000  # owns every engine folder; no process runs as it
 
 
 @dataclass
 class HostEngine:
     """A dockerd in ``namespace``; everything it keeps is under ``folder`` (0700, root's).
 
-    ``owner_uid``: the host's worker user, who alone may open the socket.
+    ``owner_uid``: the host's uid and gid, whose worker alone may open the socket.
     """
 
     namespace: str
@@ -70,8 +71,10 @@ class HostEngine:
     def start(self) -> None:
         """Start dockerd (removing the pidfile a killed one left) and wait until it answers."""
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.socket_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chown(self.folder, ENGINE_FOLDER_UID, 0)  # not uid 0: workers (uid 0, no caps) stay out
+        self.socket_path.parent.mkdir(parents=True, exist_ok=True)
         os.chown(self.socket_path.parent, self.owner_uid, self.owner_uid)
+        self.socket_path.parent.chmod(0o770)
         (self.folder / "daemon.json").write_text("{}\n")
         for stale in (self.pidfile, self.folder / "x" / "containerd" / "containerd.pid"):
             stale.unlink(missing_ok=True)
@@ -84,7 +87,7 @@ class HostEngine:
             log.close()
         self._wait_ready()
         os.chown(self.socket_path, self.owner_uid, self.owner_uid)
-        os.chmod(self.socket_path, 0o600)
+        os.chmod(self.socket_path, 0o660)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + ENGINE_READY_TIMEOUT_S

@@ -11,8 +11,10 @@ Layout of run ``R`` (a free number 1..250; every name starts with ``sfh``)::
                      cgroup parent /sfh-R-<i>, its own iptables), one ``sandfleet worker``
 
 No namespace has a default route, so the test range goes nowhere off the machine. Each host's worker
-runs as a user of its own (uid 21300000 + 100 R + i, no capabilities) that alone owns its engine's
-socket: a worker cannot open another host's socket, nor reach its containers (tests/hosts).
+runs without any capability in a group of its own (gid 21300000 + 100 R + i) that alone may open its
+engine's socket and folders: a worker cannot open another host's socket, nor reach its containers
+(tests/hosts). All workers keep uid 0 (the interpreter may live under /root), so they could still
+signal each other's processes: what a real host's process isolation adds (SCALING.md §5).
 
 Everything is torn down by :meth:`HostFleet.stop` (context manager, and atexit), and what a killed
 run left by :func:`clean_leftovers` (``sandfleet fleet down``).
@@ -43,6 +45,9 @@ SUBNET = "10.213.{run}"
 REDIS_PORT = 6379
 HOST_UID_BASE = 21_300_000
 BRIDGE = "sfhbr"
+# The worker keeps uid 0 (the interpreter may live under /root) but no capability at all: file
+# permissions then bind it like any user, so only its host's group opens its socket and folders.
+NO_CAPABILITIES = ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
 REDIS_READY_TIMEOUT_S = 20.0
 
 
@@ -185,6 +190,7 @@ class HostFleet(LocalFleet):
         for folder in (home, home / "state"):
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
             os.chown(folder, self.uid(host), self.uid(host))
+            folder.chmod(0o770)
         restarts = sum(1 for w in self.workers if w.name.startswith(f"h{host}-"))
         env = {
             "DOCKER_HOST": self.engines[host].url,
@@ -199,10 +205,9 @@ class HostFleet(LocalFleet):
         """In the host's namespace, as the host's user; the ``-c`` code names the host's folder, so
         :func:`clean_leftovers` finds the process by its command line."""
         host = int(name[1:].split("-")[0])
-        uid = str(self.uid(host))
         command = super().worker_command(name, concurrency, sandboxes)
         command[2] = f"{SANDFLEET_ARGV[2]}  # sandfleet host {self.base / f'h{host}'}/"
-        setpriv = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
+        setpriv = ["setpriv", f"--regid={self.uid(host)}", "--clear-groups", *NO_CAPABILITIES, "--"]
         return [*netns.enter(self.namespace(host)), *setpriv, *command]
 
     # -- faults -------------------------------------------------------------------------------------
