@@ -107,6 +107,19 @@ class HostEngine:
         )
         return done.returncode == 0
 
+    def sandboxes(self) -> list[str]:
+        """Ids of the Sandfleet containers (any state) on this engine."""
+        done = subprocess.run(
+            ["docker", f"--host={self.url}", "ps", "-aq", "--filter", "label=sandfleet.role"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"docker ps on {self.namespace}: {done.stderr.strip()}")
+        return done.stdout.split()
+
     def load_images(self, tarball: Path) -> None:
         """``docker load`` the cached tarball into this engine."""
         done = subprocess.run(
