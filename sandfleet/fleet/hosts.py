@@ -207,6 +207,10 @@ class HostFleet(LocalFleet):
         host = int(name[1:].split("-")[0])
         command = super().worker_command(name, concurrency, sandboxes)
         command[2] = f"{SANDFLEET_ARGV[2]}  # sandfleet host {self.base / f'h{host}'}/"
+        return self.as_host(host, command)
+
+    def as_host(self, host: int, command: list[str]) -> list[str]:
+        """``command`` as the host's processes run: in its namespace, its group, no capabilities."""
         setpriv = ["setpriv", f"--regid={self.uid(host)}", "--clear-groups", *NO_CAPABILITIES, "--"]
         return [*netns.enter(self.namespace(host)), *setpriv, *command]
 

@@ -100,7 +100,7 @@ from sandfleet.core.options import parse_options, sandbox_option
 @click.option(
     "--hosts",
     type=int,
-    default=0,
+    default=None,
     help="With --local: a multi-host fleet of N hosts (network namespaces, a Docker engine and a worker each; root).",
 )
 @click.option(
@@ -134,7 +134,7 @@ def loadtest(
     timeout: float,
     metrics: bool,
     metrics_urls: tuple[str, ...],
-    hosts: int,
+    hosts: int | None,
     kill_host: int | None,
     redis_url: str | None,
     no_plot: bool,
@@ -173,7 +173,7 @@ def loadtest(
         plot=not no_plot,
         metrics=metrics,
         metrics_urls=list(metrics_urls),
-        hosts=hosts,
+        hosts=hosts or 0,
         kill_host=kill_host,
     )
     if program is not None:
@@ -198,13 +198,13 @@ def loadtest(
         sys.exit(1)
 
 
-def _check_hosts_options(local: bool, hosts: int, kill_host: int | None, workers: int) -> None:
+def _check_hosts_options(local: bool, hosts: int | None, kill_host: int | None, workers: int) -> None:
     """A bad --hosts/--kill-host is refused before anything starts, naming the fix."""
-    if not hosts and kill_host is None:
+    if hosts is None and kill_host is None:
         return
     if not local:
         raise click.UsageError("--hosts and --kill-host need --local (the fleet is started here)")
-    if kill_host is not None and not hosts:
+    if hosts is None:
         raise click.UsageError("--kill-host needs --hosts N (N of at least 2)")
     if workers != 1:
         raise click.UsageError("--workers does not apply with --hosts: each host runs one worker")

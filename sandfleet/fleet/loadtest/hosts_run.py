@@ -100,7 +100,7 @@ def run_on_hosts(
     report.update(counts)
     report["jobs_per_s"] = report["throughput_jobs_per_s"]
     report["succeeded"] = report["counts"]["succeeded"]
-    report["containers_left_per_host"] = left
+    report["sandboxes_at_end_per_host"] = left
     if killer is not None:
         report["kill_host"] = {
             "host": kill_host,
