@@ -47,6 +47,9 @@ HOST_UID_BASE = 21_300_000
 BRIDGE = "sfhbr"
 # The worker keeps uid 0 (the interpreter may live under /root) but no capability at all: file
 # permissions then bind it like any user, so only its host's group opens its socket and folders.
+# The machine's own socket is root's (0660): uid 0 would open it even without capabilities, so the
+# worker's mount namespace covers it with /dev/null (no capability: it cannot unmount that).
+HIDE_MACHINE_SOCKET = 'for s in /run/docker.sock /var/run/docker.sock; do [ -S "$s" ] && mount --bind /dev/null "$s"; done; exec "$@"'
 NO_CAPABILITIES = ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
 REDIS_READY_TIMEOUT_S = 20.0
 
@@ -212,7 +215,8 @@ class HostFleet(LocalFleet):
     def as_host(self, host: int, command: list[str]) -> list[str]:
         """``command`` as the host's processes run: in its namespace, its group, no capabilities."""
         setpriv = ["setpriv", f"--regid={self.uid(host)}", "--clear-groups", *NO_CAPABILITIES, "--"]
-        return [*netns.enter(self.namespace(host)), *setpriv, *command]
+        hide = ["unshare", "--mount", "--propagation=private", "--", "sh", "-c", HIDE_MACHINE_SOCKET, "sh"]
+        return [*netns.enter(self.namespace(host)), *hide, *setpriv, *command]
 
     # -- faults -------------------------------------------------------------------------------------
 
