@@ -21,7 +21,7 @@ def run(hosts: int, jobs: int, sandboxes: int) -> dict[str, object]:
     cmd = [sys.executable, "-m", "sandfleet.cli", "loadtest", "--local", "--hosts", str(hosts)]
     cmd += ["--jobs", str(jobs), "--sandboxes", str(sandboxes), "--concurrency", str(4 * sandboxes)]
     cmd += ["--no-plot", "--out", f"/tmp/sfh-bench-{hosts}", "--json"]
-    print("$", " ".join(cmd[2:]), file=sys.stderr)
+    print("$ sandfleet", " ".join(cmd[4:]), file=sys.stderr)
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"loadtest failed:\n{done.stderr[-2000:]}")
