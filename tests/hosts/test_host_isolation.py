@@ -15,7 +15,11 @@ from collections.abc import Callable
 
 from reliability.harness import sleeper_script, wait_for
 
+import pytest
+
 from sandfleet.fleet.hosts import HostFleet
+
+pytestmark = [pytest.mark.slow]  # ~50 s: two engines and workers start
 
 PROBE = """
 import json, os, sys, docker
