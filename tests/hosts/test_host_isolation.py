@@ -13,9 +13,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from reliability.harness import sleeper_script, wait_for
-
 import pytest
+from reliability.harness import sleeper_script, wait_for
 
 from sandfleet.fleet.hosts import HostFleet
 
