@@ -103,6 +103,10 @@ COMMANDS = {
         "Run the reference question (Q3 2026 revenue per region) through the fleet; exit 0 when the "
         "fleet's RESULT matches the plain-Python totals.",
     ),
+    "fleet": (
+        "sandfleet.fleet.fleet_cli:fleet",
+        "Local multi-host fleets: `fleet down` removes what a killed run left (namespaces, engines).",
+    ),
     "loadtest": (
         "sandfleet.fleet.loadtest.cli:loadtest",
         "Drive the fleet with many jobs and report throughput and latency by phase.",

@@ -200,6 +200,17 @@ class LocalFleet:
         env.update(extra)
         return env
 
+    def worker_command(self, name: str, concurrency: int, sandboxes: int) -> list[str]:
+        """The ``sandfleet worker`` command line (a multi-host fleet puts its launcher in front)."""
+        return [
+            *SANDFLEET_ARGV,
+            "worker",
+            f"--concurrency={concurrency}",
+            f"--sandboxes={sandboxes}",
+            f"--hostname={name}@{socket.gethostname()}",
+            f"--loglevel={self.config.loglevel}",
+        ]
+
     def start_worker(
         self,
         name: str | None = None,
@@ -214,14 +225,9 @@ class LocalFleet:
         name = name or f"w{len(self.workers) + 1}-{self.token}"
         log_path = self.folder / f"worker-{name}.log"
         log_file = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
-        cmd = [
-            *SANDFLEET_ARGV,
-            "worker",
-            f"--concurrency={concurrency or self.config.concurrency}",
-            f"--sandboxes={sandboxes or self.config.sandboxes}",
-            f"--hostname={name}@{socket.gethostname()}",
-            f"--loglevel={self.config.loglevel}",
-        ]
+        cmd = self.worker_command(
+            name, concurrency or self.config.concurrency, sandboxes or self.config.sandboxes
+        )
         extra = dict(env or {})
         metrics_url = None
         if self.config.metrics and "SANDFLEET_METRICS_PORT" not in extra:

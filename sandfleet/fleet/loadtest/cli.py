@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -96,6 +97,19 @@ from sandfleet.core.options import parse_options, sandbox_option
     metavar="URL",
     help="A running worker's /metrics endpoint to scrape after the run (repeatable).",
 )
+@click.option(
+    "--hosts",
+    type=int,
+    default=None,
+    help="With --local: a multi-host fleet of N hosts (network namespaces, a Docker engine and a worker each; root).",
+)
+@click.option(
+    "--kill-host",
+    type=int,
+    default=None,
+    metavar="K",
+    help="With --hosts: SIGKILL host K's engine and worker mid-batch, bring it back 10 s later.",
+)
 @click.option("--redis-url", default=None, help="The fleet's Redis (default: SANDFLEET_REDIS_URL).")
 @click.option("--no-plot", is_flag=True, help="Skip report.png.")
 @click.option(
@@ -120,6 +134,8 @@ def loadtest(
     timeout: float,
     metrics: bool,
     metrics_urls: tuple[str, ...],
+    hosts: int | None,
+    kill_host: int | None,
     redis_url: str | None,
     no_plot: bool,
     as_json: bool,
@@ -137,6 +153,7 @@ def loadtest(
         raise click.UsageError("choose one of --rate, --burst and --batch")
     if not local and (workers != 1 or concurrency != 16 or sandboxes != 4 or metrics):
         raise click.UsageError("--workers, --concurrency, --sandboxes and --metrics need --local")
+    _check_hosts_options(local, hosts, kill_host, workers)
     opts = LoadTestOptions(
         jobs=jobs,
         rate=rate,
@@ -156,6 +173,8 @@ def loadtest(
         plot=not no_plot,
         metrics=metrics,
         metrics_urls=list(metrics_urls),
+        hosts=hosts or 0,
+        kill_host=kill_host,
     )
     if program is not None:
         opts.program = program.read_text()
@@ -166,7 +185,7 @@ def loadtest(
     except (SandfleetError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     if as_json:
-        echo_json({k: v for k, v in report.items() if k not in ("jobs", "completions_s")}, indent=1)
+        echo_json(json_summary(report), indent=1)
     else:  # failure kinds and metrics labels come from the fleet's records and endpoints
         echo(format_summary(report))
         if "metrics" in report:
@@ -177,3 +196,35 @@ def loadtest(
     if not report["finished"]:
         echo("loadtest: not every job ended in time", err=True)
         sys.exit(1)
+
+
+def _check_hosts_options(local: bool, hosts: int | None, kill_host: int | None, workers: int) -> None:
+    """A bad --hosts/--kill-host is refused before anything starts, naming the fix."""
+    if hosts is None and kill_host is None:
+        return
+    if not local:
+        raise click.UsageError("--hosts and --kill-host need --local (the fleet is started here)")
+    if hosts is None:
+        raise click.UsageError("--kill-host needs --hosts N (N of at least 2)")
+    if workers != 1:
+        raise click.UsageError("--workers does not apply with --hosts: each host runs one worker")
+    from sandfleet.fleet.hosts import check_hosts
+
+    try:
+        check_hosts(hosts, kill_host)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+
+
+def json_summary(report: dict[str, Any]) -> dict[str, Any]:
+    """report.json's figures without per-job rows, plus the contract's names (DESIGN.md): ``jobs``,
+    ``succeeded``, ``lost`` (no final record), ``done_twice`` (None unless measured: --hosts),
+    ``jobs_per_s``."""
+    out = {k: v for k, v in report.items() if k not in ("jobs", "completions_s")}
+    counts = report["counts"]
+    out["jobs"] = counts["submitted"]
+    out["succeeded"] = counts["succeeded"]
+    out.setdefault("lost", counts["unfinished"])
+    out.setdefault("done_twice", None)
+    out["jobs_per_s"] = report.get("throughput_jobs_per_s")
+    return out

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -135,8 +136,12 @@ def run_load(
     *,
     sampler: FleetSampler | None = None,
     progress_stream: TextIO | None = sys.stderr,
+    on_progress: Callable[[int], None] | None = None,
 ) -> RunData:
-    """Submit ``plan.jobs`` jobs, wait for them (at most ``plan.timeout_s``), and collect records."""
+    """Submit ``plan.jobs`` jobs, wait for them (at most ``plan.timeout_s``), and collect records.
+
+    ``on_progress(done)`` is called from the progress thread at each poll (a fault injector's cue).
+    """
     warm_up(client, plan, plan.warmup, plan.timeout_s)
     stats_client = redis.Redis.from_url(client.redis_url, decode_responses=True)
     data = RunData(plan=plan, batch_id=new_batch_id())
@@ -155,7 +160,8 @@ def run_load(
             sampler.start()
         data.started_at = time.time()
         counts_key = client.keys.batch_counts(data.batch_id)
-        waiter = _ProgressWatcher(stats_client, counts_key, data, ProgressLine(plan.jobs, progress_stream))
+        line = ProgressLine(plan.jobs, progress_stream)
+        waiter = _ProgressWatcher(stats_client, counts_key, data, line, on_progress)
         waiter.start()
         _submit_all(client, plan, data.batch_id)
         data.submitted_at = time.time()
@@ -191,7 +197,15 @@ def _submit_all(client: Client, plan: LoadPlan, batch_id: str) -> None:
 class _ProgressWatcher:
     """Polls the batch's counts in a thread, keeps the (time, done, failed) history, draws the line."""
 
-    def __init__(self, redis_client: redis.Redis, key: str, data: RunData, line: ProgressLine) -> None:
+    def __init__(
+        self,
+        redis_client: redis.Redis,
+        key: str,
+        data: RunData,
+        line: ProgressLine,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> None:
+        self._on_progress = on_progress
         self._redis = redis_client
         self._key = key
         self._data = data
@@ -222,6 +236,8 @@ class _ProgressWatcher:
             done = counts.get("succeeded", 0) + failed
             self._data.progress.append((time.time(), done, failed))
             self._line.show(self._data.progress, counts)
+            if self._on_progress is not None:
+                self._on_progress(done)
             if done >= total:
                 self._all_done.set()
                 return

@@ -48,6 +48,8 @@ class LoadTestOptions:
     progress: TextIO | None = sys.stderr
     metrics: bool = False  # local workers serve Prometheus metrics; the report gets their summary
     metrics_urls: list[str] = field(default_factory=list)  # running workers' endpoints to scrape
+    hosts: int = 0  # with local: a multi-host fleet of this many hosts (sandfleet/fleet/hosts.py)
+    kill_host: int | None = None  # with hosts: the host lost mid-batch
 
     def wait_s(self) -> float:
         return self.timeout_s or 120.0 + 2.0 * self.jobs
@@ -63,7 +65,25 @@ def tool_names(module: str) -> list[str]:
 def run_loadtest(opts: LoadTestOptions) -> dict[str, Any]:
     """Run one load test; writes report.json (and report.png) into ``opts.out``; returns the report."""
     opts.out.mkdir(parents=True, exist_ok=True)
-    if opts.local:
+    if opts.local and opts.hosts:
+        from sandfleet.fleet.loadtest.hosts_run import run_on_hosts
+
+        config = FleetConfig(
+            concurrency=opts.concurrency,
+            sandboxes=opts.sandboxes,
+            tools=opts.tools_module,
+            program=opts.program,
+            model_latency_s=opts.model_latency_s,
+            env=opts.worker_env,
+        )
+        report = run_on_hosts(
+            opts.hosts,
+            config,
+            lambda m: make_plan(opts, opts.model or m, warmup=opts.hosts),
+            opts.kill_host,
+            opts.progress,
+        )
+    elif opts.local:
         config = FleetConfig(
             workers=opts.workers,
             concurrency=opts.concurrency,
