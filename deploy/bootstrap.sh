@@ -21,7 +21,7 @@ REDIS_LOG=${SANDFLEET_REDIS_LOG:-/var/log/sandfleet-redis.log}
 DOCKERD_PIDFILE=${SANDFLEET_DOCKERD_PIDFILE:-/var/run/docker.pid}
 REDIS_PORT=6379
 DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv linux-libc-dev squid-openssl"
+ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv linux-libc-dev squid-openssl docker-compose"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 warn() { printf '\033[1;33m[bootstrap] warning:\033[0m %s\n' "$*" >&2; }
@@ -44,6 +44,7 @@ missing_packages() {
   # The egress proxy of network "restricted" (sandfleet/worker/egress/): Squid built with OpenSSL (ssl_bump peek).
   [ -x /usr/sbin/squid ] || command -v squid >/dev/null || echo squid-openssl
   command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server
+  command -v docker-compose >/dev/null || echo docker-compose  # tests/compose: the compose stack, for real
   # A real browser for the Flower tests (tests/flower), driven by selenium through chromedriver.
   command -v chromium >/dev/null || echo chromium
   command -v chromedriver >/dev/null || echo chromium-driver
@@ -74,7 +75,7 @@ install_packages() {
   # policy-rc.d keeps postinst scripts from starting services (there is no init system to ask).
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-  local pkg optional=" runsc chromium chromium-driver "
+  local pkg optional=" runsc chromium chromium-driver docker-compose "
   # shellcheck disable=SC2086 # word splitting of the package list is intended
   if ! apt-get install -y -qq --no-install-recommends $missing >/dev/null; then
     # runsc is optional (gVisor): install the rest one by one and only warn about it.

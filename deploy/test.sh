@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The whole check on this host: make it ready (deploy/bootstrap.sh, with the data-science image that
 # some tests use), lint, check formatting and types, then run the test suite under branch coverage
-# and print its total. Extra arguments go to pytest (e.g. `bash deploy/test.sh tests/fleet -x`).
+# and print its total. Extra arguments go to one pytest run instead (e.g. `bash deploy/test.sh tests/fleet -x`).
 #
-#   SANDFLEET_SKIP_CHECKS=1   run only the tests (no ruff, no mypy)
+#   SANDFLEET_SKIP_CHECKS=1       run only the tests (no ruff, no mypy)
+#   SANDFLEET_TEST_PROCESSES=N    test processes for the Docker-bound tests (default 4)
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${SANDFLEET_VENV:-$REPO/.venv}
 cd "$REPO"
+TEST_PROCESSES=${SANDFLEET_TEST_PROCESSES:-4}
+DOCKER_FREE_PROCESSES=2
 
 step() { printf '\033[1m[test]\033[0m %s\n' "$*" >&2; }
 
@@ -23,15 +26,26 @@ if [ "${SANDFLEET_SKIP_CHECKS:-0}" != 1 ]; then
   "$VENV/bin/mypy"
 fi
 
-if [ $# -eq 0 ]; then
-  # The Docker-free level must really be Docker-free: run it with no engine reachable at all.
-  step "pytest -m 'not docker' with no Docker engine reachable"
-  DOCKER_HOST=unix:///nonexistent/docker.sock "$VENV/bin/pytest" -q -m "not docker" -p no:cacheprovider
+COVERAGE=(--cov=sandfleet --cov-branch --cov-report=)
+if [ $# -gt 0 ]; then
+  step "pytest $* under branch coverage"
+  exec "$VENV/bin/pytest" "${COVERAGE[@]}" --cov-report=term:skip-covered "$@"
 fi
 
-step "pytest under branch coverage"
+# Each test runs once: the Docker-free level with no engine reachable at all (so it must really be
+# Docker-free), then every test that needs the engine. Both in parallel (pytest-xdist): most of a
+# Docker-bound test's time is spent waiting for containers, workers and timeouts, not on the cores.
+# --dist loadgroup keeps the tests that share a module or package fixture (a fleet, say) in one process
+# (tests/conftest.py groups them); the others spread over every process.
+step "pytest -m 'not docker' with no Docker engine reachable ($DOCKER_FREE_PROCESSES processes)"
 status=0
-"$VENV/bin/coverage" run -m pytest "$@" || status=$?
+DOCKER_HOST=unix:///nonexistent/docker.sock "$VENV/bin/pytest" -q -m "not docker" -p no:cacheprovider \
+  -n "$DOCKER_FREE_PROCESSES" "${COVERAGE[@]}" || status=$?
+
+step "pytest -m docker ($TEST_PROCESSES processes)"
+"$VENV/bin/pytest" -q -m docker -p no:cacheprovider -n "$TEST_PROCESSES" --dist loadgroup \
+  "${COVERAGE[@]}" --cov-append || status=$?
+
 "$VENV/bin/coverage" report --format=total >/dev/null 2>&1 \
-  && step "branch coverage of sandfleet (this process; worker subprocesses not counted): $("$VENV/bin/coverage" report --format=total)%"
+  && step "branch coverage of sandfleet (test processes; worker subprocesses not counted): $("$VENV/bin/coverage" report --format=total)%"
 exit "$status"

@@ -14,7 +14,7 @@ Fixtures:
     skip_or_fail     function: skip (locally) or fail (in CI) with a reason
 
 At the end of the session, any container labelled ``sandfleet.role`` that still exists fails the run
-(as an error in the teardown of the last test), listing them. On an engine shared with other people's
+(listed at the end, exit status 1; under pytest-xdist checked once, after every worker has finished). On an engine shared with other people's
 test runs their containers count too; CI's engine is private.
 
 Markers (docker, gvisor, redis, slow) are declared in pyproject.toml. ``docker``, ``gvisor`` and
@@ -56,11 +56,29 @@ FIXTURE_MARKERS = {
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count)."""
+    """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count), and group the
+    tests that share a module- or package-scoped fixture for pytest-xdist."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for name in sorted({m for f in used & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[f]}):
             item.add_marker(name)
+        if group := _shared_fixture_group(item):
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The group of tests that must run in one process under ``--dist loadgroup``: those sharing a
+    module fixture (a fleet, say) run where it was started, so it starts once; tests that share none
+    spread over every process. A package fixture groups its whole package."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs[-1:]}
+    if "package" in scopes:
+        return str(item.path.parent)
+    if "module" in scopes:
+        return str(item.path)
+    return None
 
 
 @pytest.fixture(name="skip_or_fail")
@@ -187,17 +205,24 @@ def client_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]
         os.environ["SANDFLEET_CLIENT_STATE_DIR"] = previous
 
 
-@pytest.fixture(scope="session", autouse=True)
-def no_leftover_containers() -> Iterator[None]:
-    """Fail the session when Sandfleet containers outlive the tests that made them."""
-    yield
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run when Sandfleet containers outlive the tests that made them.
+
+    Checked once, by the process that ran the whole session: under pytest-xdist that is the controller,
+    after every worker has finished (a worker that ends early would see the others' live containers).
+    """
+    if hasattr(session.config, "workerinput"):
+        return
     deadline = time.monotonic() + LEFTOVER_GRACE_S
     while (left := _sandfleet_containers()) and time.monotonic() < deadline:
         time.sleep(0.5)
     if left:
-        pytest.fail(
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = (
             f"{len(left)} Sandfleet container(s) left after the tests (label {LABEL_ROLE}):\n  "
             + "\n  ".join(left)
-            + "\nremove them with: sandfleet sandbox prune",
-            pytrace=False,
+            + "\nremove them with: sandfleet sandbox prune"
         )
+        if reporter is not None:
+            reporter.write_line(message, red=True, bold=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,17 +1,27 @@
-"""deploy/bootstrap.sh: valid bash, and a second run on a ready host succeeds quickly."""
+"""deploy/bootstrap.sh: valid bash, and a second run on a ready host only checks.
+
+"Only checks" is asserted by what the run did (nothing installed, started, registered or built), not by
+how long it took: a duration depends on the host's load and would fail a landing at random."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BOOTSTRAP = REPO / "deploy" / "bootstrap.sh"
-SECOND_RUN_BUDGET_S = 15.0
+# What the bootstrap prints when it changes something; a second run on a ready host prints none of them.
+DOING = (
+    "installing ",
+    "creating virtual environment",
+    "starting dockerd",
+    "starting redis-server",
+    "registered runsc",
+    ": building",
+)
 
 
 @pytest.mark.parametrize("script", ["bootstrap.sh", "test.sh"])
@@ -31,9 +41,9 @@ def test_ci_runs_the_readme_test_command() -> None:
 @pytest.mark.docker
 def test_second_run_on_a_ready_host(docker_engine) -> None:
     """The host is ready (deploy/test.sh ran the bootstrap first, or it was set up by hand)."""
-    started = time.monotonic()
-    proc = subprocess.run(["bash", str(BOOTSTRAP)], capture_output=True, text=True, timeout=300)
-    took = time.monotonic() - started
+    env = {**os.environ, "SANDFLEET_DATA_SCIENCE": "1"}  # as deploy/test.sh ran it: every image is there
+    proc = subprocess.run(["bash", str(BOOTSTRAP)], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ready" in proc.stderr
-    assert took < SECOND_RUN_BUDGET_S, f"second run took {took:.1f} s"
+    done = [line for line in proc.stderr.splitlines() if any(word in line for word in DOING)]
+    assert not done, "a second run on a ready host changed something:\n" + "\n".join(done)

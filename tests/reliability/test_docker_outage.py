@@ -51,11 +51,19 @@ MAIN_SOCKET = "unix:///var/run/docker.sock"
 
 
 def host_network_state() -> dict[str, str]:
-    """What the main engine's networking looks like: docker0 (ifindex, address) and the iptables rules."""
+    """What the main engine's networking looks like: docker0 (ifindex, address) and the iptables rules
+    of the main engine (its DOCKER chains and docker0's rules: what a second dockerd could take over).
+
+    Only those rules: tests running at the same time (pytest-xdist) add and remove chains of their own
+    (egress filters, owned targets' counters), which are not this test's business.
+    """
 
     def run(*cmd: str) -> str:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
-        return f"rc={proc.returncode} {proc.stdout.strip()}"
+        lines = proc.stdout.strip().splitlines()
+        if cmd[0] == "iptables":
+            lines = [line for line in lines if "DOCKER" in line or "docker0" in line]
+        return f"rc={proc.returncode} " + "\n".join(lines)
 
     return {
         "docker0": run("ip", "-o", "-4", "addr", "show", "dev", "docker0"),

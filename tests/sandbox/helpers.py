@@ -12,7 +12,8 @@ from sandfleet_testing import skip_or_fail as skip_or_fail
 BACKENDS = ("docker", "gvisor")
 RUNTIME_OF = {"docker": "runc", "gvisor": "runsc"}
 # Besides Sandfleet's own labels: marks the containers these tests make, to tell them from others'.
-TEST_LABELS = {"sandfleet.test": "tests/sandbox"}
+# One value per test process (pytest-xdist runs several): each module's leftover check sees only its own.
+TEST_LABELS = {"sandfleet.test": f"tests/sandbox/{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"}
 REPO = Path(__file__).resolve().parents[2]
 # The console script of the interpreter running the tests (the project's venv).
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
