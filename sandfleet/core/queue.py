@@ -52,15 +52,22 @@ def queue_name(settings: Settings) -> str:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Settings every fleet process shares: JSON only, late acks, no result backend."""
+    """Settings every fleet process shares: JSON only, late acks, no result backend. The broker URL
+    is translated from the fleet's forms (sentinel://, rediss://) by core/redis_connect.py."""
+    from sandfleet.core.redis_connect import broker_options
+
+    broker = broker_options(settings)
+    tls = {"broker_use_ssl": broker["broker_use_ssl"]} if "broker_use_ssl" in broker else {}
     return {
-        "broker_url": settings.redis_url,
+        **tls,
+        "broker_url": broker["broker_url"],
         "broker_connection_timeout": BROKER_CONNECT_TIMEOUT_S,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
             "visibility_timeout": settings.visibility_timeout_s,
             "socket_connect_timeout": BROKER_CONNECT_TIMEOUT_S,
             **BROKER_PRIORITY_OPTIONS,
+            **broker["transport_options"],
         },
         "task_serializer": "json",
         "accept_content": ["json"],

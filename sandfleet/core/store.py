@@ -141,7 +141,10 @@ class JobStore:
 
     @classmethod
     def from_settings(cls, settings: Settings, signer: ChainSigner | None = None) -> JobStore:
-        return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True), settings, signer)
+        """A store on the records' Redis (SANDFLEET_RESULTS_REDIS_URL, else the broker's)."""
+        from sandfleet.core.redis_connect import connect, records_url
+
+        return cls(connect(records_url(settings), settings), settings, signer)
 
     def audit_sink(self, job_id: str) -> RedisAuditSink:
         """The job's audit stream, written with this store's signer."""
