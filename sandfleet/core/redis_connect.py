@@ -74,9 +74,13 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     query = {k: v[-1] for k, v in parse_qs(query_text, keep_blank_values=True).items()}
     unknown = sorted(set(query) - SENTINEL_QUERY_KEYS)
     if unknown:
-        raise RedisUrlError(f"unknown option {unknown[0]!r} in a sentinel URL (known: master, sentinel_password)")
+        raise RedisUrlError(
+            f"unknown option {unknown[0]!r} in a sentinel URL (known: master, sentinel_password)"
+        )
     if not query.get("master"):
-        raise RedisUrlError(f"a sentinel URL needs ?master=NAME (the Sentinels' name of the primary): {URL_FORMS}")
+        raise RedisUrlError(
+            f"a sentinel URL needs ?master=NAME (the Sentinels' name of the primary): {URL_FORMS}"
+        )
     db_text = db_path.strip("/") or "0"
     if not db_text.isdigit():
         raise RedisUrlError(f"the database of a sentinel URL is a number (/0), got {db_text!r}: {URL_FORMS}")
@@ -142,9 +146,9 @@ def _sentinel_client(target: SentinelTarget, decode_responses: bool, options: di
     sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": options["socket_connect_timeout"]}
     if target.sentinel_password:
         sentinel_kwargs["password"] = target.sentinel_password
-    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs, **options)
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs, **options)  # type: ignore[no-untyped-call]
     retry = Retry(ExponentialBackoff(cap=FAILOVER_BACKOFF_CAP_S, base=0.05), FAILOVER_RETRIES)
-    return sentinel.master_for(
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
         target.master,
         redis_class=redis.Redis,
         db=target.db,
@@ -154,6 +158,7 @@ def _sentinel_client(target: SentinelTarget, decode_responses: bool, options: di
         retry=retry,
         retry_on_error=[redis.ConnectionError, redis.TimeoutError, redis.ReadOnlyError],
     )
+    return client
 
 
 def broker_options(settings: Settings) -> dict[str, Any]:

@@ -247,7 +247,11 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config:
         checks += engine_checks(require_gvisor)
     checks += [
         redis_check(settings.redis_url, require_redis, settings),
-        *([redis_check(settings.results_redis_url, require_redis, settings)] if settings.results_redis_url else []),
+        *(
+            [redis_check(settings.results_redis_url, require_redis, settings)]
+            if settings.results_redis_url
+            else []
+        ),
         model_check(settings),
         signing_keys_check(settings),
     ]

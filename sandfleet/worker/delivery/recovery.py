@@ -78,7 +78,9 @@ class WorkerPresence:
         broker: redis.Redis | None = None,
     ) -> None:
         self._redis = client  # the fleet's keys: heartbeats, held messages, records
-        self._broker = broker or client  # kombu's keys: queues, unacked (apart with SANDFLEET_RESULTS_REDIS_URL)
+        self._broker = (
+            broker or client
+        )  # kombu's keys: queues, unacked (apart with SANDFLEET_RESULTS_REDIS_URL)
         self._keys = keys
         self.name = name
         self._app = app
