@@ -75,7 +75,7 @@ def parse_sentinel_url(url: str) -> SentinelTarget:
     unknown = sorted(set(query) - SENTINEL_QUERY_KEYS)
     if unknown:
         raise RedisUrlError(
-            f"unknown option {unknown[0]!r} in a sentinel URL (known: master, sentinel_password)"
+            f"unknown option {unknown[0]!r} in a sentinel URL (known: master, sentinel_password): {URL_FORMS}"
         )
     if not query.get("master"):
         raise RedisUrlError(
