@@ -163,6 +163,14 @@ def describe_redis_error(url: str, error: BaseException) -> str:
             f"Redis at {where} is full (OOM command not allowed: maxmemory reached with noeviction) and "
             f"refuses new jobs: {text}. Free memory or raise maxmemory"
         )
+    if type(error).__name__ == "NoPermissionError" or text.startswith("NOPERM") or "NOPERM" in text:
+        creds = url.partition("://")[2].rpartition("@")[0]
+        user = creds.split(":", 1)[0] if ":" in creds else creds
+        return (
+            f"Redis at {where} refused the command for user {user or 'default'!r} (ACL, NOPERM: this "
+            f"role may not do that): {text}. Use a URL with a user whose ACL allows it (deploy/redis-acl.conf: "
+            "auditors read only; producers submit; workers run jobs)"
+        )
     # redis-py raises AuthenticationError with the server's words minus the NOAUTH/WRONGPASS code (and,
     # speaking RESP3, "HELLO must be called ... authenticated" when no password was given): match the type.
     auth_error = any(c.__name__ == "AuthenticationError" for c in type(error).__mro__)

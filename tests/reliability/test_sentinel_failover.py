@@ -86,7 +86,9 @@ def test_the_primary_killed_mid_batch_loses_no_job_and_runs_none_twice(
     sentinel_redis.primary.stop(kill=True)
     with fleet.client() as client:
         outcomes = {j.job_id: outcome_of(client, j.job_id, 180) for j in jobs}
-        twice = sum(final_state_events(client, j) > 1 for j, o in outcomes.items() if not o.startswith("lost"))
+        twice = sum(
+            final_state_events(client, j) > 1 for j, o in outcomes.items() if not o.startswith("lost")
+        )
         unverified = [j for j in outcomes if not client.get(j).verify().verified]
     figures: dict[str, Any] = {
         "jobs": JOBS,
