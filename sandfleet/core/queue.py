@@ -17,6 +17,8 @@ Redis failures on either side read the same way (:func:`describe_redis_error`): 
 
 from __future__ import annotations
 
+import re
+
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -189,7 +191,8 @@ def describe_redis_error(url: str, error: BaseException) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password."""
+    """The URL without its password (nor a sentinel URL's ``sentinel_password``)."""
+    url = re.sub(r"(sentinel_password=)[^&]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     if "@" in rest:
         creds, _, host = rest.rpartition("@")

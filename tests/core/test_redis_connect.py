@@ -6,7 +6,7 @@ import ssl
 
 import pytest
 
-from sandfleet.core.queue import celery_config
+from sandfleet.core.queue import celery_config, redact_url
 from sandfleet.core.redis_connect import (
     RedisUrlError,
     broker_options,
@@ -72,3 +72,9 @@ def test_a_tls_broker_verifies_against_the_ca_file() -> None:
 
 def test_a_plain_broker_url_passes_unchanged() -> None:
     assert celery_config(Settings(redis_url="redis://h:1/0"))["broker_url"] == "redis://h:1/0"
+
+
+def test_a_sentinel_url_is_shown_without_either_password() -> None:
+    shown = redact_url("sentinel://worker:s3cret@h1:1,h2:2/0?master=m&sentinel_password=sp")
+    assert "s3cret" not in shown and "sp" not in shown.partition("?")[2].replace("sentinel_password", "")
+    assert shown.startswith("sentinel://worker:***@h1:1,h2:2/0?master=m")
