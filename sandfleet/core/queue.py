@@ -18,7 +18,6 @@ Redis failures on either side read the same way (:func:`describe_redis_error`): 
 from __future__ import annotations
 
 import re
-
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload

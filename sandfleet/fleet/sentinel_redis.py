@@ -11,7 +11,7 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import redis
 
@@ -105,7 +105,7 @@ class SentinelRedis:
         for sentinel in self.sentinels:
             client = redis.Redis(port=sentinel.port, socket_connect_timeout=0.5, decode_responses=True)
             try:
-                addr = client.execute_command("SENTINEL", "get-master-addr-by-name", MASTER_NAME)  # type: ignore[no-untyped-call]
+                addr = client.execute_command("SENTINEL", "get-master-addr-by-name", MASTER_NAME)
                 if addr:
                     return int(addr[1])
             except redis.RedisError:
@@ -131,7 +131,8 @@ class SentinelRedis:
             for sentinel in self.sentinels:
                 client = redis.Redis(port=sentinel.port, socket_connect_timeout=0.5, decode_responses=True)
                 try:
-                    [info] = [m for m in client.sentinel_masters().values() if m.get("name") == MASTER_NAME]
+                    masters: Any = client.sentinel_masters()
+                    [info] = [m for m in masters.values() if m.get("name") == MASTER_NAME]
                     if info["num-slaves"] < 1 or info["num-other-sentinels"] < SENTINELS - 1:
                         return False
                 finally:

@@ -18,7 +18,9 @@ from sandfleet.core.settings import Settings
 
 
 def test_a_sentinel_url_names_its_sentinels_master_db_and_credentials() -> None:
-    target = parse_sentinel_url("sentinel://worker:s3cret@h1:26379,h2:26380/2?master=fleet&sentinel_password=sp")
+    target = parse_sentinel_url(
+        "sentinel://worker:s3cret@h1:26379,h2:26380/2?master=fleet&sentinel_password=sp"
+    )
     assert target.sentinels == (("h1", 26379), ("h2", 26380))
     assert (target.master, target.db) == ("fleet", 2)
     assert (target.username, target.password, target.sentinel_password) == ("worker", "s3cret", "sp")
