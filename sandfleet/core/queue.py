@@ -17,6 +17,7 @@ Redis failures on either side read the same way (:func:`describe_redis_error`): 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar, overload
@@ -52,15 +53,22 @@ def queue_name(settings: Settings) -> str:
 
 
 def celery_config(settings: Settings) -> dict[str, Any]:
-    """Settings every fleet process shares: JSON only, late acks, no result backend."""
+    """Settings every fleet process shares: JSON only, late acks, no result backend. The broker URL
+    is translated from the fleet's forms (sentinel://, rediss://) by core/redis_connect.py."""
+    from sandfleet.core.redis_connect import broker_options
+
+    broker = broker_options(settings)
+    tls = {"broker_use_ssl": broker["broker_use_ssl"]} if "broker_use_ssl" in broker else {}
     return {
-        "broker_url": settings.redis_url,
+        **tls,
+        "broker_url": broker["broker_url"],
         "broker_connection_timeout": BROKER_CONNECT_TIMEOUT_S,
         "broker_connection_retry_on_startup": True,
         "broker_transport_options": {
             "visibility_timeout": settings.visibility_timeout_s,
             "socket_connect_timeout": BROKER_CONNECT_TIMEOUT_S,
             **BROKER_PRIORITY_OPTIONS,
+            **broker["transport_options"],
         },
         "task_serializer": "json",
         "accept_content": ["json"],
@@ -154,6 +162,14 @@ def describe_redis_error(url: str, error: BaseException) -> str:
             f"Redis at {where} is full (OOM command not allowed: maxmemory reached with noeviction) and "
             f"refuses new jobs: {text}. Free memory or raise maxmemory"
         )
+    if type(error).__name__ == "NoPermissionError" or text.startswith("NOPERM") or "NOPERM" in text:
+        creds = url.partition("://")[2].rpartition("@")[0]
+        user = creds.split(":", 1)[0] if ":" in creds else creds
+        return (
+            f"Redis at {where} refused the command for user {user or 'default'!r} (ACL, NOPERM: this "
+            f"role may not do that): {text}. Use a URL with a user whose ACL allows it (deploy/redis-acl.conf: "
+            "auditors read only; producers submit; workers run jobs)"
+        )
     # redis-py raises AuthenticationError with the server's words minus the NOAUTH/WRONGPASS code (and,
     # speaking RESP3, "HELLO must be called ... authenticated" when no password was given): match the type.
     auth_error = any(c.__name__ == "AuthenticationError" for c in type(error).__mro__)
@@ -172,7 +188,8 @@ def describe_redis_error(url: str, error: BaseException) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL without its password."""
+    """The URL without its password (nor a sentinel URL's ``sentinel_password``)."""
+    url = re.sub(r"(sentinel_password=)[^&]*", r"\1***", url)
     scheme, sep, rest = url.partition("://")
     if "@" in rest:
         creds, _, host = rest.rpartition("@")

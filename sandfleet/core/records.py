@@ -106,7 +106,9 @@ class RecordReader:
     @contextmanager
     def connect(cls, redis_url: str, settings: Settings) -> Iterator[RecordReader]:
         """A reader on its own connection to ``redis_url``, closed on exit."""
-        client = redis.Redis.from_url(redis_url, decode_responses=True, socket_connect_timeout=5.0)
+        from sandfleet.core.redis_connect import connect
+
+        client = connect(redis_url, settings, socket_connect_timeout=5.0)
         try:
             yield cls(client, FleetKeys(settings.key_prefix))
         finally:

@@ -211,6 +211,11 @@ class FleetKeys:
         return f"{self.prefix}:recovery:lock"
 
     @property
+    def replication_probe(self) -> str:
+        """A tiny write on the WAIT's own connection (WAIT counts only its connection's writes)."""
+        return f"{self.prefix}:replication:probe"
+
+    @property
     def recovered(self) -> str:
         return f"{self.prefix}:recovered"
 

@@ -17,6 +17,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sandfleet.core.sizes import parse_size
 
 DEFAULT_REDIS_URL = "redis://localhost:6379/0"
+DEFAULT_REDIS_WAIT_REPLICAS = 1  # replicas that acknowledge a final record before its job counts as done
+DEFAULT_REDIS_WAIT_TIMEOUT_MS = 2000
 DEFAULT_MODEL = "openai:gpt-5-mini"
 DEFAULT_RETENTION_S = 7 * 24 * 3600
 DEFAULT_VISIBILITY_TIMEOUT_S = 3600
@@ -77,7 +79,28 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="SANDFLEET_", extra="ignore", populate_by_name=True)
 
-    redis_url: str = DEFAULT_REDIS_URL
+    redis_url: str = Field(
+        DEFAULT_REDIS_URL,
+        description="the broker: redis://, rediss:// (TLS) or sentinel://[[USER]:PASSWORD@]HOST:PORT[,HOST:PORT...]"
+        "/DB?master=NAME (sandfleet/core/redis_connect.py)",
+    )
+    results_redis_url: str | None = Field(
+        None,
+        description="records, audit, artifacts, approvals, cancel requests and keys, in the same forms; "
+        "unset: the broker's Redis",
+    )
+    redis_ca_file: str | None = Field(
+        None, description="the CA bundle rediss:// servers are verified against (unset: the system's)"
+    )
+    redis_wait_replicas: int = Field(
+        DEFAULT_REDIS_WAIT_REPLICAS,
+        ge=0,
+        description="replicas that must acknowledge a final record (WAIT) before its message is acked, "
+        "when the server has replicas; 0: no WAIT",
+    )
+    redis_wait_timeout_ms: int = Field(
+        DEFAULT_REDIS_WAIT_TIMEOUT_MS, ge=1, description="how long the WAIT after a final record blocks"
+    )
     key_prefix: str = "sandfleet"
     tools: CommaList = Field(default_factory=list, description="tool modules (import paths or files)")
     mcp_config: str | None = Field(

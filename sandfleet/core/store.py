@@ -45,6 +45,7 @@ from sandfleet.core.settings import Settings
 from sandfleet.core.signing import ChainSigner
 
 log = logging.getLogger(__name__)
+WAIT_PROBE_TTL_S = 60
 
 
 def queued_fields(job_id: str, spec_json: str, spec: JobSpec, now: float) -> dict[FieldT, EncodableT]:
@@ -141,7 +142,10 @@ class JobStore:
 
     @classmethod
     def from_settings(cls, settings: Settings, signer: ChainSigner | None = None) -> JobStore:
-        return cls(redis.Redis.from_url(settings.redis_url, decode_responses=True), settings, signer)
+        """A store on the records' Redis (SANDFLEET_RESULTS_REDIS_URL, else the broker's)."""
+        from sandfleet.core.redis_connect import connect, records_url
+
+        return cls(connect(records_url(settings), settings), settings, signer)
 
     def audit_sink(self, job_id: str) -> RedisAuditSink:
         """The job's audit stream, written with this store's signer."""
@@ -274,10 +278,45 @@ class JobStore:
                 token=token or signer.worker,
                 seal=seal,
             )
+            if outcome == Transition.APPLIED:
+                self.await_replicas(job_id)
             if outcome != "moved":
                 return Transition(outcome)
             head = detail  # another writer appended an event first: link the seal to it
         raise RuntimeError(f"audit stream of job {job_id} kept moving; its final record was not written")
+
+    def await_replicas(self, job_id: str) -> int:
+        """Block until ``redis_wait_replicas`` replicas hold every write so far (the final record and
+        the audit events before it), at most ``redis_wait_timeout_ms``: only then is the job's message
+        acknowledged, so a failover right after cannot lose a result that counts as done. A server
+        without replicas is not waited on; a replica that does not answer in time is logged.
+
+        Raises:
+            redis.RedisError: the primary went away meanwhile: the message stays unacknowledged and
+                the job is delivered again (its final record is then found, or written anew).
+        """
+        wanted = self.settings.redis_wait_replicas
+        if wanted <= 0:
+            return 0
+        replicas = int(self.redis.info("replication").get("connected_slaves", 0))
+        if replicas == 0:
+            return 0
+        wanted = min(wanted, replicas)
+        # WAIT waits for the replication offset of its own connection's last write; a pooled client
+        # may have sealed on another connection, so write a probe first on the one that waits.
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.set(self.keys.replication_probe, job_id, ex=WAIT_PROBE_TTL_S)
+        pipe.execute_command("WAIT", wanted, self.settings.redis_wait_timeout_ms)  # type: ignore[no-untyped-call]
+        acked = int(pipe.execute()[-1])
+        if acked < wanted:
+            log.warning(
+                "job %s: final record acknowledged by %d of %d replicas within %d ms",
+                job_id,
+                acked,
+                wanted,
+                self.settings.redis_wait_timeout_ms,
+            )
+        return acked
 
     def finish_with_error(
         self, job_id: str, status: JobStatus, kind: str, message: str, **kw: Any

@@ -150,7 +150,10 @@ def free_port(preferred: int | None = None) -> int:
 def redis_answers(url: str) -> bool:
     import redis
 
-    client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_PROBE_TIMEOUT_S, socket_timeout=2.0)
+    from sandfleet.core.redis_connect import connect
+    from sandfleet.core.settings import get_settings
+
+    client = connect(url, get_settings(), socket_connect_timeout=REDIS_PROBE_TIMEOUT_S, socket_timeout=2.0)
     try:
         return bool(client.ping())
     except redis.RedisError:

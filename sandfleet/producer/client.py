@@ -48,6 +48,7 @@ from sandfleet.core.priority import DEFAULT_BATCH_PRIORITY, DEFAULT_JOB_PRIORITY
 from sandfleet.core.publish import JobPublisher, PublishError
 from sandfleet.core.queue import check_time_limits, describe_redis_error, make_app, redis_errors
 from sandfleet.core.records import JobRecord, RecordReader
+from sandfleet.core.redis_connect import connect
 from sandfleet.core.redis_keys import FleetKeys, check_id
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.core.signing import KeyRing
@@ -348,9 +349,9 @@ class Client:
         self.settings = settings or get_settings()
         self.redis_url = redis_url or self.settings.redis_url
         self.keys = FleetKeys(self.settings.key_prefix)
-        self.redis = redis.Redis.from_url(
-            self.redis_url, decode_responses=True, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S
-        )
+        # Records apart from the broker when SANDFLEET_RESULTS_REDIS_URL says so (core/redis_connect.py).
+        self.records_url = self.settings.results_redis_url or self.redis_url
+        self.redis = connect(self.records_url, self.settings, socket_connect_timeout=REDIS_CONNECT_TIMEOUT_S)
         self.reader = RecordReader(self.redis, self.keys)
         self.registry = KeyRegistry(self.redis, self.keys)
         self.store = JobStore(self.redis, self.settings)

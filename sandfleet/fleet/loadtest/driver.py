@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import redis
 
 from sandfleet.core.batch_creator import CREATOR_FIELD
+from sandfleet.core.redis_connect import connect
 from sandfleet.core.replies import text
 from sandfleet.fleet.loadtest.phases import record_summary
 from sandfleet.fleet.loadtest.sampler import FleetSampler, Samples
@@ -143,7 +144,7 @@ def run_load(
     ``on_progress(done)`` is called from the progress thread at each poll (a fault injector's cue).
     """
     warm_up(client, plan, plan.warmup, plan.timeout_s)
-    stats_client = redis.Redis.from_url(client.redis_url, decode_responses=True)
+    stats_client = connect(client.records_url, client.settings)
     data = RunData(plan=plan, batch_id=new_batch_id())
     try:
         if plan.idle_window_s > 0:

@@ -95,20 +95,24 @@ def image_checks(tags: frozenset[str]) -> list[Check]:
     ]
 
 
-def redis_check(url: str, required: bool) -> Check:
+def redis_check(url: str, required: bool, settings: Settings | None = None) -> Check:
     import redis
+
+    from sandfleet.core.redis_connect import RedisUrlError, connect
+
+    settings = settings or get_settings()
 
     shown = hide_password(url)
     try:
-        client = redis.Redis.from_url(
-            url, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
+        client = connect(
+            url, settings, socket_connect_timeout=REDIS_TIMEOUT_S, socket_timeout=REDIS_TIMEOUT_S
         )
         try:
             client.ping()
             version = client.info("server").get("redis_version", "?")
         finally:
             client.close()
-    except redis.RedisError as e:
+    except (redis.RedisError, RedisUrlError) as e:
         return Check(
             "Redis (fleet)",
             False,
@@ -242,7 +246,12 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config:
     if sdk.ok:
         checks += engine_checks(require_gvisor)
     checks += [
-        redis_check(settings.redis_url, require_redis),
+        redis_check(settings.redis_url, require_redis, settings),
+        *(
+            [redis_check(settings.results_redis_url, require_redis, settings)]
+            if settings.results_redis_url
+            else []
+        ),
         model_check(settings),
         signing_keys_check(settings),
     ]

@@ -67,7 +67,7 @@ def replay(
     settings = get_settings()
     if keys is not None:
         settings = settings.model_copy(update={"trusted_keys": str(keys)})
-    url = redis_url or settings.redis_url
+    url = redis_url or settings.results_redis_url or settings.redis_url
     try:
         with RecordReader.connect(url, settings) as reader, redis_errors(url):
             job_ids = reader.batch_job_ids(batch_id) if batch_id else [job_id]

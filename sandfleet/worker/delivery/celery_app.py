@@ -24,6 +24,7 @@ from kombu.transport import redis as kombu_redis
 
 from sandfleet.core.priority import BROKER_PRIORITY_OPTIONS
 from sandfleet.core.queue import check_time_limits, job_time_limits, make_app
+from sandfleet.core.redis_connect import broker_options
 from sandfleet.core.settings import DEFAULT_CONCURRENCY, Settings, get_settings
 from sandfleet.worker.delivery.state import WorkerState, current_state
 from sandfleet.worker.delivery.task import register_task
@@ -33,8 +34,8 @@ log = logging.getLogger(__name__)
 DEFAULT_POOL = "threads"
 
 
-class PoisonSafeChannel(kombu_redis.Channel):
-    """kombu's Redis channel, except that a queue item which is not a kombu JSON envelope is
+class PoisonSafeReads:
+    """The reads of kombu's Redis channels, except that a queue item which is not a kombu JSON envelope is
     discarded and recorded instead of stopping the worker (kombu's own decode error is fatal).
 
     The item was already popped by BRPOP when it fails to decode, so nothing is left to redeliver.
@@ -42,7 +43,7 @@ class PoisonSafeChannel(kombu_redis.Channel):
 
     def _brpop_read(self, **options: Any) -> Any:
         try:
-            return super()._brpop_read(**options)
+            return super()._brpop_read(**options)  # type: ignore[misc]
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             log.error("discarded a queue item that is not a kombu JSON message: %r", e)
             state = current_state()
@@ -51,11 +52,24 @@ class PoisonSafeChannel(kombu_redis.Channel):
             raise Empty() from e
 
 
+class PoisonSafeChannel(PoisonSafeReads, kombu_redis.Channel):
+    """kombu's Redis channel with poison-safe reads."""
+
+
+class PoisonSafeSentinelChannel(PoisonSafeReads, kombu_redis.SentinelChannel):
+    """kombu's Sentinel channel (the primary the Sentinels name, again after a failover), poison-safe."""
+
+
 class PoisonSafeRedisTransport(kombu_redis.Transport):
     Channel = PoisonSafeChannel
 
 
+class PoisonSafeSentinelTransport(kombu_redis.SentinelTransport):
+    Channel = PoisonSafeSentinelChannel
+
+
 POISON_SAFE_TRANSPORT = f"{__name__}:PoisonSafeRedisTransport"
+POISON_SAFE_SENTINEL_TRANSPORT = f"{__name__}:PoisonSafeSentinelTransport"
 
 
 def time_limits(settings: Settings) -> tuple[float, float]:
@@ -71,7 +85,10 @@ def worker_config(settings: Settings) -> dict[str, object]:
     """
     soft, hard = check_time_limits(settings)
     scheme = settings.redis_url.partition("://")[0]
-    transport = {"broker_transport": POISON_SAFE_TRANSPORT} if scheme in ("redis", "rediss") else {}
+    names = {"redis": POISON_SAFE_TRANSPORT, "rediss": POISON_SAFE_TRANSPORT}
+    names["sentinel"] = POISON_SAFE_SENTINEL_TRANSPORT
+    transport = {"broker_transport": names[scheme]} if scheme in names else {}
+    extra = broker_options(settings)["transport_options"]
     return {
         **transport,
         "worker_pool": DEFAULT_POOL,
@@ -86,6 +103,7 @@ def worker_config(settings: Settings) -> dict[str, object]:
             "visibility_timeout": settings.visibility_timeout_s,
             "socket_connect_timeout": 5.0,
             **BROKER_PRIORITY_OPTIONS,  # the BRPOP names each priority step's list, most urgent first
+            **extra,  # master_name (and the Sentinels' password) of a sentinel:// broker
         },
         "task_soft_time_limit": soft,
         "task_time_limit": hard,

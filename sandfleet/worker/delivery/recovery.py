@@ -75,8 +75,12 @@ class WorkerPresence:
         owner_label: str = "",
         on_sweep: Any = None,
         republish: Callable[[str], bool] | None = None,
+        broker: redis.Redis | None = None,
     ) -> None:
-        self._redis = client
+        self._redis = client  # the fleet's keys: heartbeats, held messages, records
+        self._broker = (
+            broker or client
+        )  # kombu's keys: queues, unacked (apart with SANDFLEET_RESULTS_REDIS_URL)
         self._keys = keys
         self.name = name
         self._app = app
@@ -105,9 +109,9 @@ class WorkerPresence:
         key = self._keys.worker_held(self.name)
         for raw_tag, raw_job in self._redis.hgetall(key).items():
             tag = text(raw_tag)
-            delivered = self._redis.zscore(KOMBU_UNACKED_INDEX, tag)
+            delivered = self._broker.zscore(KOMBU_UNACKED_INDEX, tag)
             if delivered is None or delivered < started:
-                restored = _restore(self._app, self._redis, tag)
+                restored = _restore(self._app, self._broker, tag)
                 self._redis.hdel(key, tag)
                 if restored:
                     log.warning("job %s held by this worker's previous process: handed back", text(raw_job))
@@ -184,7 +188,13 @@ class WorkerPresence:
                     next_sweep = time.monotonic() + SWEEP_INTERVAL_S
                     reconcile = self._republish is not None and self._reconcile_due()
                     report = sweep(
-                        self._redis, self._keys, self._app, self._queue, me=self.name, reconcile=reconcile
+                        self._redis,
+                        self._keys,
+                        self._app,
+                        self._queue,
+                        me=self.name,
+                        reconcile=reconcile,
+                        broker=self._broker,
                     )
                     if report.ran and reconcile:
                         self._last_reconcile = time.monotonic()
@@ -198,12 +208,12 @@ class WorkerPresence:
 
     def _reconcile_due(self) -> bool:
         """Look for lost messages after a Redis restart, when the counts disagree, or now and then."""
-        run_id = self._redis.info("server").get("run_id")
+        run_id = self._broker.info("server").get("run_id")
         restarted = self._redis_run_id is not None and run_id != self._redis_run_id
         self._redis_run_id = run_id
         if restarted or time.monotonic() - self._last_reconcile >= RECONCILE_INTERVAL_S:
             return True
-        messages = queue_length(self._redis, self._queue) + self._redis.hlen(KOMBU_UNACKED)
+        messages = queue_length(self._broker, self._queue) + self._broker.hlen(KOMBU_UNACKED)
         unfinished = self._redis.zcard(self._keys.status_index(JobStatus.QUEUED)) + self._redis.zcard(
             self._keys.status_index(JobStatus.RUNNING)
         )
@@ -235,9 +245,12 @@ def sweep(
     me: str = "",
     orphan_after_s: float = ORPHAN_AFTER_S,
     reconcile: bool = False,
+    broker: redis.Redis | None = None,
 ) -> SweepReport:
     """Give back the messages of dead workers and orphaned ones; with ``reconcile``, also list queued
-    unfinished jobs whose message is lost (``report.lost``). Safe to call from any process."""
+    unfinished jobs whose message is lost (``report.lost``). Safe to call from any process.
+    ``broker`` holds kombu's keys when the records live apart (default: ``client``)."""
+    broker = broker or client
     report = SweepReport()
     token = f"{socket.gethostname()}:{os.getpid()}:{time.monotonic()}"
     if not client.set(keys.recovery_lock, token, nx=True, px=RECOVERY_LOCK_MS):
@@ -245,7 +258,7 @@ def sweep(
     report.ran = True
     try:
         if reconcile:
-            report.lost = lost_jobs(client, keys, queue, min_age_s=LOST_AFTER_S)
+            report.lost = lost_jobs(client, keys, queue, min_age_s=LOST_AFTER_S, broker=broker)
         live_tags: set[str] = set()
         for raw in client.smembers(keys.workers):
             name = raw.decode() if isinstance(raw, bytes) else raw
@@ -255,7 +268,7 @@ def sweep(
                 continue
             report.dead_workers.append(name)
             for tag, job_id in held.items():
-                if _restore(app, client, tag):
+                if _restore(app, broker, tag):
                     report.restored.append((tag, job_id))
                 else:  # acknowledged meanwhile, or lost with a Redis restart: reconcile decides
                     report.missing.append(job_id)
@@ -272,13 +285,13 @@ def sweep(
             pipe.execute()
             log.warning("worker %s stopped beating; %d job(s) handed back", name, len(held))
         ceiling = time.time() - orphan_after_s
-        for tag in text_list(client.zrangebyscore(KOMBU_UNACKED_INDEX, 0, ceiling)):
+        for tag in text_list(broker.zrangebyscore(KOMBU_UNACKED_INDEX, 0, ceiling)):
             if tag in live_tags or tag in {t for t, _ in report.restored}:
                 continue
-            message = client.hget(KOMBU_UNACKED, tag)
+            message = broker.hget(KOMBU_UNACKED, tag)
             if message is None or _routing_key(text(message)) != queue:
                 continue
-            if _restore(app, client, tag):
+            if _restore(app, broker, tag):
                 report.orphans.append(tag)
             log.warning("unacknowledged message %s held by no live worker: handed back", tag)
     finally:
@@ -306,7 +319,9 @@ def message_job_ids(client: redis.Redis, queue: str) -> set[str]:
     return ids
 
 
-def lost_jobs(client: redis.Redis, keys: FleetKeys, queue: str, *, min_age_s: float) -> list[str]:
+def lost_jobs(
+    client: redis.Redis, keys: FleetKeys, queue: str, *, min_age_s: float, broker: redis.Redis | None = None
+) -> list[str]:
     """Jobs queued or running for more than ``min_age_s`` whose message is nowhere on the broker.
 
     With late acknowledgement an unfinished job's message is always in the queue or in kombu's
@@ -322,7 +337,7 @@ def lost_jobs(client: redis.Redis, keys: FleetKeys, queue: str, *, min_age_s: fl
     ]
     if not candidates:
         return []
-    present = message_job_ids(client, queue)
+    present = message_job_ids(broker or client, queue)
     return [job_id for job_id in map(text, candidates) if job_id not in present]
 
 

@@ -186,6 +186,7 @@ class WorkerState:
             owner_label=Owner.current().label(),
             on_sweep=self.after_sweep,
             republish=lambda job_id: publisher.republish(store.reader, job_id),
+            broker=self.broker_redis(store),
         )
         requests = CancelRequests(store.redis, store.keys, self.settings.retention_s)
         watcher = CancelWatcher(store, requests, self.scopes, end_queued=self._end_cancelled_queued)
@@ -199,6 +200,15 @@ class WorkerState:
         watcher.start()
         log.info("worker %s announced (heartbeat every few seconds)", name)
         self.reporting.start(store, self.job_end)
+
+    def broker_redis(self, store: JobStore) -> Any:
+        """The broker's Redis for recovery's reads of kombu's keys: the store's own client unless
+        SANDFLEET_RESULTS_REDIS_URL puts the records elsewhere."""
+        if not self.settings.results_redis_url:
+            return store.redis
+        from sandfleet.core.redis_connect import connect
+
+        return connect(self.settings.redis_url, self.settings)
 
     def pool_stats(self) -> dict[str, Any] | None:
         """The sandbox pool's figures (None before the first job started the engine's services)."""

@@ -114,7 +114,7 @@ def replay_batch(
     """
     from sandfleet.core.errors import JobNotFoundError
 
-    with RecordReader.connect(settings.redis_url, settings) as reader:
+    with RecordReader.connect(settings.results_redis_url or settings.redis_url, settings) as reader:
         job_ids = reader.batch_job_ids(batch_id)
         if not job_ids:
             raise JobNotFoundError(f"no batch {batch_id!r} (never submitted, or past retention)")
