@@ -31,6 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import RUNTIMES, engine_runtimes, fmt, labelled_pool, summary_ms
 
+from sandfleet.fleet.local_redis import free_port
+
 WARMUP_CALLS = 30
 TARGET_ADDED_MS = 1.0
 START_TIMEOUT_S = 30.0
@@ -109,12 +111,6 @@ def bridge_samples(runtime: Any, backend: str, tool: str, calls: int) -> list[fl
     if not run.ok:
         raise SystemExit(f"the timed program ({tool}) failed: {run.failure()}\n{run.stderr[-2000:]}")
     return run.result
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_http_server() -> tuple[subprocess.Popen[bytes], str]:

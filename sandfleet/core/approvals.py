@@ -55,10 +55,6 @@ class ApprovalStatus(StrEnum):
     EXECUTING = "executing"  # approved and taken by a worker: the call is running (or its worker died)
     EXECUTED = "executed"  # the approved call ran; ``outcome`` is what it returned
 
-    @property
-    def is_denial(self) -> bool:
-        return self in (ApprovalStatus.DENIED, ApprovalStatus.TIMED_OUT)
-
 
 class ApprovalRequest(BaseModel):
     """One request as an approver sees it. ``arguments`` are named and redacted (``redacted`` lists the

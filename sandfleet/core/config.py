@@ -221,10 +221,6 @@ class SandboxConfig(BaseModel):
     def is_gvisor(self) -> bool:
         return self.docker_runtime.startswith("runsc")
 
-    def with_overrides(self, overrides: dict[str, Any]) -> SandboxConfig:
-        """A copy with some options replaced, validated as a whole."""
-        return SandboxConfig.model_validate({**self.model_dump(exclude_unset=True), **overrides})
-
     def fingerprint(self) -> str:
         """A short stable hash of every option: sandboxes with equal fingerprints are interchangeable."""
         import hashlib

@@ -188,9 +188,6 @@ class FleetKeys:
     def heartbeat(self, worker: str) -> str:
         return f"{self.prefix}:worker:{worker}:heartbeat"
 
-    def tool_catalog(self, worker: str) -> str:
-        return f"{self.prefix}:worker:{worker}:tools"
-
     @property
     def signing_keys(self) -> str:
         return f"{self.prefix}:signing_keys"

@@ -101,7 +101,7 @@ class Settings(BaseSettings):
     redis_wait_timeout_ms: int = Field(
         DEFAULT_REDIS_WAIT_TIMEOUT_MS, ge=1, description="how long the WAIT after a final record blocks"
     )
-    key_prefix: str = "sandfleet"
+    key_prefix: str = Field("sandfleet", description="prefix of every Redis key")
     tools: CommaList = Field(default_factory=list, description="tool modules (import paths or files)")
     mcp_config: str | None = Field(
         None, description="an mcpServers JSON file: the MCP servers whose tools workers offer"
@@ -109,15 +109,23 @@ class Settings(BaseSettings):
     data_dir: str = Field(
         "~/.sandfleet/data", description="folder the example tools read (orders.csv, files)"
     )
-    model: str = DEFAULT_MODEL
+    model: str = Field(DEFAULT_MODEL, description="default model, provider:model (or replay:FILE)")
     model_base_url: str | None = Field(
-        None, validation_alias=AliasChoices("SANDFLEET_MODEL_BASE_URL", "OPENAI_BASE_URL")
+        None,
+        validation_alias=AliasChoices("SANDFLEET_MODEL_BASE_URL", "OPENAI_BASE_URL"),
+        description="any OpenAI-compatible endpoint; unset: the provider's own",
     )
     model_api_key: str | None = Field(
-        None, validation_alias=AliasChoices("SANDFLEET_MODEL_API_KEY", "OPENAI_API_KEY")
+        None,
+        validation_alias=AliasChoices("SANDFLEET_MODEL_API_KEY", "OPENAI_API_KEY"),
+        description="the model endpoint's key",
     )
-    model_request_timeout_s: float = DEFAULT_MODEL_REQUEST_TIMEOUT_S
-    model_max_retries: int = DEFAULT_MODEL_MAX_RETRIES
+    model_request_timeout_s: float = Field(
+        DEFAULT_MODEL_REQUEST_TIMEOUT_S, description="seconds per model request"
+    )
+    model_max_retries: int = Field(
+        DEFAULT_MODEL_MAX_RETRIES, description="retries of a rate-limited or failed model request"
+    )
     replay_scripts_dir: str | None = Field(
         None,
         description="the folder whose files a job's replay:FILE model may name on a worker (unset: "
@@ -140,9 +148,13 @@ class Settings(BaseSettings):
         None, description="host folder of wheels, mounted read-only into session sandboxes for installs"
     )
 
-    retention_s: int = DEFAULT_RETENTION_S
-    visibility_timeout_s: int = DEFAULT_VISIBILITY_TIMEOUT_S
-    max_deliveries: int = DEFAULT_MAX_DELIVERIES
+    retention_s: int = Field(
+        DEFAULT_RETENTION_S, description="seconds job records and audit streams are kept"
+    )
+    visibility_timeout_s: int = Field(
+        DEFAULT_VISIBILITY_TIMEOUT_S, description="seconds before an unacknowledged job is redelivered"
+    )
+    max_deliveries: int = Field(DEFAULT_MAX_DELIVERIES, description="deliveries of one job before it fails")
     transient_retries: int = Field(
         DEFAULT_TRANSIENT_RETRIES, ge=0, description="retries of a job whose sandbox or model was unavailable"
     )

@@ -27,8 +27,14 @@ def parse_size(value: int | float | str) -> int:
     return int(float(number) * _UNITS[unit.lower()])
 
 
-def format_size(n: int) -> str:
-    """The shortest exact spelling of a byte count (``4G``, ``1536M``) or plain bytes."""
+def format_size(n: int, *, rounded: bool = False) -> str:
+    """The shortest exact spelling of a byte count (``4G``, ``1536M``) or plain bytes.
+
+    ``rounded`` is for sizes that are measured rather than configured (an image's ``423 MB``): decimal
+    megabytes, since no exact spelling of a measured size is short.
+    """
+    if rounded:
+        return f"{n / 1e6:.0f} MB"
     for suffix, factor in (("T", 1024**4), ("G", 1024**3), ("M", 1024**2), ("K", 1024)):
         if n and n % factor == 0:
             return f"{n // factor}{suffix}"

@@ -30,7 +30,7 @@ FINAL_STATUSES = frozenset(
 
 
 class JobMode(StrEnum):
-    """How a job uses the model and the sandbox (``JobSpec.mode``); README "Three modes" says when to use each.
+    """How a job uses the model and the sandbox (``JobSpec.mode``); docs/modes.md says when to use each.
 
     code-action: the model writes ONE program per attempt; it runs in a fresh sandbox; its RESULT line is
         the answer (repairs capped by ``code_action``).

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import click
 from sandfleet.core.console import echo, echo_json, escape_line, json_text
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.fleet.local import SANDFLEET_ARGV, FleetConfig, LocalFleet, WorkerProcess
+from sandfleet.fleet.local_redis import free_port
 
 DEMO_TOOLS = "sandfleet.worker.tools.examples.orders"
 DEMO_TOOL_NAMES = ["load_orders"]
@@ -133,18 +133,6 @@ def format_comparison(payload: Any, expected: dict[str, float]) -> str:
         shown = f"{have:,.2f}" if have is not None else "-"
         lines.append(f"  {region:<16}{shown:>16}{want:>16,.2f}")
     return "\n".join(lines)
-
-
-def free_port(preferred: int | None = None) -> int:
-    """``preferred`` if nothing listens there on 127.0.0.1, else a free port."""
-    for port in ([preferred] if preferred else []) + [0]:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise OSError("no free port on 127.0.0.1")
 
 
 def redis_answers(url: str) -> bool:

@@ -19,11 +19,19 @@ START_TIMEOUT_S = 10.0
 NO_PERSISTENCE = ("--save", "", "--appendonly", "no")
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(preferred: int | None = None) -> int:
+    """A TCP port free on 127.0.0.1 right now: ``preferred`` if nothing listens there, else any.
+
+    The one copy: the fleet, the demo, the benchmarks and the tests all take their ports from here.
+    """
+    for port in ([preferred] if preferred else []) + [0]:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return int(s.getsockname()[1])
+    raise OSError("no free port on 127.0.0.1")
 
 
 class RedisServer:

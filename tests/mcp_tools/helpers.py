@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from sandfleet.fleet.local_redis import free_port as free_port  # the one copy; the tests here use it
+
 SERVERS = Path(__file__).with_name("servers")
 LAB = SERVERS / "lab.py"
 ODD = SERVERS / "odd.py"
@@ -34,12 +36,6 @@ def write_config(folder: Path, servers: dict[str, dict[str, Any]], name: str = "
     path = folder / name
     path.write_text(json.dumps({"mcpServers": servers}, indent=2))
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class HttpServer:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,6 +21,10 @@ from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import parse_options, sandbox_option
 from sandfleet.core.validation_text import describe_validation_error
 from sandfleet.worker.cli.common import echo_payload, mcp_config_option
+
+if TYPE_CHECKING:
+    from sandfleet.core.contracts import JobResult, JobSpec
+    from sandfleet.worker.tools.registry import ToolRegistry
 
 
 @click.command()
@@ -72,12 +77,9 @@ def ask(
     """Answer QUESTION (by default with one model-written program run in a fresh sandbox); print the RESULT payload."""
     from pydantic import ValidationError
 
-    from sandfleet.core.artifact_files import write_artifacts
-    from sandfleet.core.contracts import JobSpec, JobStatus
+    from sandfleet.core.contracts import JobSpec
     from sandfleet.core.settings import get_settings
-    from sandfleet.worker.cli.common import mcp_config_path, mcp_sessions, tool_specs
-    from sandfleet.worker.engine import EngineServices, NullAudit, run_job
-    from sandfleet.worker.llm.client import ModelTrust
+    from sandfleet.worker.cli.common import tool_specs
     from sandfleet.worker.tools.registry import ToolRegistry
 
     settings = get_settings()
@@ -104,6 +106,21 @@ def ask(
         raise click.UsageError(describe_validation_error(e, root="options", sep="\n")) from None
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
+    result, written = _run_here(spec, python_tools, mcp_config, base_url, out)
+    _report(result, written, out, show_program=show_program, as_json=as_json)
+
+
+def _run_here(
+    spec: JobSpec, python_tools: ToolRegistry, mcp_config: str | None, base_url: str | None, out: Path | None
+) -> tuple[JobResult, list[Path]]:
+    """Run the job in this process with one sandbox at most; write its artifacts under ``out``."""
+    from sandfleet.core.artifact_files import write_artifacts
+    from sandfleet.core.settings import get_settings
+    from sandfleet.worker.cli.common import mcp_config_path, mcp_sessions
+    from sandfleet.worker.engine import EngineServices, NullAudit, run_job
+    from sandfleet.worker.llm.client import ModelTrust
+
+    settings = get_settings()
     try:
         with (
             mcp_sessions(mcp_config_path(mcp_config, settings)) as mcp,
@@ -133,6 +150,15 @@ def ask(
         raise click.ClickException(str(e)) from None
     except ValueError as e:  # an artifact name that would lead outside --out
         raise click.ClickException(str(e)) from None
+    return result, written
+
+
+def _report(
+    result: JobResult, written: list[Path], out: Path | None, *, show_program: bool, as_json: bool
+) -> None:
+    """Print the answer (or the whole result as JSON); exit 1 unless the job succeeded."""
+    from sandfleet.core.contracts import JobStatus
+
     if out is not None:
         for s in result.artifacts_skipped:
             echo(f"artifact skipped: {escape_line(s.name)}: {escape_line(s.reason)}", err=True)

@@ -9,6 +9,7 @@ import click
 
 from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
+from sandfleet.core.sizes import format_size
 from sandfleet.worker.images import build as recipes
 from sandfleet.worker.images import custom as custom_images
 
@@ -114,4 +115,4 @@ def build(
     for r in results:
         status = "unchanged, skipped" if r.status == recipes.BuildStatus.SKIPPED else "built"
         took = "-" if r.status == recipes.BuildStatus.SKIPPED else f"{r.seconds:.1f} s"
-        echo(f"{r.tag:<{width}} {status:<20} {took:>8} {recipes.format_size(r.size_bytes):>8}")
+        echo(f"{r.tag:<{width}} {status:<20} {took:>8} {format_size(r.size_bytes, rounded=True):>8}")

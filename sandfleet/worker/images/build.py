@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from sandfleet.core.errors import SandboxError
+from sandfleet.core.sizes import format_size
 
 BASE_TAG = "sandfleet/base:bookworm"
 SANDBOX_TAG = "sandfleet/sandbox:py3.11"
@@ -113,7 +114,7 @@ class BuildResult:
     size_bytes: int
 
     def as_dict(self) -> dict[str, object]:
-        return {**self.__dict__, "size": format_size(self.size_bytes)}
+        return {**self.__dict__, "size": format_size(self.size_bytes, rounded=True)}
 
 
 # ---- pure part: recipes, plans and command lines ---------------------------------------------------
@@ -220,10 +221,6 @@ def build_command(step: ImageStep) -> list[str]:
     ]  # fmt: skip
 
 
-def format_size(size_bytes: int) -> str:
-    return f"{size_bytes / 1e6:.0f} MB"
-
-
 def _read(path: Path) -> str:
     try:
         return path.read_text()
@@ -327,7 +324,7 @@ def build_images(
         if found and found[0] != now[0]:
             replaced.append(found[0])
         results.append(BuildResult(step.name, step.tag, BuildStatus.BUILT, step.recipe, seconds, now[2]))
-        progress(f"{step.tag}: built in {seconds:.1f} s, {format_size(now[2])}")
+        progress(f"{step.tag}: built in {seconds:.1f} s, {format_size(now[2], rounded=True)}")
     for image_id in reversed(replaced):  # children first; images still in use stay
         _run(["docker", "image", "rm", image_id], check=False)
     return results

@@ -28,6 +28,7 @@ from typing import Any
 import anyio
 import mcp_types as types
 from anyio.abc import Process
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.stdio import get_default_environment
 from mcp.os.posix.utilities import terminate_posix_process_tree
 from mcp.shared.message import SessionMessage
@@ -68,76 +69,10 @@ async def stdio_transport(server: McpServerConfig, wire: WireState) -> AsyncIter
     )
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)
-    limit = server.max_message_bytes
-
-    async def deliver(line: bytes) -> bool:
-        """Hand one line to the session; False when it ends the connection."""
-        if not line.strip():
-            return True
-        try:
-            json_limits.check_depth(line, "it sent a message that", envelope=MESSAGE_ENVELOPE_DEPTH)
-        except JsonLimitError as e:
-            wire.problem = str(e)
-            return False
-        try:
-            message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ValueError as e:
-            wire.note_malformed(line)
-            answer = _error_for_request(line, e)
-            if answer is not None:
-                await read_writer.send(SessionMessage(answer))
-            return True
-        await read_writer.send(SessionMessage(message))
-        return True
-
-    async def read_stdout() -> None:
-        assert process.stdout is not None
-        buffer = bytearray()
-        try:
-            async with read_writer:  # closing it fails every pending call at once
-                while True:
-                    try:
-                        chunk = await process.stdout.receive(READ_BYTES)
-                    except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-                        with anyio.move_on_after(EXIT_NOTICE_S):  # so the error can give the exit code
-                            wire.exit_code = await process.wait()
-                        return
-                    buffer += chunk
-                    while (end := buffer.find(b"\n")) >= 0 and end <= limit:
-                        line = bytes(buffer[:end])
-                        del buffer[: end + 1]
-                        if not await deliver(line):
-                            return
-                    if len(buffer) > limit:
-                        wire.problem = f"it sent a message of more than {limit} bytes (maxMessageBytes)"
-                        return
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass  # the session went away first
-        finally:
-            wire.closed.set()
-
-    async def write_stdin() -> None:
-        assert process.stdin is not None
-        try:
-            async with write_reader:
-                async for item in write_reader:
-                    data = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
-                    await process.stdin.send(data.encode())
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-            await read_writer.aclose()  # the server stopped reading: the session must notice
-
-    async def read_stderr() -> None:
-        assert process.stderr is not None
-        with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            while True:
-                chunk = await process.stderr.receive(READ_BYTES)
-                wire.note_stderr(chunk)
-                log.debug("MCP server %s stderr: %s", server.name, chunk[:500].decode(errors="replace"))
-
     async with anyio.create_task_group() as tasks:
-        tasks.start_soon(read_stdout)
-        tasks.start_soon(write_stdin)
-        tasks.start_soon(read_stderr)
+        tasks.start_soon(_read_stdout, process, wire, read_writer, server.max_message_bytes)
+        tasks.start_soon(_write_stdin, process, write_reader, read_writer)
+        tasks.start_soon(_read_stderr, process, wire, server.name)
         try:
             yield read_stream, write_stream
         finally:
@@ -146,6 +81,88 @@ async def stdio_transport(server: McpServerConfig, wire: WireState) -> AsyncIter
                 for stream in (read_stream, write_stream, read_writer, write_reader):
                     await stream.aclose()
             tasks.cancel_scope.cancel()
+
+
+async def _deliver(
+    line: bytes, wire: WireState, to_session: MemoryObjectSendStream[SessionMessage | Exception]
+) -> bool:
+    """Hand one line to the session; False when it ends the connection."""
+    if not line.strip():
+        return True
+    try:
+        json_limits.check_depth(line, "it sent a message that", envelope=MESSAGE_ENVELOPE_DEPTH)
+    except JsonLimitError as e:
+        wire.problem = str(e)
+        return False
+    try:
+        message = types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+    except ValueError as e:
+        wire.note_malformed(line)
+        answer = _error_for_request(line, e)
+        if answer is not None:
+            await to_session.send(SessionMessage(answer))
+        return True
+    await to_session.send(SessionMessage(message))
+    return True
+
+
+async def _read_stdout(
+    process: Process,
+    wire: WireState,
+    to_session: MemoryObjectSendStream[SessionMessage | Exception],
+    limit: int,
+) -> None:
+    """Split the server's stdout into lines of at most ``limit`` bytes and deliver each."""
+    assert process.stdout is not None
+    buffer = bytearray()
+    try:
+        async with to_session:  # closing it fails every pending call at once
+            while True:
+                try:
+                    chunk = await process.stdout.receive(READ_BYTES)
+                except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+                    with anyio.move_on_after(EXIT_NOTICE_S):  # so the error can give the exit code
+                        wire.exit_code = await process.wait()
+                    return
+                buffer += chunk
+                while (end := buffer.find(b"\n")) >= 0 and end <= limit:
+                    line = bytes(buffer[:end])
+                    del buffer[: end + 1]
+                    if not await _deliver(line, wire, to_session):
+                        return
+                if len(buffer) > limit:
+                    wire.problem = f"it sent a message of more than {limit} bytes (maxMessageBytes)"
+                    return
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+        pass  # the session went away first
+    finally:
+        wire.closed.set()
+
+
+async def _write_stdin(
+    process: Process,
+    from_session: MemoryObjectReceiveStream[SessionMessage],
+    to_session: MemoryObjectSendStream[SessionMessage | Exception],
+) -> None:
+    """Write the session's messages to the server's stdin, one JSON line each."""
+    assert process.stdin is not None
+    try:
+        async with from_session:
+            async for item in from_session:
+                data = item.message.model_dump_json(by_alias=True, exclude_unset=True) + "\n"
+                await process.stdin.send(data.encode())
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        await to_session.aclose()  # the server stopped reading: the session must notice
+
+
+async def _read_stderr(process: Process, wire: WireState, name: str) -> None:
+    """Keep the server's stderr as a short tail (and log it at debug level), apart from the protocol."""
+    assert process.stderr is not None
+    with suppress(anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        while True:
+            chunk = await process.stderr.receive(READ_BYTES)
+            wire.note_stderr(chunk)
+            log.debug("MCP server %s stderr: %s", name, chunk[:500].decode(errors="replace"))
 
 
 async def _stop(process: Process, wire: WireState) -> None:

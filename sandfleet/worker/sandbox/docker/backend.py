@@ -110,12 +110,6 @@ def _connect(base_url: str | None) -> Any:
         raise unavailable(_cause(e)) from e
 
 
-def forget_client(base_url: str | None = None) -> None:
-    """Drop a cached client (after the engine went away), so the next call reconnects."""
-    with _client_lock:
-        _clients.pop(base_url or "", None)
-
-
 def _cause(e: BaseException) -> str:
     """The useful part of a Docker SDK connection error: the OS error underneath, if there is one."""
     seen: set[int] = set()

@@ -161,12 +161,6 @@ def container_kwargs(
     wheelhouse for shell sessions); nothing is mounted otherwise.
     """
     uid, gid = (0, 0) if config.allow_sudo else (SANDBOX_UID, SANDBOX_GID)
-    tmpfs_opts = "rw,nosuid,nodev,noexec"
-    tmpfs = {
-        config.workdir: f"{tmpfs_opts},size={config.disk_limit},uid={uid},gid={gid},mode=0700",
-        "/tmp": f"{tmpfs_opts},size={TMP_SIZE},mode=1777",
-        "/var/tmp": f"{tmpfs_opts},size={TMP_SIZE},mode=1777",
-    }
     all_labels = {
         LABEL_ROLE: "sandbox",
         LABEL_OWNER: owner.label(),
@@ -188,7 +182,7 @@ def container_kwargs(
         "tty": False,
         "labels": all_labels,
         "read_only": config.read_only_rootfs,
-        "tmpfs": tmpfs,
+        "tmpfs": _tmpfs(config, uid, gid),
         "cap_drop": ["ALL"],
         "security_opt": ["no-new-privileges:true"],
         "pids_limit": host_pids_limit(config),
@@ -200,16 +194,7 @@ def container_kwargs(
         # Ignoring SIGTERM as init does, it is stopped with SIGKILL (which comes from outside).
         "init": False,
         "stop_signal": "SIGKILL",
-        "ulimits": [
-            {"name": "nofile", "soft": NOFILE_LIMIT, "hard": NOFILE_LIMIT},
-            {"name": "core", "soft": 0, "hard": 0},
-            # RLIMIT_NPROC is per user across the host kernel under runc, so only gVisor gets it.
-            *(
-                [{"name": "nproc", "soft": config.pids_limit, "hard": config.pids_limit}]
-                if config.is_gvisor
-                else []
-            ),
-        ],
+        "ulimits": _ulimits(config),
         **network_kwargs(config),
         "runtime": config.docker_runtime,
         "ipc_mode": "private",
@@ -228,6 +213,27 @@ def container_kwargs(
             host: {"bind": inside, "mode": "ro"} for host, inside in read_only_mounts.items()
         }
     return kwargs
+
+
+def _tmpfs(config: SandboxConfig, uid: int, gid: int) -> dict[str, str]:
+    """The writable folders, all in memory: the workdir (``disk_limit``, the program's user's) and the tmps."""
+    opts = "rw,nosuid,nodev,noexec"
+    return {
+        config.workdir: f"{opts},size={config.disk_limit},uid={uid},gid={gid},mode=0700",
+        "/tmp": f"{opts},size={TMP_SIZE},mode=1777",
+        "/var/tmp": f"{opts},size={TMP_SIZE},mode=1777",
+    }
+
+
+def _ulimits(config: SandboxConfig) -> list[dict[str, Any]]:
+    """Open files capped, no core dumps; RLIMIT_NPROC is per user across the host kernel under runc,
+    so only gVisor gets it."""
+    nproc = [{"name": "nproc", "soft": config.pids_limit, "hard": config.pids_limit}]
+    return [
+        {"name": "nofile", "soft": NOFILE_LIMIT, "hard": NOFILE_LIMIT},
+        {"name": "core", "soft": 0, "hard": 0},
+        *(nproc if config.is_gvisor else []),
+    ]
 
 
 def network_kwargs(config: SandboxConfig) -> dict[str, Any]:

@@ -1,0 +1,68 @@
+"""No function in sandfleet/ is longer than 80 lines (the team's hard limit; ~60 is the aim).
+
+A long function is where state hides in closures and a reader loses the thread (issue 23). The one
+exception is the in-container agent, a standalone script that must stay one file with no imports of
+ours. The allow-list below holds functions of rooms that other work is splitting right now; each entry
+goes when its room is split, and a function not listed here that grows past the limit fails the test.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "sandfleet"
+MAX_FUNCTION_LINES = 80
+EXEMPT_FILES = {"worker/sandbox/inside/agent.py"}  # the standalone in-container agent
+# Being split by the engine, program and delivery work of issue 23 (helpers on branches of their own);
+# only functions of those three rooms may ever be listed here, and each entry goes with its split.
+ALLOWED_ROOMS = ("worker/engine/", "worker/program/", "worker/delivery/")
+ALLOWED_LONG = {
+    ("worker/delivery/task.py", "run_delivery"),  # 132 lines: becomes a Delivery object
+}
+
+
+def long_functions() -> list[tuple[str, str, int]]:
+    """(file relative to sandfleet/, qualified name, lines) of every function over the limit."""
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in EXEMPT_FILES:
+            continue
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node, qualname in _functions(tree, ""):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES:
+                found.append((relative, qualname, lines))
+    return found
+
+
+def _functions(tree: ast.AST, prefix: str) -> list[tuple[ast.AST, str]]:
+    out: list[tuple[ast.AST, str]] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{prefix}{node.name}"
+            if not isinstance(node, ast.ClassDef):
+                out.append((node, name))
+            out.extend(_functions(node, name + "."))
+    return out
+
+
+def test_no_function_outside_the_allowed_rooms_is_longer_than_80_lines() -> None:
+    offenders = [
+        f"sandfleet/{file}::{name} ({lines} lines)"
+        for file, name, lines in long_functions()
+        if (file, name) not in ALLOWED_LONG
+    ]
+    assert not offenders, "split these along a seam (at most 80 lines each):\n" + "\n".join(offenders)
+
+
+def test_the_allow_list_names_only_the_rooms_being_split() -> None:
+    assert all(file.startswith(ALLOWED_ROOMS) for file, _ in ALLOWED_LONG)
+
+
+def test_the_counter_sees_a_long_function() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    tree = ast.parse(f"def long():\n{body}\n")
+    ((node, name),) = _functions(tree, "")
+    assert name == "long" and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES  # type: ignore[attr-defined]
