@@ -279,13 +279,6 @@ class JobStore:
             head = detail  # another writer appended an event first: link the seal to it
         raise RuntimeError(f"audit stream of job {job_id} kept moving; its final record was not written")
 
-    def finish_with_error(
-        self, job_id: str, status: JobStatus, kind: str, message: str, **kw: Any
-    ) -> Transition:
-        """Write a final record that carries only an error (refused, crash loop, retries exhausted)."""
-        result = JobResult(job_id=job_id, status=status, error=ErrorInfo(kind=kind, message=message))
-        return self.finish(job_id, result, **kw)
-
     def record_rejected(self, reason: str, **details: Any) -> None:
         """Note a discarded message in the fleet's capped ``rejected`` stream (never raises)."""
         fields: dict[FieldT, EncodableT] = {
