@@ -72,7 +72,8 @@ class KeyRegistry:
             raise SigningKeyError(f"not registered: {problem}")
         self._redis.hsetnx(self._key, info.key_id, info.model_dump_json())
         stored = self.get(info.key_id)
-        assert stored is not None  # just written, and keys of the register never expire
+        if stored is None:  # just written, and keys of the register never expire: Redis lost it
+            raise SigningKeyError(f"key {info.key_id} is not in the register right after it was written")
         return stored
 
     def get(self, key_id: str) -> KeyInfo | None:

@@ -318,13 +318,6 @@ class JobStore:
             )
         return acked
 
-    def finish_with_error(
-        self, job_id: str, status: JobStatus, kind: str, message: str, **kw: Any
-    ) -> Transition:
-        """Write a final record that carries only an error (refused, crash loop, retries exhausted)."""
-        result = JobResult(job_id=job_id, status=status, error=ErrorInfo(kind=kind, message=message))
-        return self.finish(job_id, result, **kw)
-
     def record_rejected(self, reason: str, **details: Any) -> None:
         """Note a discarded message in the fleet's capped ``rejected`` stream (never raises)."""
         fields: dict[FieldT, EncodableT] = {

@@ -204,7 +204,9 @@ class _Check:
             self.fail(problem, index)
             return None
         info = self.ring.get(entry.key)
-        assert info is not None  # check() found it
+        if info is None:  # check() found it; a ring that changed under the check is a failure too
+            self.fail(f"key {entry.key} left the key ring during the check", index)
+            return None
         self.signers[entry.key] = info.worker
         return info.worker
 
@@ -222,13 +224,13 @@ class _Check:
             self.fail(f"the record counts {count} audit events; the stream holds {len(self.entries)}")
 
     def check_seal(self) -> None:
-        seals = [i for i, e in enumerate(self.events) if e is not None and _is_seal(e)]
+        sealed_events = [(i, e) for i, e in enumerate(self.events) if e is not None and _is_seal(e)]
+        seals = [i for i, _e in sealed_events]
         result_json = self.record.get("result")
         status = self.record.get("status")
         if not result_json:
             if seals:
-                sealed = self.events[seals[0]]
-                assert sealed is not None
+                sealed = sealed_events[0][1]
                 self.fail(
                     f"the chain is sealed ({sealed.data.get('status')}) but the record has no final result"
                 )
@@ -244,8 +246,7 @@ class _Check:
         index = seals[0]
         if index != len(self.entries) - 1:
             self.fail("events follow the seal", index + 1)
-        seal = self.events[index]
-        assert seal is not None
+        seal = sealed_events[0][1]
         commitment = seal.data.get("record")
         if not isinstance(commitment, dict):
             self.fail("the final event commits to no record", index)

@@ -18,6 +18,7 @@ from sandfleet.core.queue import queue_name
 from sandfleet.core.settings import Settings
 from sandfleet.core.store import JobStore
 from sandfleet.producer.client import Client
+from sandfleet.worker.delivery.job_end import error_result
 
 from .helpers import keys_under
 
@@ -107,8 +108,11 @@ def test_result_and_jobs(cli_env: dict, client: Client, store: JobStore) -> None
     assert data.pop("verified") is True and JobResult.model_validate(data).result == "forty-two"
 
     failed = client.submit("Will fail")
-    store.finish_with_error(
-        failed.job_id, JobStatus.FAILED, "sandbox_unavailable", "sandbox unavailable: docker down"
+    store.finish(
+        failed.job_id,
+        error_result(
+            failed.job_id, JobStatus.FAILED, "sandbox_unavailable", "sandbox unavailable: docker down"
+        ),
     )
     code, _, err = run("result", failed.job_id)
     assert code == 1 and "failed: sandbox_unavailable: sandbox unavailable: docker down" in err

@@ -1,4 +1,4 @@
-"""One delivery of ``sandfleet.run_job`` (``sandfleet.worker.delivery.task.run_delivery``) against a real Redis.
+"""One delivery of ``sandfleet.run_job`` (``sandfleet.worker.delivery.run.Delivery``) against a real Redis.
 
 The engine is passed in as a function, so the bookkeeping around it is tested on its own: retries on
 transient failures, the last try, crash loops, duplicates. Real engine runs are in test_e2e_worker.py.
@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,14 @@ from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import ModelUnavailableError, SandboxUnavailableError
 from sandfleet.core.store import JobStore
 from sandfleet.producer.client import Client
-from sandfleet.worker.delivery.task import run_delivery
+from sandfleet.worker.delivery.run import Delivery, DeliveryServices, JobRunner, Message
+
+
+def run_delivery(
+    store: JobStore, job_id: str, spec: Any, *, run: JobRunner, **message: Any
+) -> JobStatus | None:
+    """One delivery of ``job_id``'s message (``message``: the Message's other fields) by ``store``'s worker."""
+    return Delivery(DeliveryServices(store, run), Message(job_id, spec, **message)).run()
 
 
 def never_run(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:

@@ -17,6 +17,7 @@ from sandfleet.core.settings import Settings
 from sandfleet.core.signing import ChainSigner, KeyStatus, WorkerKey
 from sandfleet.core.store import JobStore, Transition
 from sandfleet.producer.client import Client
+from sandfleet.worker.delivery.job_end import error_result
 
 from .helpers import TEST_WORKER, start_job
 
@@ -111,7 +112,7 @@ def test_batch_counts_follow_every_transition(client: Client, store: JobStore) -
     store.mark_running(b, "w")
     store.mark_running(b, "w")  # a redelivery: still one job running
     store.finish(a, succeeded(a))
-    store.finish_with_error(c, JobStatus.REFUSED, "invalid_spec", "no")
+    store.finish(c, error_result(c, JobStatus.REFUSED, "invalid_spec", "no"))
     progress = batch.progress()
     assert (progress.counts["queued"], progress.counts["running"]) == (0, 1)
     assert (progress.counts["succeeded"], progress.counts["refused"], progress.done) == (1, 1, 2)

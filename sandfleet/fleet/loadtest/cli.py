@@ -146,7 +146,6 @@ def loadtest(
     and stopped afterwards. Each job runs the given program through the replay model. Progress goes
     to stderr; the summary to stdout; report.json and report.png into --out.
     """
-    from sandfleet.fleet.loadtest.report import format_summary
     from sandfleet.fleet.loadtest.session import DEFAULT_TOOLS_MODULE, LoadTestOptions, run_loadtest
 
     if sum((rate is not None, burst, batch)) > 1:
@@ -184,18 +183,26 @@ def loadtest(
         report = run_loadtest(opts)
     except (SandfleetError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
-    if as_json:
-        echo_json(json_summary(report), indent=1)
-    else:  # failure kinds and metrics labels come from the fleet's records and endpoints
-        echo(format_summary(report))
-        if "metrics" in report:
-            from sandfleet.fleet.loadtest.scrape import format_metrics
-
-            echo(format_metrics(report["metrics"]))
-        echo(f"report: {out / 'report.json'}" + ("" if no_plot else f", plot: {out / 'report.png'}"))
+    _print_report(report, out, plot=not no_plot, as_json=as_json)
     if not report["finished"]:
         echo("loadtest: not every job ended in time", err=True)
         sys.exit(1)
+
+
+def _print_report(report: dict[str, Any], out: Path, *, plot: bool, as_json: bool) -> None:
+    """The summary (or the JSON of the contract) on stdout, and where the report files went."""
+    if as_json:
+        echo_json(json_summary(report), indent=1)
+        return
+    from sandfleet.fleet.loadtest.report import format_summary
+
+    # failure kinds and metrics labels come from the fleet's records and endpoints
+    echo(format_summary(report))
+    if "metrics" in report:
+        from sandfleet.fleet.loadtest.scrape import format_metrics
+
+        echo(format_metrics(report["metrics"]))
+    echo(f"report: {out / 'report.json'}" + (f", plot: {out / 'report.png'}" if plot else ""))
 
 
 def _check_hosts_options(local: bool, hosts: int | None, kill_host: int | None, workers: int) -> None:

@@ -10,7 +10,7 @@ most once: a message sent while this worker reconnected is found there). For eac
   never starts; its message, when delivered, finds the job ended;
 - ended or gone: the request is settled;
 - running on another worker: that worker acts; if it died, the redelivery finds the request and
-  ends the job unrun (sandfleet/worker/delivery/task.py).
+  ends the job unrun (sandfleet/worker/delivery/run.py).
 """
 
 from __future__ import annotations

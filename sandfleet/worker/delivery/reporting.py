@@ -1,5 +1,6 @@
 """What reports on the jobs a worker ends: its Prometheus metrics (sandfleet/worker/metrics/) and the completion
-webhooks (sandfleet/worker/webhooks/), both hooked into the worker's ``JobEnd`` (sandfleet/worker/delivery/job_end.py).
+webhooks (sandfleet/worker/webhooks/), each a job-end hook (:class:`MetricsHook`, :class:`WebhookHook`) of
+the worker's ``JobEnd`` (sandfleet/worker/delivery/job_end.py).
 
 :class:`JobReporting` is owned by ``WorkerState``: built with the settings (nothing started),
 :meth:`JobReporting.start` when the worker starts consuming, :meth:`JobReporting.stop` when it stops.
@@ -12,10 +13,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from sandfleet.core.contracts import JobResult
 from sandfleet.core.settings import Settings
 from sandfleet.core.store import JobStore
-from sandfleet.worker.delivery.job_end import JobEnd
+from sandfleet.worker.delivery.job_end import JobEnd, JobEndHook, JobEnding
 
 log = logging.getLogger("sandfleet.worker")
 
@@ -40,7 +40,7 @@ class JobReporting:
         if self.metrics is not None:
             from sandfleet.worker.metrics import start_metrics
 
-            job_end.on_recorded(self._count)
+            job_end.add(MetricsHook(self.metrics))
             try:
                 self._server = start_metrics(self.settings, self.metrics)
             except OSError as e:
@@ -52,12 +52,7 @@ class JobReporting:
 
         on_sent = self.metrics.webhook_sent if self.metrics is not None else None
         self.webhooks = Webhooks(self.settings, store.redis, on_sent=on_sent)
-        self.webhooks.register(job_end)
-
-    def _count(self, store: JobStore, job_id: str, result: JobResult) -> None:
-        record = store.record(job_id)  # the final record: its stamps give the queue wait
-        if record is not None:
-            self.metrics.job_ended(record)
+        job_end.add(WebhookHook(self.webhooks))
 
     def stop(self) -> None:
         server, self._server = self._server, None
@@ -65,3 +60,31 @@ class JobReporting:
             server.stop()
         if self.webhooks is not None:
             self.webhooks.close()
+
+
+class MetricsHook(JobEndHook):
+    """Counts each job this process recorded the end of (never a late duplicate twice)."""
+
+    def __init__(self, metrics: Any) -> None:
+        self.metrics = metrics  # WorkerMetrics
+
+    def on_recorded(self, ending: JobEnding) -> None:
+        record = ending.final_record()  # the final record: its stamps give the queue wait
+        if record is not None:
+            self.metrics.job_ended(record)
+
+
+class WebhookHook(JobEndHook):
+    """Commits a job's completion webhooks in its chain before the seal, sends them after its record."""
+
+    def __init__(self, webhooks: Any) -> None:
+        self.webhooks = webhooks  # Webhooks
+
+    def before_seal(self, ending: JobEnding) -> None:
+        record = ending.known_record()  # the delivery's copy: its spec names the webhooks
+        spec = record.spec if record is not None else None
+        if record is not None and spec is not None and (spec.webhook or spec.batch_webhook):
+            self.webhooks.before_seal(record, ending.result, ending.store.audit_sink(ending.job_id))
+
+    def on_recorded(self, ending: JobEnding) -> None:
+        self.webhooks.job_ended(ending.job_id)

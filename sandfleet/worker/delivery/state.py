@@ -12,7 +12,9 @@ shuts down (after its pool drained), like arq's ``on_startup``/``on_shutdown``.
 Start order: store, signing key (loaded, or made, and registered), presence, cancel watcher. Stop
 order, the reverse of what was started: cancel watcher, engine services (drain the sandbox pool),
 then presence (withdraw the heartbeat: a clean exit). Every final record goes through ``job_end``
-(sandfleet/worker/delivery/job_end.py), whose hooks (``on_job_end``) run when a job ends for any reason.
+(sandfleet/worker/delivery/job_end.py), whose hooks run around it: the Flower report (from the start),
+then, once started, :class:`CancelCleanup` (settle the job's cancel request), the metrics and the
+completion webhooks (reporting.py).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from sandfleet.core.audit import RedisAuditSink
 from sandfleet.core.cancel import CancelRequest, CancelRequests
 from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
+from sandfleet.core.errors import SigningKeyError
 from sandfleet.core.key_registry import (
     KeyRegistry,
     start_signer,
@@ -42,16 +45,15 @@ from sandfleet.core.signing import FileSigner, KeyRing
 from sandfleet.core.store import JobStore
 from sandfleet.worker.cancel.scope import RunningScopes
 from sandfleet.worker.cancel.watcher import CancelWatcher
-from sandfleet.worker.delivery.job_end import JobEnd, JobEndHook
+from sandfleet.worker.delivery.flower_report import FlowerReport
+from sandfleet.worker.delivery.job_end import JobEnd, JobEndHook, JobEnding, error_result
 from sandfleet.worker.delivery.recovery import SweepReport, WorkerPresence
 from sandfleet.worker.delivery.reporting import JobReporting
+from sandfleet.worker.delivery.run import DeliveryServices, JobRunner
 
 log = logging.getLogger("sandfleet.worker")
 
 REAP_INTERVAL_S = 15.0  # at most one local reap of dead owners' containers this often
-
-# run(spec, job_id, audit) -> JobResult: the engine, bound to this process's services.
-JobRunner = Callable[[JobSpec, str, RedisAuditSink], JobResult]
 
 # The state of the worker running in this process, for the one caller kombu builds without any
 # context (the poison-safe broker channel). Set by WorkerState.start, cleared by stop.
@@ -61,6 +63,16 @@ _current: WorkerState | None = None
 def current_state() -> WorkerState | None:
     """The started WorkerState of this process, if any."""
     return _current
+
+
+class CancelCleanup(JobEndHook):
+    """Settles a job's cancel request when the job ends, for any reason (idempotent)."""
+
+    def __init__(self, requests: CancelRequests) -> None:
+        self.requests = requests
+
+    def on_end(self, ending: JobEnding) -> None:
+        self.requests.settle(ending.job_id)
 
 
 class RunningJobs:
@@ -104,7 +116,8 @@ class WorkerState:
         self.app = app
         self.max_sandboxes = max_sandboxes or settings.max_sandboxes
         self.running = RunningJobs()
-        self.job_end = JobEnd()  # every final record this process writes, and the on-job-end hooks
+        self.job_end = JobEnd()  # every final record this process writes, and the job-end hooks
+        self.flower = self.job_end.add(FlowerReport())  # what Flower shows for each job ended here
         self.scopes = RunningScopes()  # the cancel tokens of the deliveries running here
         self._cancel_watcher: CancelWatcher | None = None
         self._lock = threading.Lock()
@@ -157,7 +170,10 @@ class WorkerState:
                     signer.key.key_id,
                     self.settings.trusted_keys,
                 )
-        assert isinstance(store.signer, FileSigner)
+        if not isinstance(store.signer, FileSigner):  # another kind of signer was set on the store
+            raise SigningKeyError(
+                f"worker {name}: the store signs with a {type(store.signer).__name__}, not a key file"
+            )
         return store.signer
 
     def key_ring(self) -> KeyRing:
@@ -190,7 +206,7 @@ class WorkerState:
         )
         requests = CancelRequests(store.redis, store.keys, self.settings.retention_s)
         watcher = CancelWatcher(store, requests, self.scopes, end_queued=self._end_cancelled_queued)
-        self.job_end.on_job_end(lambda job_id, _status: requests.settle(job_id))
+        self.job_end.add(CancelCleanup(requests))
         global _current
         with self._lock:
             self._presence = presence
@@ -215,14 +231,28 @@ class WorkerState:
         services = self._services
         return services.pool.stats() if services is not None else None
 
-    def on_job_end(self, hook: JobEndHook) -> JobEndHook:
-        """Call ``hook(job_id, status)`` whenever this process ends a job, for any reason (sandfleet/worker/delivery/job_end.py)."""
-        return self.job_end.on_job_end(hook)
+    def add_job_end_hook(self, hook: JobEndHook) -> JobEndHook:
+        """Run ``hook`` whenever this process ends a job, for any reason (sandfleet/worker/delivery/job_end.py)."""
+        return self.job_end.add(hook)
+
+    def delivery_services(self, worker: str = "") -> DeliveryServices:
+        """What each delivery run by this process shares (``worker``: the Celery node's name)."""
+        return DeliveryServices(
+            self.store,
+            run=lambda spec, job_id, audit: self.engine()(spec, job_id, audit),
+            job_end=self.job_end,
+            scopes=self.scopes,
+            running_elsewhere=self.running_elsewhere,
+            republish=self.republish,
+            worker=worker,
+        )
 
     def _end_cancelled_queued(self, job_id: str, request: CancelRequest) -> None:
         """End a queued job this worker claimed the cancel request of: it never starts."""
-        message = f"{request.describe()} before it started"
-        self.job_end.finish_with_error(self.store, job_id, JobStatus.CANCELLED, ErrorKind.CANCELLED, message)
+        result = error_result(
+            job_id, JobStatus.CANCELLED, ErrorKind.CANCELLED, f"{request.describe()} before it started"
+        )
+        self.job_end.finish(JobEnding(self.store, job_id, result))
 
     def engine(self) -> JobRunner:
         """``run_job`` bound to this process's EngineServices, started on first use."""

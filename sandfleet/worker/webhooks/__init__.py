@@ -3,7 +3,8 @@
 
 Two steps, so the POST never delays the job's final record and the chain proves what was sent:
 
-Both are hooks of the worker's ``JobEnd`` (sandfleet/worker/delivery/job_end.py), the one path by which jobs end.
+Both run from a job-end hook of the worker's ``JobEnd``, the one path by which jobs end:
+``WebhookHook`` (sandfleet/worker/delivery/reporting.py).
 
 1. :meth:`Webhooks.before_seal`, just before the final record is written: the body is built from the
    result about to be written, and a ``webhook`` audit event commits to it (URL, event, the body's

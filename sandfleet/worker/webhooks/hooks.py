@@ -18,7 +18,6 @@ from sandfleet.core.records import JobRecord
 from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.replies import text, text_map
 from sandfleet.core.settings import Settings
-from sandfleet.core.store import JobStore
 from sandfleet.core.webhook_signing import sign
 from sandfleet.core.webhook_url import webhook_host_allowed
 from sandfleet.worker.webhooks.payloads import BATCH_EVENT, JOB_EVENT, batch_body, encode, job_body
@@ -49,21 +48,6 @@ class Webhooks:
         self._lock = threading.Lock()
         # job id -> (its batch id, the POSTs committed in its chain and not sent yet)
         self._pending: dict[str, tuple[str | None, list[Delivery]]] = {}
-
-    def register(self, job_end: Any) -> None:
-        """Hook into the worker's ``JobEnd``: commit before each seal, send after each final record."""
-        job_end.before_seal(self.seal_hook)
-        job_end.on_recorded(lambda _store, job_id, _result: self.job_ended(job_id))
-
-    def seal_hook(self, store: JobStore, job_id: str, result: JobResult) -> None:
-        """``JobEnd``'s before-seal hook: read the job's spec, commit through a sink signed like the rest."""
-        record = store.record(job_id)
-        if (
-            record is not None
-            and record.spec is not None
-            and (record.spec.webhook or record.spec.batch_webhook)
-        ):
-            self.before_seal(record, result, store.audit_sink(job_id))
 
     # -- step 1: before the seal ------------------------------------------------------------------
 
