@@ -2,8 +2,8 @@
 
 A long function is where state hides in closures and a reader loses the thread (issue 23). The one
 exception is the in-container agent, a standalone script that must stay one file with no imports of
-ours. The allow-list below holds functions of rooms that other work is splitting right now; each entry
-goes when its room is split, and a function not listed here that grows past the limit fails the test.
+ours. There is no allow-list: the last long functions (the delivery, the code-action run, the shell
+job, the program runtime) were split into objects that hold their state.
 """
 
 from __future__ import annotations
@@ -14,12 +14,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "sandfleet"
 MAX_FUNCTION_LINES = 80
 EXEMPT_FILES = {"worker/sandbox/inside/agent.py"}  # the standalone in-container agent
-# Being split by the engine, program and delivery work of issue 23 (helpers on branches of their own);
-# only functions of those three rooms may ever be listed here, and each entry goes with its split.
-ALLOWED_ROOMS = ("worker/engine/", "worker/program/", "worker/delivery/")
-ALLOWED_LONG = {
-    ("worker/delivery/task.py", "run_delivery"),  # 132 lines: becomes a Delivery object
-}
 
 
 def long_functions() -> list[tuple[str, str, int]]:
@@ -48,17 +42,9 @@ def _functions(tree: ast.AST, prefix: str) -> list[tuple[ast.AST, str]]:
     return out
 
 
-def test_no_function_outside_the_allowed_rooms_is_longer_than_80_lines() -> None:
-    offenders = [
-        f"sandfleet/{file}::{name} ({lines} lines)"
-        for file, name, lines in long_functions()
-        if (file, name) not in ALLOWED_LONG
-    ]
+def test_no_function_is_longer_than_80_lines() -> None:
+    offenders = [f"sandfleet/{file}::{name} ({lines} lines)" for file, name, lines in long_functions()]
     assert not offenders, "split these along a seam (at most 80 lines each):\n" + "\n".join(offenders)
-
-
-def test_the_allow_list_names_only_the_rooms_being_split() -> None:
-    assert all(file.startswith(ALLOWED_ROOMS) for file, _ in ALLOWED_LONG)
 
 
 def test_the_counter_sees_a_long_function() -> None:
