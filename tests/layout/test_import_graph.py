@@ -23,6 +23,35 @@ ALLOWED = {
 }
 
 
+# The worker's rooms by stage (ARCHITECTURE.md): a message is delivered (delivery/), its job runs in a
+# mode (engine/), a mode runs programs (program/) in sandboxes (sandbox/). A stage never reaches back
+# up to the one that drives it, and the code that runs inside the container, like the scripted model,
+# stands alone. room -> worker rooms it must never import.
+WORKER_STAGES_NEVER = {
+    "engine": {"delivery", "cli"},
+    "program": {"delivery", "engine", "cli"},
+    "sandbox": {"delivery", "engine", "cli", "approval", "llm", "rerun"},
+    "sandbox.docker": {"delivery", "engine", "program", "cli", "approval", "llm", "rerun"},
+    "llm": {"delivery", "engine", "program", "sandbox", "cli"},
+    "rerun": {"delivery", "engine", "cli"},
+}
+STANDALONE = ("sandfleet.worker.sandbox.inside", "sandfleet.worker.llm.scripted")
+
+
+def worker_room(module: str) -> str | None:
+    """``engine``, ``sandbox.docker``, ... for a module of sandfleet.worker; None for any other."""
+    parts = module.split(".")
+    if parts[:2] != ["sandfleet", "worker"] or len(parts) < 3:
+        return None
+    if len(parts) > 3 and (parts[2], parts[3]) in {
+        ("sandbox", "docker"),
+        ("sandbox", "inside"),
+        ("llm", "scripted"),
+    }:
+        return f"{parts[2]}.{parts[3]}"
+    return parts[2]
+
+
 @pytest.fixture(scope="module")
 def graph() -> dict[str, set[str]]:
     return import_graph()
@@ -53,6 +82,39 @@ def test_each_room_imports_only_what_it_may(graph: dict[str, set[str]], room: st
         if room_of(target) not in ALLOWED[room] | {room}
     )
     assert crossings == []
+
+
+@pytest.mark.parametrize("room", sorted(WORKER_STAGES_NEVER))
+def test_no_worker_stage_reaches_back_up(graph: dict[str, set[str]], room: str) -> None:
+    crossings = sorted(
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        if worker_room(source) == room
+        for target in targets
+        if worker_room(target) in WORKER_STAGES_NEVER[room]
+    )
+    assert crossings == []
+
+
+@pytest.mark.parametrize("package", STANDALONE)
+def test_the_in_container_code_and_the_scripted_model_stand_alone(
+    graph: dict[str, set[str]], package: str
+) -> None:
+    """Nothing of the worker outside their own package (the agent runs in the sandbox with no imports of
+    ours; the scripted model is a server the tests and the demo start on their own)."""
+    crossings = sorted(
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        if source.startswith(package)
+        for target in targets
+        if target.startswith("sandfleet.worker") and not target.startswith(package)
+    )
+    assert crossings == []
+
+
+def test_the_stage_rule_sees_a_reach_back() -> None:
+    assert worker_room("sandfleet.worker.sandbox.docker.spec") == "sandbox.docker"
+    assert worker_room("sandfleet.worker.delivery.task") in WORKER_STAGES_NEVER["engine"]
 
 
 def test_importing_the_producer_pulls_in_no_worker_code_docker_or_openai() -> None:
