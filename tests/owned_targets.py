@@ -56,6 +56,46 @@ def _host_addresses() -> set[str]:
     return {line.split()[3].split("/")[0] for line in out.splitlines() if len(line.split()) > 3}
 
 
+# The package registries this machine reaches (and its gateway) may themselves sit in a documentation
+# range (seen here: pypi.org at 203.0.113.80, the gateway at 192.0.2.1): their addresses are never
+# blackholed nor taken as a target, or the test run would cut the machine off its own registries.
+REGISTRY_HOSTS = ("pypi.org", "files.pythonhosted.org", "deb.debian.org", "registry.npmjs.org")
+
+
+def _reached_addresses() -> set[str]:
+    """Addresses this machine really talks to: the registries' and the default gateways'."""
+    found: set[str] = set()
+    for host in REGISTRY_HOSTS:
+        try:
+            found.update(str(info[4][0]) for info in socket.getaddrinfo(host, 443, proto=socket.IPPROTO_TCP))
+        except OSError:
+            continue
+    for family in ("-4", "-6"):
+        for line in _run("ip", family, "route", "show", "default", check=False).stdout.splitlines():
+            words = line.split()
+            if "via" in words:
+                found.add(words[words.index("via") + 1])
+    return found
+
+
+def blackhole_pieces(net: str, keep: set[str]) -> list[str]:
+    """``net`` as routes that cover all of it but the addresses in ``keep``."""
+    pieces = [ipaddress.ip_network(net)]
+    for address in keep:
+        try:
+            host = ipaddress.ip_network(address)
+        except ValueError:
+            continue
+        next_pieces = []
+        for piece in pieces:
+            if host.version == piece.version and host.subnet_of(piece):  # type: ignore[arg-type]
+                next_pieces.extend(piece.address_exclude(host))  # type: ignore[arg-type]
+            else:
+                next_pieces.append(piece)
+        pieces = next_pieces
+    return [str(piece) for piece in sorted(pieces, key=lambda p: (p.version, p))]
+
+
 @dataclass
 class Arrival:
     """Something a listener received: protocol, the target address and port, the sender, first bytes."""
@@ -107,7 +147,7 @@ class OwnedTargets:
         """Set up this run's interface, routes, counters and listeners (after removing any of a dead run)."""
         remove_stale()
         pid = os.getpid()
-        taken = _host_addresses()
+        taken = _host_addresses() | _reached_addresses()
         for step in range(250):
             n = 1 + (pid + step) % 250
             candidate = cls._at(pid, n)
@@ -142,9 +182,11 @@ class OwnedTargets:
                 extra = ["nodad"] if ":" in address else []
                 _run("ip", family, "addr", "add", f"{address}/{bits}", "dev", self.interface, *extra)
             _run("ip", "link", "set", self.interface, "up")
+            reached = _reached_addresses()
             for net in BLACKHOLES:
                 family = "-6" if ":" in net else "-4"
-                _run("ip", family, "route", "add", "blackhole", net, "metric", str(self.metric))
+                for piece in blackhole_pieces(net, reached):
+                    _run("ip", family, "route", "add", "blackhole", piece, "metric", str(self.metric))
             for tool, version in (("iptables", 4), ("ip6tables", 6)):
                 _run(tool, "-N", self.chain)
                 # Not counted: the "unreachable" a REJECT rule of this host sends back to the sender,
@@ -249,9 +291,12 @@ def _remove(pid: int) -> None:
         _run(tool, "-D", "INPUT", "-j", chain, check=False)
         _run(tool, "-F", chain, check=False)
         _run(tool, "-X", chain, check=False)
-    for net in BLACKHOLES:
-        family = "-6" if ":" in net else "-4"
-        _run("ip", family, "route", "del", "blackhole", net, "metric", str(METRIC_BASE + pid), check=False)
+    metric = str(METRIC_BASE + pid)
+    for family in ("-4", "-6"):  # every piece of the ranges routed with this run's metric
+        for line in _run("ip", family, "route", "show", "type", "blackhole", check=False).stdout.splitlines():
+            words = line.split()
+            if "metric" in words and words[words.index("metric") + 1] == metric:
+                _run("ip", family, "route", "del", "blackhole", words[1], "metric", metric, check=False)
     _run("ip", "link", "del", f"egress{pid}", check=False)
 
 
