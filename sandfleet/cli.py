@@ -105,7 +105,7 @@ COMMANDS = {
     ),
     "fleet": (
         "sandfleet.fleet.fleet_cli:fleet",
-        "Local multi-host fleets: `fleet down` removes what a killed run left (namespaces, engines).",
+        "Local multi-host fleets (network namespaces, engines, workers).",
     ),
     "loadtest": (
         "sandfleet.fleet.loadtest.cli:loadtest",
