@@ -55,6 +55,7 @@ FIXTURE_MARKERS = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups as it finds them
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count), and group the
     tests that share a module- or package-scoped fixture for pytest-xdist."""

@@ -149,7 +149,9 @@ def test_a_shell_job_through_the_fleet(fleet: ModesFleet) -> None:
 
 def test_sandfleet_jobs_shows_each_jobs_mode(fleet: ModesFleet) -> None:
     job = submit(fleet, "code-action")
+    others = [submit(fleet, "chat"), submit(fleet, "shell")]  # so the listing holds each mode
     assert job.result(timeout=JOB_TIMEOUT_S).result == REFERENCE_ANSWER  # the script's program, sandboxed
+    assert all(other.result(timeout=JOB_TIMEOUT_S).status == JobStatus.SUCCEEDED for other in others)
     settings = fleet.worker.settings
     env = {
         **os.environ,

@@ -13,9 +13,10 @@ from sandfleet_testing import program as program
 from sandfleet_testing import skip_or_fail as skip_or_fail
 
 BACKENDS = ("docker", "gvisor")
-# Besides Sandfleet's own labels: marks the containers these tests make, to tell them from others'.
+# Besides Sandfleet's own labels: marks the containers these tests make, to tell them from others'
+# (each test process its own, so one process's end-of-session check never counts another's).
 TEST_LABEL = "sandfleet.test"
-TEST_LABELS = {TEST_LABEL: "tests/runtime"}
+TEST_LABELS = {TEST_LABEL: f"tests/runtime/{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"}
 BRIDGE_TOOLS = Path(__file__).with_name("bridge_tools.py")
 REPO = Path(__file__).resolve().parents[2]
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))

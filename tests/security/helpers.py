@@ -7,10 +7,12 @@ where the figures in SECURITY.md come from.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,7 @@ TEST_LABELS = {TEST_LABEL: "tests/security"}
 
 _results: list[dict[str, Any]] = []
 _lock = threading.Lock()
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID") or uuid.uuid4().hex  # one id for every process of a run
 
 
 def record(case: str, runtime: str, blocked: bool, detail: Any, **extra: Any) -> None:
@@ -42,6 +45,7 @@ def record(case: str, runtime: str, blocked: bool, detail: Any, **extra: Any) ->
                 "blocked": bool(blocked),
                 "detail": detail,
                 "module": _calling_module(),
+                "run": _RUN,
                 **extra,
             }
         )
@@ -55,19 +59,28 @@ def _calling_module() -> str:
 
 def write_results() -> None:
     """Merge this session's results into the results file: rows of the test modules that ran now
-    replace all earlier rows of those modules (so rows of removed cases do not linger)."""
+    replace all earlier rows of those modules (so rows of removed cases do not linger). Test processes
+    running side by side (pytest-xdist) take turns under a file lock, so none overwrites another's."""
     with _lock:
         if not _results:
             return
         RESULTS_PATH.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            old = json.loads(RESULTS_PATH.read_text())
-        except (OSError, ValueError):
-            old = []
-        ran = {r.get("module") for r in _results}
-        merged = [r for r in old if r.get("module") and r.get("module") not in ran] + _results
-        merged.sort(key=lambda r: (r["case"], r["runtime"]))
-        RESULTS_PATH.write_text(json.dumps(merged, indent=2, default=str) + "\n")
+        with open(RESULTS_PATH.with_suffix(".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            _merge_into_results_file()
+
+
+def _merge_into_results_file() -> None:
+    """Rows of this test run (every process of it: pytest-xdist's run id) are kept together."""
+    try:
+        old = json.loads(RESULTS_PATH.read_text())
+    except (OSError, ValueError):
+        old = []
+    ran = {r.get("module") for r in _results}
+    kept = [r for r in old if r.get("module") and (r.get("module") not in ran or r.get("run") == _RUN)]
+    merged = kept + _results
+    merged.sort(key=lambda r: (r["case"], r["runtime"]))
+    RESULTS_PATH.write_text(json.dumps(merged, indent=2, default=str) + "\n")
 
 
 def processes_mentioning(text: str) -> list[int]:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import time
 import uuid
@@ -301,13 +302,24 @@ def test_the_submitting_handles_refuse_the_other_answer(attacked: Attacked) -> N
     )
 
 
+def shows_the_other_answer(text: str) -> bool:
+    """Whether ``text`` holds the answer to the other question (666) as a value, not as three digits
+    inside a hex digest (a record's hashes contain "666" by chance, one in about 70)."""
+    return re.search(r"(?<![0-9a-f])666(?![0-9a-f])", text) is not None
+
+
 def test_sandfleet_result_in_a_later_process_refuses_it(attacked: Attacked) -> None:
     shown = attacked.sandfleet("result", attacked.cli_job)
     assert shown.returncode == 4 and shown.stdout == "", shown.stderr
-    assert "answers a different question than the one submitted" in shown.stderr and "666" not in shown.stderr
+    assert (
+        "answers a different question than the one submitted" in shown.stderr
+        and not shows_the_other_answer(shown.stderr)
+    )
     as_json = attacked.sandfleet("result", attacked.cli_job, "--json")
     data = json.loads(as_json.stdout)
-    assert as_json.returncode == 4 and data["verified"] is False and "666" not in as_json.stdout
+    assert (
+        as_json.returncode == 4 and data["verified"] is False and not shows_the_other_answer(as_json.stdout)
+    )
     assert any("answers a different question" in p for p in data["problems"])
     audited = attacked.sandfleet("audit", attacked.cli_job, "--verify")
     assert audited.returncode == 1 and "answers a different question" in audited.stderr
@@ -324,7 +336,7 @@ def test_sandfleet_result_in_a_later_process_refuses_it(attacked: Attacked) -> N
 def test_submit_wait_refuses_the_other_answer(attacked: Attacked) -> None:
     done = attacked.wait_done
     assert done.returncode == 4, done.stderr
-    assert done.stdout == "" and "666" not in done.stderr
+    assert done.stdout == "" and not shows_the_other_answer(done.stderr)
     assert f"job {attacked.wait_job}: the record answers a different question" in done.stderr
     record("answer: rewritten queued spec, submit --wait", "redis", True, done.stderr.strip()[:300])
 
@@ -339,7 +351,7 @@ def test_batch_out_never_prints_the_question_beside_the_other_answer(attacked: A
     assert rewritten["question"] == ASKED and rewritten["verified"] is False
     assert "result" not in rewritten and rewritten["status"] == "unverified"
     assert any("answers a different question" in p for p in rewritten["problems"])
-    assert "666" not in attacked.batch_out.read_text()
+    assert not shows_the_other_answer(attacked.batch_out.read_text())
     assert honest["verified"] is True and honest["result"] == 42
     record("answer: rewritten queued spec, batch --out", "redis", True, rewritten["problems"][0][:300])
 
