@@ -35,15 +35,16 @@ fi
 # Each test runs once: the Docker-free level with no engine reachable at all (so it must really be
 # Docker-free), then every test that needs the engine. Both in parallel (pytest-xdist): most of a
 # Docker-bound test's time is spent waiting for containers, workers and timeouts, not on the cores.
-# --dist loadgroup keeps the tests that share a module or package fixture (a fleet, say) in one process
-# (tests/conftest.py groups them); the others spread over every process.
+# --dist loadscope keeps each module in one process, so a module's fixtures (a fleet, say) start once
+# and its tests never race each other for a port or a listing. (Not loadgroup: pytest-xdist 3.8 marks
+# groups by rewriting an item's node id, which pytest 9 no longer reads, so its groups never formed.)
 step "pytest -m 'not docker' with no Docker engine reachable ($DOCKER_FREE_PROCESSES processes)"
 status=0
 DOCKER_HOST=unix:///nonexistent/docker.sock "$VENV/bin/pytest" -q -m "not docker" -p no:cacheprovider \
   -n "$DOCKER_FREE_PROCESSES" "${COVERAGE[@]}" || status=$?
 
 step "pytest -m docker ($TEST_PROCESSES processes)"
-"$VENV/bin/pytest" -q -m docker -p no:cacheprovider -n "$TEST_PROCESSES" --dist loadgroup \
+"$VENV/bin/pytest" -q -m docker -p no:cacheprovider -n "$TEST_PROCESSES" --dist loadscope \
   "${COVERAGE[@]}" --cov-append || status=$?
 
 "$VENV/bin/coverage" report --format=total >/dev/null 2>&1 \

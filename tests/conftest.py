@@ -55,31 +55,12 @@ FIXTURE_MARKERS = {
 }
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups as it finds them
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count), and group the
-    tests that share a module- or package-scoped fixture for pytest-xdist."""
+    """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count)."""
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
         for name in sorted({m for f in used & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[f]}):
             item.add_marker(name)
-        if group := _shared_fixture_group(item):
-            item.add_marker(pytest.mark.xdist_group(group))
-
-
-def _shared_fixture_group(item: pytest.Item) -> str | None:
-    """The group of tests that must run in one process under ``--dist loadgroup``: those sharing a
-    module fixture (a fleet, say) run where it was started, so it starts once; tests that share none
-    spread over every process. A package fixture groups its whole package."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    scopes = {d.scope for defs in info.name2fixturedefs.values() for d in defs[-1:]}
-    if "package" in scopes:
-        return str(item.path.parent)
-    if "module" in scopes:
-        return str(item.path)
-    return None
 
 
 @pytest.fixture(name="skip_or_fail")
