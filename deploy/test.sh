@@ -44,7 +44,7 @@ DOCKER_HOST=unix:///nonexistent/docker.sock "$VENV/bin/pytest" -q -m "not docker
   -n "$DOCKER_FREE_PROCESSES" "${COVERAGE[@]}" || status=$?
 
 step "pytest -m docker ($TEST_PROCESSES processes)"
-"$VENV/bin/pytest" -q -m docker -p no:cacheprovider -n "$TEST_PROCESSES" --dist loadscope \
+"$VENV/bin/pytest" -q -m docker -p no:cacheprovider -n "$TEST_PROCESSES" --dist loadscope --durations=25 \
   "${COVERAGE[@]}" --cov-append || status=$?
 
 "$VENV/bin/coverage" report --format=total >/dev/null 2>&1 \
