@@ -1,11 +1,14 @@
 """Artifacts end to end: a real ``sandfleet worker`` on a real Redis, Docker sandboxes (the data-science
 image for the plot), the replay model over HTTP, and the ``sandfleet`` commands as a user runs them.
 
-A matplotlib plot saved under /workspace/out/ comes back as a PNG (signature, size, dimensions) through
-the JobResult, the Python API and ``sandfleet artifacts --out``; it is in the audit chain, verified and
-replayed; bytes changed at rest are refused by ``audit --verify``, ``replay`` and ``artifacts``. Over-cap
-files are skipped with ``limits_hit``; a job asking above the operator's caps is refused; a batch's
-``--out DIR`` receives every job's files; a warm sandbox never shows one job's files to the next.
+In both modes with a sandbox (a code-action job's program; a shell job's commands, scripted as
+``sandbox_write_file`` and ``sandbox_exec`` calls in its session sandbox): a matplotlib plot saved under
+/workspace/out/ comes back as a PNG (signature, size, dimensions) through the JobResult, the Python API
+and ``sandfleet artifacts --out``; it is in the audit chain, verified (and replayed, for code-action);
+bytes changed at rest are refused by ``audit --verify``, ``replay`` and ``artifacts``. Over-cap files
+are skipped with ``limits_hit``; a job asking above the operator's caps is refused; a failed job keeps
+the files it wrote, a cancelled one none. A batch's ``--out DIR`` receives every job's files; a warm
+sandbox never shows one job's files to the next.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import os
 import struct
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +71,63 @@ LOOK_FOR_FILES = """```python
 import json, os
 print("RESULT: " + json.dumps(sorted(os.listdir("/workspace/out"))))
 ```"""
+FAIL_AFTER_WRITING = """```python
+open("/workspace/out/partial.csv", "w").write("region,total\\nEMEA,77689.0\\n")
+raise SystemExit("the rest of the work failed")
+```"""
+WRITE_THEN_WAIT = """```python
+import time
+open("/workspace/out/partial.csv", "w").write("half done")
+time.sleep(120)
+print("RESULT: 1")
+```"""
+MODES = ("code-action", "shell")
+CODE_ACTION_SYSTEM = "writing ONE Python program"  # regexes over the modes' system prompts
+SHELL_SYSTEM = "Linux sandbox of your own"
+
+
+def unfenced(reply: str) -> str:
+    return reply.removeprefix("```python\n").removesuffix("```")
+
+
+def shell_rule(match: str, commands: list[str], *, program: str | None = None) -> dict[str, object]:
+    """A shell job's script: ``program`` written to prog.py (if given), each command run, then an answer."""
+
+    def call(name: str, **arguments: object) -> dict[str, object]:
+        return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+    written = [call("sandbox_write_file", path="prog.py", content=program)] if program else []
+    return {
+        "match": match,
+        "system": SHELL_SYSTEM,
+        "responses": [
+            *written,
+            *(call("sandbox_exec", command=c, timeout=90) for c in commands),
+            "RESULT: done",
+        ],
+    }
+
+
+SHELL_RULES = [
+    shell_rule("(?i)chart", ["python3 prog.py"], program=unfenced(PLOT)),
+    shell_rule("(?i)too large", ["python3 prog.py"], program=unfenced(OVER_CAP)),
+    # the last reply repeats past the script's end: it asks for the same call until max_turns
+    {
+        "match": "(?i)fail after writing",
+        "system": SHELL_SYSTEM,
+        "responses": [
+            {
+                "tool_calls": [
+                    {
+                        "name": "sandbox_exec",
+                        "arguments": {"command": "printf 'region,total\\nEMEA,77689.0\\n' > out/partial.csv"},
+                    }
+                ]
+            }
+        ],
+    },
+    shell_rule("(?i)write then wait", ["echo 'half done' > /workspace/out/partial.csv && sleep 120"]),
+]
 
 
 @dataclass
@@ -104,6 +165,13 @@ def fleet(
     folder = tmp_path_factory.mktemp("artifacts")
     script = {
         "rules": [
+            *SHELL_RULES,  # each needs the shell prompt: a code-action job goes on to the rules below
+            {
+                "match": "(?i)fail after writing",
+                "system": CODE_ACTION_SYSTEM,
+                "responses": [FAIL_AFTER_WRITING],
+            },
+            {"match": "(?i)write then wait", "responses": [WRITE_THEN_WAIT]},
             {"match": "(?i)chart", "responses": [PLOT]},
             {"match": "(?i)too large", "responses": [OVER_CAP]},
             {"match": "(?i)leave a file", "responses": [LEAVE_A_FILE]},
@@ -139,19 +207,26 @@ def png_size(data: bytes) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
-@pytest.fixture(scope="module")
-def plot_job(fleet: ArtifactFleet) -> str:
+@pytest.fixture(scope="module", params=MODES)
+def plot_job(fleet: ArtifactFleet, request: pytest.FixtureRequest) -> str:
     job = fleet.client.submit(
-        "Draw a chart of Q3 revenue per region", model=fleet.model, sandbox={"image": DATA_SCIENCE_IMAGE}
+        "Draw a chart of Q3 revenue per region",
+        model=fleet.model,
+        mode=request.param,
+        sandbox={"image": DATA_SCIENCE_IMAGE},
     )
     result = job.result(timeout=JOB_TIMEOUT_S)
-    assert result.status == JobStatus.SUCCEEDED, result.error
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    assert result.mode == request.param
     return job.job_id
 
 
 def test_a_matplotlib_plot_comes_back_as_a_png(fleet: ArtifactFleet, plot_job: str, tmp_path: Path) -> None:
     job = fleet.client.get(plot_job)
     result = job.result(timeout=1)
+    if result.mode == "shell":  # made by the model's command in its session sandbox, gone with the job
+        assert result.session is not None and result.session.ended == "the job ended"
+        assert [c.tool for t in result.turns for c in t.calls] == ["sandbox_write_file", "sandbox_exec"]
     listed = {a.name: a for a in result.artifacts}
     assert sorted(listed) == ["revenue.csv", "revenue.png"] and not result.artifacts_skipped
     png = listed["revenue.png"]
@@ -165,7 +240,7 @@ def test_a_matplotlib_plot_comes_back_as_a_png(fleet: ArtifactFleet, plot_job: s
     assert len(events) == 1 and {f["sha256"] for f in events[0].data["files"]} == {
         a.sha256 for a in result.artifacts
     }
-    assert job.verify().verified
+    assert job.verify().verified and job.verify_audit() == (True, None)
     # the command line: list, then write
     listing = cli(fleet.settings, "artifacts", plot_job)
     assert listing.returncode == 0, listing.stderr
@@ -177,6 +252,9 @@ def test_a_matplotlib_plot_comes_back_as_a_png(fleet: ArtifactFleet, plot_job: s
 
 def test_the_plot_job_replays_with_the_same_artifacts(fleet: ArtifactFleet, plot_job: str) -> None:
     replayed = cli(fleet.settings, "replay", plot_job, "--json")
+    if fleet.client.get(plot_job).result(timeout=1).mode == "shell":  # no program to re-run: verified only
+        assert json.loads(replayed.stdout)["state"] == "skipped", replayed.stdout + replayed.stderr
+        return
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
     assert json.loads(replayed.stdout)["state"] == "match"
 
@@ -213,24 +291,89 @@ def test_an_artifact_changed_at_rest_is_refused_everywhere(
     assert job.verify().verified
 
 
-def test_a_file_over_the_jobs_cap_is_skipped_and_named_in_limits_hit(fleet: ArtifactFleet) -> None:
-    job = fleet.client.submit("Write a file too large", model=fleet.model, artifacts={"max_file_bytes": 1000})
+@pytest.mark.parametrize("mode", MODES)
+def test_a_file_over_the_jobs_cap_is_skipped_and_named_in_limits_hit(fleet: ArtifactFleet, mode: str) -> None:
+    job = fleet.client.submit(
+        "Write a file too large", model=fleet.model, mode=mode, artifacts={"max_file_bytes": 1000}
+    )
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.status == JobStatus.SUCCEEDED and result.limits_hit == ["artifacts"]
     assert [a.name for a in result.artifacts] == ["small.txt"] and job.artifact("small.txt") == b"small"
     [skipped] = result.artifacts_skipped
     assert (skipped.name, skipped.size) == ("large.bin", 5000)
     assert skipped.reason == "larger than the cap of 1000 bytes per file"
-    assert "artifacts" in result.attempts[-1].limits_hit
+    if mode == "code-action":
+        assert "artifacts" in result.attempts[-1].limits_hit
+    [event] = [e for e in job.audit() if e.kind == "artifacts"]
+    assert [f["name"] for f in event.data["files"]] == ["small.txt"]
+    assert [f["name"] for f in event.data["skipped"]] == ["large.bin"]
     assert job.verify().verified
 
 
-def test_a_job_asking_above_the_operators_cap_is_refused(fleet: ArtifactFleet) -> None:
-    job = fleet.client.submit("Anything", model=fleet.model, artifacts={"max_file_bytes": 1024**3})
+@pytest.mark.parametrize("mode", MODES)
+def test_a_job_asking_above_the_operators_cap_is_refused(fleet: ArtifactFleet, mode: str) -> None:
+    job = fleet.client.submit("Anything", model=fleet.model, mode=mode, artifacts={"max_file_bytes": 1024**3})
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.status == JobStatus.REFUSED and result.error is not None
     assert "artifacts.max_file_bytes 1073741824 is above the operator's ceiling" in result.error.message
     assert "SANDFLEET_ARTIFACT_MAX_FILE_BYTES" in result.error.message
+    kinds = [e.kind for e in job.audit()]
+    assert "model_call" not in kinds and "session" not in kinds  # refused before the model or a sandbox
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_failed_job_keeps_the_files_it_wrote(fleet: ArtifactFleet, mode: str) -> None:
+    job = fleet.client.submit(
+        "Fail after writing part of the answer",
+        model=fleet.model,
+        mode=mode,
+        code_action={"max_repairs": 0},
+        tool_loop={"max_turns": 2},
+    )
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.FAILED and result.error is not None, result
+    assert [a.name for a in result.artifacts] == ["partial.csv"]
+    assert job.artifact("partial.csv") == b"region,total\nEMEA,77689.0\n"
+    [event] = [e for e in job.audit() if e.kind == "artifacts"]
+    assert [f["sha256"] for f in event.data["files"]] == [result.artifacts[0].sha256]
+    assert job.verify_audit() == (True, None)
+
+
+def sandboxes_holding(fleet: ArtifactFleet, path: str) -> list[str]:
+    """The worker's containers (by their owner label) in which ``path`` is a non-empty file (docker exec)."""
+    prefix = f"{os.uname().nodename}:{fleet.worker.worker.process.pid}:"
+    shown = '{{.ID}} {{.Label "sandfleet.owner"}}'
+    listed = subprocess.run(
+        ["docker", "ps", "--no-trunc", "--filter", "label=sandfleet.owner", "--format", shown],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.splitlines()
+    ids = [line.split()[0] for line in listed if line.strip() and line.split()[-1].startswith(prefix)]
+    test = ["test", "-s", path]
+    return [
+        c for c in ids if subprocess.run(["docker", "exec", c, *test], capture_output=True).returncode == 0
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cancelled_job_keeps_no_files(fleet: ArtifactFleet, mode: str) -> None:
+    """The cancel destroys the job's sandbox at once, the files in it with it: in both modes the record
+    lists none, the chain has no artifacts event, and nothing is stored."""
+    job = fleet.client.submit("Write then wait for a while", model=fleet.model, mode=mode)
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    while not sandboxes_holding(
+        fleet, "/workspace/out/partial.csv"
+    ):  # the file is written, not yet collected
+        assert time.monotonic() < deadline, f"the job's file never appeared: {job.status()}"
+        time.sleep(0.2)
+    assert job.cancel().status == "running"
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.CANCELLED and result.artifacts == [] and result.artifacts_skipped == []
+    kinds = [e.kind for e in job.audit()]
+    assert "cancel" in kinds and "artifacts" not in kinds
+    assert not fleet.raw.keys(fleet.client.keys.artifact(job.job_id, "*"))
+    assert job.verify_audit() == (True, None)
 
 
 def test_a_warm_sandbox_never_shows_one_jobs_files_to_the_next(fleet: ArtifactFleet) -> None:

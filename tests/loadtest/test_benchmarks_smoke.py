@@ -78,7 +78,9 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     ),
     "artifacts": (
         ["--pairs", "2", "--mib", "1", "--pause", "0.1"],
-        r"artifact round trip p50: -?\d+ ms, spread over pairs -?\d+\.\.-?\d+ ms",
+        r"code-action artifact round trip p50: -?\d+ ms[\s\S]*"
+        r"shell artifact round trip p50: -?\d+ ms, spread over pairs -?\d+\.\.-?\d+ ms[\s\S]*"
+        r"round trip p50, code-action \| shell: -?\d+ \| -?\d+ ms",
     ),
     "egress": (
         ["--requests", "20", "--megabytes", "5", "--transfers", "1"],

@@ -13,11 +13,13 @@ from sandfleet.core.contracts import (
     ErrorKind,
     JobResult,
     JobStatus,
+    Limit,
     SessionRecord,
 )
 from sandfleet.core.validation_text import describe_validation_error
 from sandfleet.worker.engine.job_start import JobStart
 from sandfleet.worker.engine.toolloop import LoopOutcome
+from sandfleet.worker.program.artifacts import Collection, keep_artifacts
 
 
 def refusal_text(e: Exception) -> str:
@@ -59,14 +61,21 @@ def loop_result(
     *,
     session: SessionRecord | None = None,
     timings: dict[str, float] | None = None,
+    collected: Collection | None = None,
 ) -> JobResult:
-    """The final record of a job whose loop ran: its answer or its error, turns, usage, caps hit."""
+    """The final record of a job whose loop ran: its answer or its error, turns, usage, caps hit, and
+    the files ``collected`` from its session sandbox, stored and audited as code-action's are (after
+    the error event, before the seal).
+
+    Raises what the artifact store raises (the job is retried rather than finished without its files).
+    """
     if outcome.error is not None:
         start.audit.emit(AuditKind.ERROR, outcome.error.model_dump(mode="json"))
-    limits = list(outcome.limits_hit)
-    for limit in session.limits_hit if session else []:
-        if limit not in limits:
-            limits.append(limit)
+    kept, skipped = keep_artifacts(start.services.artifacts, start.job_id, collected, start.audit, 0)
+    files_capped = [Limit.ARTIFACTS] if collected is not None and collected.cap_hit else []
+    limits = list(
+        dict.fromkeys([*outcome.limits_hit, *(session.limits_hit if session else []), *files_capped])
+    )
     extra: dict[str, Any] = dict(timings or {})
     return JobResult(
         job_id=start.job_id,
@@ -86,4 +95,6 @@ def loop_result(
         turns=outcome.turns,
         session=session,
         limits_hit=limits,
+        artifacts=kept,
+        artifacts_skipped=skipped,
     )

@@ -5,16 +5,24 @@ caps, a model failure, an exception), with the same hardening and limits as ever
 lifetime cap is the sandbox's ``timeout`` (bounded by the job's wall time), its idle cap
 ``tool_loop.idle_timeout``. A sandbox that dies mid-job is reported to the model by the tool that
 found it gone (and by every later one); the job goes on to an answer or a cap, never hangs.
+
+Files come back as from a code-action job: /workspace/out/ is made before the first tool call, and
+whatever is under it when the loop ends (answered, failed, timed out) is collected before the session
+is destroyed, under the job's artifact caps, then stored and audited (program/artifacts.py). A job
+cancelled while it runs keeps none: the cancel destroys its session at once, as it destroys a running
+program's sandbox; so does a session that ended early (a cap, its container died).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import AuditKind, ErrorKind, JobResult, JobSpec
 from sandfleet.core.errors import InvalidSpecError, SandboxError
+from sandfleet.core.settings import Settings
 from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
 from sandfleet.worker.engine.outcome import failed_before_loop, loop_result
@@ -24,6 +32,7 @@ from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.engine.shell.session import SessionSandbox
 from sandfleet.worker.engine.shell.tools import SHELL_TOOL_NAMES, ShellTools
 from sandfleet.worker.engine.toolloop import LoopOutcome, ToolLoop
+from sandfleet.worker.program.artifacts import ArtifactCaps, out_dir
 from sandfleet.worker.tools.registry import ToolRegistry
 
 
@@ -38,7 +47,7 @@ def run_shell_job(
         ModelUnavailableError: the model endpoint failed with a retryable error (the job is retried).
     """
     start = JobStart(spec, job_id, services, audit, base_url)
-    admitted = admit(start, _no_clash)
+    admitted = admit(start, functools.partial(_shell_checks, services.settings, spec))
     if isinstance(admitted, JobResult):
         return admitted
     caps = spec.tool_loop
@@ -66,8 +75,14 @@ def run_shell_job(
             "idle_s": caps.idle_timeout,
         },
     )
+    files = admitted.prepared
     try:
+        if files.enabled:
+            session.make_folders([out_dir(config.workdir)])
         outcome = _converse(start, admitted, session, deadline)
+        began = time.perf_counter()
+        collected = session.collect(files)  # before the session goes, whatever the loop's outcome
+        collect_s = time.perf_counter() - began
     finally:
         services.sessions.close_session(session)
         record = session.record()
@@ -76,12 +91,22 @@ def run_shell_job(
         start,
         outcome,
         session=record,
-        timings={"session_start_s": session.container.start_s},
+        timings={"session_start_s": session.container.start_s, "artifacts_s": collect_s},
+        collected=collected,
     )
 
 
-def _no_clash(config: SandboxConfig, allowed: ToolRegistry) -> None:
-    """Shell mode's own admission: the job's tools beside the five sandbox tools, each offered by name."""
+def _shell_checks(
+    settings: Settings, spec: JobSpec, config: SandboxConfig, allowed: ToolRegistry
+) -> ArtifactCaps:
+    """Shell mode's own admission: the job's tools beside the five sandbox tools, each offered by name;
+    the artifact caps within the operator's, as for code-action."""
+    _no_clash(allowed)
+    return ArtifactCaps.for_job(settings, spec.artifacts)
+
+
+def _no_clash(allowed: ToolRegistry) -> None:
+    """The job's tools beside the five sandbox tools, each offered by name."""
     clash = sorted(set(allowed.names()) & set(SHELL_TOOL_NAMES))
     if clash:
         raise InvalidSpecError(
@@ -91,7 +116,7 @@ def _no_clash(config: SandboxConfig, allowed: ToolRegistry) -> None:
 
 
 def _converse(
-    start: JobStart, admitted: Admitted[None], session: SessionSandbox, deadline: float
+    start: JobStart, admitted: Admitted[ArtifactCaps], session: SessionSandbox, deadline: float
 ) -> LoopOutcome:
     """The tool-calling loop of the job over its tools and the session's five."""
     services, spec, config, caps = start.services, start.spec, admitted.config, start.spec.tool_loop

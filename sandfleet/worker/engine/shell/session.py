@@ -4,6 +4,10 @@ It is made with the same hardening and limits as any sandbox (sandfleet/worker/s
 session with the time its lifetime ends (the reaper removes it past that time, whoever owns it), and
 used by one job only. Commands and file operations run one at a time (the agent is single-threaded).
 
+The job's files come back as code-action's do: :meth:`SessionSandbox.make_folders` makes
+/workspace/out/ before the first tool call, :meth:`SessionSandbox.collect` takes what is under it
+(sandfleet/worker/program/artifacts.py, the same caps, checks and hashing) before the session is destroyed.
+
 A session ends, for good, when the job ends, when it has been idle for its idle cap, at its lifetime
 cap, or when the container dies (killed, out of memory, engine gone). After that every operation
 raises :class:`SessionGoneError` saying why: the model is told, the job never hangs on it.
@@ -20,6 +24,7 @@ from typing import Any
 from sandfleet.core import json_limits
 from sandfleet.core.contracts import Limit, SessionRecord
 from sandfleet.worker.egress.gateway import take_denials
+from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts
 from sandfleet.worker.sandbox.channel import ChannelError
 from sandfleet.worker.sandbox.container import ExecResult, SandboxContainer
 from sandfleet.worker.sandbox.docker.spec import command_env
@@ -91,8 +96,16 @@ class SessionSandbox:
 
     # -- operations -----------------------------------------------------------------------------
 
-    def execute(self, argv: list[str], *, timeout_s: float, max_output: int, tail: int) -> ExecResult:
-        """Run one command in the workspace with the given caps.
+    def execute(
+        self,
+        argv: list[str],
+        *,
+        timeout_s: float,
+        max_output: int,
+        tail: int,
+        mkdirs: list[str] | None = None,
+    ) -> ExecResult:
+        """Run one command in the workspace with the given caps (``mkdirs``: folders made before it).
 
         Raises:
             SessionGoneError: the session had ended, or the container died during the command.
@@ -105,6 +118,7 @@ class SessionSandbox:
                     max_output=max_output,
                     tail=tail,
                     cwd=self.container.config.workdir,
+                    mkdirs=mkdirs,
                 )
             except ChannelError as e:
                 self._end(f"the session sandbox stopped answering ({e})")
@@ -163,6 +177,25 @@ class SessionSandbox:
                 self._end(_death(done))
                 raise SessionGoneError.because(self.ended or "")
         return _parse_answer(done)
+
+    def make_folders(self, folders: list[str]) -> None:
+        """Make ``folders`` (as the sandbox's user) before the model's first tool call: the artifacts
+        folder is there as it is for a code-action program. A session gone meanwhile is left to the
+        tools to report."""
+        try:
+            self.execute(["true"], timeout_s=HELPER_TIMEOUT_S, max_output=1024, tail=0, mkdirs=folders)
+        except SessionGoneError as e:
+            log.info("session sandbox %s: folders not made: %s", self.container.id[:12], e)
+
+    def collect(self, caps: ArtifactCaps) -> Collection:
+        """The files the job left under /workspace/out/, by code-action's collection (same caps,
+        checks and hashing), taken before the session is destroyed. A session already gone (a cap,
+        its container died) took its files with it: nothing, as from a destroyed code-action sandbox."""
+        try:
+            with self._busy():
+                return collect_artifacts(self.container, caps)
+        except SessionGoneError:
+            return Collection()
 
     # -- ending ---------------------------------------------------------------------------------
 
