@@ -204,9 +204,10 @@ class Webhooks:
 
     # -- the outbox: what no live worker is sending (sandfleet/worker/webhooks/sweep.py) -----------
 
-    def sweep(self) -> OutboxReport | None:
-        """One sweep of the fleet's outbox (None when this process has no key set to check chains)."""
-        return self._sweep.run() if self._sweep is not None else None
+    def sweep(self, now: float | None = None) -> OutboxReport | None:
+        """One sweep of the fleet's outbox as of ``now`` (epoch s; default: now); None when this
+        process has no key set to check chains with."""
+        return self._sweep.run(now) if self._sweep is not None else None
 
     def delivered_already(self, entry: OutboxEntry) -> bool:
         """Whether the entry's POST was delivered, or is another job's to send (a batch's webhook
