@@ -31,6 +31,7 @@ from sandfleet.core.contracts import AuditKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.key_registry import KeyRegistry, start_signer, worker_ring
 from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
+from sandfleet.core.signing import KeyRing
 from sandfleet.core.store import JobStore
 from sandfleet.core.webhook_outbox import OUTBOX_GRACE_S, OutboxEntry
 from sandfleet.core.webhook_signing import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
@@ -322,4 +323,50 @@ def test_planted_outbox_entries_are_refused_and_reach_nobody(fleet: Fleet) -> No
         assert sum(f["reason"] == "webhook outbox entry refused" for _id, f in rejected) == len(why)
     finally:
         receiver.close()
+        attacker.close()
+
+
+def test_a_chain_signed_with_a_key_planted_in_the_register_is_refused_by_a_pinned_worker(
+    fleet: Fleet,
+) -> None:
+    """The attacker registers a key of its own and writes a whole job with it: a chain committing a
+    body of its choosing to its own server. A worker pinning its key set refuses the entry; an
+    unpinned one trusts the register and sends it (the residual risk: pin the keys)."""
+    attacker = OutboxReceiver()
+    try:
+        forger = start_signer(fleet.settings, "attacker@host", fleet.registry)  # registered in Redis
+        forged_store = JobStore(fleet.redis, fleet.settings, forger)
+        forged = Webhooks(fleet.settings, fleet.redis, worker="attacker@host")
+        job_id = str(uuid.uuid4())
+        fleet.store.record_queued([(job_id, JobSpec(question="q", webhook=f"{attacker.url}/steal"))])
+        sink = start_job(forged_store, job_id)
+        result = JobResult(job_id=job_id, status=JobStatus.SUCCEEDED, result="the attacker's words")
+        record = fleet.store.record(job_id)
+        assert record is not None
+        forged.before_seal(record, result, sink)
+        forged_store.finish(job_id, result, worker="attacker@host")  # never sent by the attacker itself
+        forged.close()
+        [member] = members(fleet)
+        planted = fleet.webhooks.outbox.read(member)
+        assert planted is not None
+        signer = fleet.store.signer
+        assert signer is not None
+        own = signer.key_info()
+        pinned = Webhooks(
+            fleet.settings,
+            fleet.redis,
+            worker="pinned@host",
+            ring=lambda: KeyRing([own], "the pinned key set").with_own(own),
+        )
+        report = pinned.sweep(time.time() + 10)
+        assert report is not None and report.sent == [] and members(fleet) == []
+        assert "not in the key set" in dict(report.refused)[member]
+        pinned.close()
+        assert attacker.posts == []
+
+        fleet.webhooks.outbox.add(planted, due_at=0)  # planted again, for a worker that does not pin
+        report = fleet.webhooks.sweep(time.time() + 10)
+        assert report is not None and report.sent == [member]  # the residual: it trusts the register
+        assert json.loads(attacker.wait_for(1)[0]["body"])["result"] == "the attacker's words"
+    finally:
         attacker.close()
