@@ -5,7 +5,7 @@ fails (the receiver is down), then its outbox sweep is run at chosen times.
 Checked: an entry is sent only once due, not while its worker beats inside its retry schedule, and
 then with the committed body, timestamp, signature and ``Idempotency-Key``; delivered, it leaves the
 outbox and the record says so, and a re-planted copy is not sent again; a commit not sealed yet
-waits; only the sealing delivery's commit is sent; a worker whose policy does not list the host
+waits; only the sealing delivery's commit is sent, and a late duplicate delivery keeps none; a worker whose policy does not list the host
 sends nothing and leaves it to others; an entry too old is given up; a batch's webhook is sent once.
 Hostile: planted entries (another URL, body, timestamp or event, a job without a record or without a
 webhook, a chain with an event added after the seal, a member naming another body, garbage) are all
@@ -208,6 +208,19 @@ def test_only_the_sealing_deliverys_commit_is_sent(fleet: Fleet) -> None:
         assert json.loads(post["body"])["status"] == "succeeded"
     finally:
         receiver.close()
+
+
+def test_a_late_duplicate_delivery_leaves_nothing_in_the_outbox(fleet: Fleet) -> None:
+    job_id = ended_job(fleet)
+    entry = the_entry(fleet, job_id)
+    late = fleet.sweeper()  # another process ending the same job after it ended
+    job_end = JobEnd()
+    job_end.add(WebhookHook(late))
+    result = JobResult(job_id=job_id, status=JobStatus.FAILED)
+    assert job_end.finish(JobEnding(fleet.store, job_id, result, worker=WORKER)).value == "final"
+    late.close()
+    assert members(fleet) == [entry.member]  # only the sealing delivery's entry is left
+    assert list(fleet.redis.hkeys(fleet.keys.job_webhooks(job_id))) == [entry.field]
 
 
 def test_a_worker_whose_policy_does_not_list_the_host_leaves_the_entry_to_others(fleet: Fleet) -> None:

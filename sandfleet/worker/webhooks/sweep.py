@@ -161,7 +161,12 @@ class OutboxSweep:
             "webhook %s of job %s (committed by %s %.0f s ago): sending from the outbox, try %d",
             entry.delivery_id, entry.job_id, entry.worker, now - entry.committed_at, tries,
         )  # fmt: skip
-        self._sender.send_from_outbox(entry, tries)
+        try:
+            self._sender.send_from_outbox(entry, tries)
+        except RuntimeError as e:  # the sender is closing (the worker stops): another worker, later
+            log.warning("webhook %s of job %s: not sent now: %s", entry.delivery_id, entry.job_id, e)
+            report.waiting.append(entry.member)
+            return
         report.sent.append(entry.member)
 
     def _allowed(self, url: str) -> bool:
