@@ -154,3 +154,19 @@ end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - ttl)
 return {'ok', '0'}
 """
+
+# One worker's claim of a due webhook outbox entry (sandfleet/core/webhook_outbox.py): if the entry
+# is due, count the try and move its score past the try's lease (backoff doubling per try, capped,
+# plus the POST's timeout), so no other worker sends it meanwhile; a worker that dies holding the
+# claim loses it when the lease ends.
+# KEYS: 1 the outbox sorted set, 2 the job's outbox hash. ARGV: 1 member, 2 now (epoch s),
+# 3 the tries field, 4 first backoff (s), 5 backoff cap (s), 6 POST timeout (s).
+# Returns the try's number (1, 2, ...), or 0 when the entry is not due (or gone): not claimed.
+CLAIM_WEBHOOK = """
+local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not due or tonumber(due) > tonumber(ARGV[2]) then return 0 end
+local tries = redis.call('HINCRBY', KEYS[2], ARGV[3], 1)
+local wait = math.min(tonumber(ARGV[5]), tonumber(ARGV[4]) * 2 ^ (tries - 1)) + tonumber(ARGV[6])
+redis.call('ZADD', KEYS[1], tonumber(ARGV[2]) + wait, ARGV[1])
+return tries
+"""

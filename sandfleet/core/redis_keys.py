@@ -38,6 +38,12 @@ Per job (each one expires ``Settings.retention_s`` after the job's last write):
                                   decision; its digest is in the chain's ``awaiting_approval`` event.
                                   (These two exist only for jobs with gated calls, each written with
                                   the retention as its TTL; not in ``job_keys``.)
+``{p}:job:{id}:webhooks``         hash, the job's webhook outbox: ``{event}/{body sha256}`` -> the
+                                  committed POST not yet delivered (JSON: URL, event, delivery id,
+                                  body, timestamp, committing worker, commit time), and
+                                  ``{event}/{body sha256}:tries`` -> the outbox's tries
+                                  (sandfleet/core/webhook_outbox.py). Written with the retention as
+                                  its TTL when the POST is committed; not in ``job_keys``.
 
 Per batch (expire like the jobs):
 
@@ -65,6 +71,9 @@ Fleet-wide:
 ``{p}:worker:{name}:held``        hash, broker delivery tag -> job id of every message the worker
                                   has received and not yet acknowledged.
 ``{p}:recovery:lock``             string with a short TTL: one recovery sweep at a time.
+``{p}:webhooks:outbox``           sorted set, ``{job id}/{event}/{body sha256}`` of every committed,
+                                  undelivered webhook, scored by when a sweep looks at it next
+                                  (epoch seconds); a worker claims one by moving its score (Lua).
 ``{p}:recovered``                 stream (capped), jobs handed back after their worker died.
 ``{p}:worker:{name}:tools``       hash, tool name -> signature line, the catalog a worker publishes.
 ``{p}:approval:{id}``             hash, one approval request: ``request`` (its JSON: job, question,
@@ -127,6 +136,10 @@ class FleetKeys:
 
     def checkpoint(self, job_id: str) -> str:
         return f"{self.job(job_id)}:checkpoint"
+
+    def job_webhooks(self, job_id: str) -> str:
+        """Hash: the job's committed, undelivered webhooks (its outbox entries)."""
+        return f"{self.job(job_id)}:webhooks"
 
     def job_keys(self, job_id: str) -> tuple[str, ...]:
         """Every key of one job (what retention expires and what cleanup deletes)."""
@@ -206,6 +219,11 @@ class FleetKeys:
     @property
     def recovery_lock(self) -> str:
         return f"{self.prefix}:recovery:lock"
+
+    @property
+    def webhook_outbox(self) -> str:
+        """Sorted set: every committed, undelivered webhook of the fleet, by when it is due."""
+        return f"{self.prefix}:webhooks:outbox"
 
     @property
     def replication_probe(self) -> str:

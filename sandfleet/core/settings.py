@@ -61,6 +61,7 @@ DEFAULT_METRICS_PORT = 0  # off
 DEFAULT_WEBHOOK_TIMEOUT_S = 10.0
 DEFAULT_WEBHOOK_RETRIES = 5
 DEFAULT_WEBHOOK_BACKOFF_S = 1.0
+DEFAULT_WEBHOOK_OUTBOX_MAX_AGE_S = 3600.0  # the outbox keeps trying a committed webhook this long
 
 
 def _comma_list(value: Any) -> Any:
@@ -409,6 +410,11 @@ class Settings(BaseSettings):
     webhook_retries: int = Field(DEFAULT_WEBHOOK_RETRIES, ge=0, description="further POSTs after a failure")
     webhook_backoff_s: float = Field(
         DEFAULT_WEBHOOK_BACKOFF_S, gt=0, description="first wait between POSTs; doubles each retry"
+    )
+    webhook_outbox_max_age_s: float = Field(
+        DEFAULT_WEBHOOK_OUTBOX_MAX_AGE_S,
+        gt=0,
+        description="how long after its commit any live worker still sends an undelivered webhook",
     )
 
     @field_validator("policy_networks")

@@ -7,8 +7,16 @@ POST carries the JSON body and these headers:
                            over ``f"{TIMESTAMP}.".encode() + body``.
 ``X-Sandfleet-Timestamp``  TIMESTAMP, whole epoch seconds (a receiver refuses old ones: no replays).
 ``X-Sandfleet-Event``      ``job.ended`` or ``batch.ended``.
-``X-Sandfleet-Delivery``   the job id (or ``batch:ID``): the same on every retry, so a receiver can
-                           drop duplicates.
+``X-Sandfleet-Delivery``   the job id (or ``batch:ID``).
+``Idempotency-Key``        ``{event}:{delivery}`` (``job.ended:JOB`` or ``batch.ended:batch:ID``): the
+                           same on every try of one webhook, the first included, by whichever worker
+                           sends it (the outbox: sandfleet/core/webhook_outbox.py), so a receiver
+                           drops duplicates by it. Delivery is at least once.
+
+Every try of one webhook carries the same body, timestamp and so signature: the timestamp is the one
+committed in the job's chain. A receiver that refuses timestamps older than ``tolerance_s`` refuses a
+late redelivery too (after a worker was killed, or while the receiver was down); one that wants them
+widens ``tolerance_s`` up to ``SANDFLEET_WEBHOOK_OUTBOX_MAX_AGE_S`` and keeps the keys it has seen.
 
 A receiver calls :func:`verify_signature` with the raw body bytes, before parsing them.
 """
@@ -22,7 +30,13 @@ SIGNATURE_HEADER = "X-Sandfleet-Signature"
 TIMESTAMP_HEADER = "X-Sandfleet-Timestamp"
 EVENT_HEADER = "X-Sandfleet-Event"
 DELIVERY_HEADER = "X-Sandfleet-Delivery"
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 DEFAULT_TOLERANCE_S = 300.0
+
+
+def idempotency_key(event: str, delivery_id: str) -> str:
+    """The ``Idempotency-Key`` of one webhook: stable per job (or batch) and event."""
+    return f"{event}:{delivery_id}"
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:

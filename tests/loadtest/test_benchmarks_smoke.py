@@ -94,6 +94,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         ["--rounds", "1", "--jobs", "4"],
         r"ratio on/off \d+\.\d{3}[\s\S]*jobs not succeeded: 0[\s\S]*metrics work per job: [\d.]+ us",
     ),
+    "webhook_outbox": (
+        ["--rounds", "1"],
+        r"seal -> POST received, normal: +p50 -?[\d.]+ ms[\s\S]*kill -> POST received \(outbox\): +p50 -?[\d.]+ s",
+    ),
     "hosts": (  # one host of its own (an engine in a network namespace): 4 jobs, none lost or done twice
         ["--jobs", "4", "--sizes", "1", "--sandboxes", "2"],
         r"\n +1 +4 +4 +0 +0 +[\d.]+ +1\.00\n",

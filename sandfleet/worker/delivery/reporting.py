@@ -14,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from sandfleet.core.settings import Settings
-from sandfleet.core.store import JobStore
+from sandfleet.core.signing import KeyRing
+from sandfleet.core.store import JobStore, Transition
 from sandfleet.worker.delivery.job_end import JobEnd, JobEndHook, JobEnding
 
 log = logging.getLogger("sandfleet.worker")
@@ -33,8 +34,9 @@ class JobReporting:
 
             self.metrics = WorkerMetrics(pool_stats)
 
-    def start(self, store: JobStore, job_end: JobEnd) -> None:
-        """Serve the metrics (an unusable port is logged, not fatal) and hook both into ``job_end``."""
+    def start(self, store: JobStore, job_end: JobEnd, ring: Callable[[], KeyRing] | None = None) -> None:
+        """Serve the metrics (an unusable port is logged, not fatal) and hook both into ``job_end``.
+        ``ring``: the key set the webhook outbox's sweep verifies chains with (None: no sweep)."""
         if self.webhooks is not None:
             return
         if self.metrics is not None:
@@ -51,8 +53,19 @@ class JobReporting:
         from sandfleet.worker.webhooks import Webhooks
 
         on_sent = self.metrics.webhook_sent if self.metrics is not None else None
-        self.webhooks = Webhooks(self.settings, store.redis, on_sent=on_sent)
+        worker = store.signer.worker if store.signer is not None else ""
+        self.webhooks = Webhooks(self.settings, store.redis, worker=worker, ring=ring, on_sent=on_sent)
         job_end.add(WebhookHook(self.webhooks))
+
+    def sweep_outbox(self) -> None:
+        """Send the fleet's committed webhooks that no live worker is sending (after each recovery
+        sweep; sandfleet/worker/webhooks/sweep.py). Logged, never raised."""
+        if self.webhooks is None:
+            return
+        try:
+            self.webhooks.sweep()
+        except Exception as e:  # Redis away: the next sweep tries again
+            log.warning("sweeping the webhook outbox failed: %s", e)
 
     def stop(self) -> None:
         server, self._server = self._server, None
@@ -88,3 +101,7 @@ class WebhookHook(JobEndHook):
 
     def on_recorded(self, ending: JobEnding) -> None:
         self.webhooks.job_ended(ending.job_id)
+
+    def on_end(self, ending: JobEnding) -> None:
+        if ending.outcome != Transition.APPLIED:  # another delivery wrote the record: its POSTs count
+            self.webhooks.discard(ending.job_id)

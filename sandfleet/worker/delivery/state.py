@@ -215,7 +215,7 @@ class WorkerState:
         presence.start()
         watcher.start()
         log.info("worker %s announced (heartbeat every few seconds)", name)
-        self.reporting.start(store, self.job_end)
+        self.reporting.start(store, self.job_end, ring=self.key_ring)
 
     def broker_redis(self, store: JobStore) -> Any:
         """The broker's Redis for recovery's reads of kombu's keys: the store's own client unless
@@ -307,11 +307,13 @@ class WorkerState:
 
     def after_sweep(self, report: SweepReport | None = None) -> None:
         """After each recovery sweep: time out overdue approval requests (their jobs resume with a
-        denial), then reap dead owners' containers."""
+        denial), send the committed webhooks no live worker is sending, then reap dead owners'
+        containers."""
         try:
             self.approvals().expire(self.republish)
         except Exception as e:
             log.warning("timing out approval requests failed: %s", e)
+        self.reporting.sweep_outbox()
         self.reap_local_leftovers(report)
 
     def running_elsewhere(self, job_id: str, worker: str) -> bool:

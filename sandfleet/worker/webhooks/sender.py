@@ -2,7 +2,8 @@
 
 One POST counts as delivered on any 2xx; anything else (refused connection, timeout, 3xx/4xx/5xx)
 is tried again ``settings.webhook_retries`` times, waiting ``webhook_backoff_s`` then twice as long
-each time (capped at ``MAX_BACKOFF_S``). The outcome goes to ``on_done``.
+each time (capped at ``MAX_BACKOFF_S``). The outcome goes to ``on_done``. The outbox's sweep sends
+one try at a time (``retries=0``): its own schedule spaces them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandfleet.core.settings import Settings
-from sandfleet.core.webhook_signing import DELIVERY_HEADER, EVENT_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER
+from sandfleet.core.webhook_signing import (
+    DELIVERY_HEADER,
+    EVENT_HEADER,
+    IDEMPOTENCY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    idempotency_key,
+)
 
 log = logging.getLogger("sandfleet.worker.webhooks")
 
@@ -38,6 +46,15 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirects)
 
 
+def retry_schedule_s(settings: Settings) -> float:
+    """The longest a sender spends on one webhook before it gives up (s): every try's timeout and
+    every backoff between them. 91 s with the defaults (6 tries of 10 s, 1+2+4+8+16 s between)."""
+    waits = sum(
+        min(MAX_BACKOFF_S, settings.webhook_backoff_s * 2**k) for k in range(settings.webhook_retries)
+    )
+    return waits + (settings.webhook_retries + 1) * settings.webhook_timeout_s
+
+
 def open_without_redirects(request: urllib.request.Request, timeout: float) -> Any:
     """``urlopen`` that answers a redirect with its HTTPError instead of following it."""
     return _OPENER.open(request, timeout=timeout)
@@ -53,6 +70,10 @@ class Delivery:
     body: bytes
     signature: str
     timestamp: int
+
+    @property
+    def idempotency_key(self) -> str:
+        return idempotency_key(self.event, self.delivery_id)
 
 
 @dataclass(frozen=True)
@@ -72,8 +93,12 @@ class WebhookSender:
         self._sleep = sleep or self._stopping.wait
         self._pool = ThreadPoolExecutor(SENDERS, thread_name_prefix="sandfleet-webhook")
 
-    def send(self, delivery: Delivery, on_done: Callable[[Outcome], None]) -> None:
-        self._pool.submit(self._run, delivery, on_done)
+    def send(
+        self, delivery: Delivery, on_done: Callable[[Outcome], None], retries: int | None = None
+    ) -> None:
+        """POST ``delivery`` in the background: ``retries`` more tries after a failure (default
+        ``settings.webhook_retries``), then ``on_done(outcome)``."""
+        self._pool.submit(self._run, delivery, on_done, retries)
 
     def close(self, wait_s: float = 5.0) -> None:
         """Stop retrying (a POST in flight may finish) and let the threads go."""
@@ -83,14 +108,15 @@ class WebhookSender:
         for thread in list(getattr(self._pool, "_threads", ())):
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
-    def _run(self, delivery: Delivery, on_done: Callable[[Outcome], None]) -> None:
-        outcome = self._deliver(delivery)
+    def _run(self, delivery: Delivery, on_done: Callable[[Outcome], None], retries: int | None) -> None:
+        outcome = self._deliver(delivery, retries)
         try:
             on_done(outcome)
         except Exception:
             log.exception("webhook %s: recording its outcome failed", delivery.delivery_id)
 
-    def _deliver(self, delivery: Delivery) -> Outcome:
+    def _deliver(self, delivery: Delivery, retries: int | None = None) -> Outcome:
+        retries = self.settings.webhook_retries if retries is None else retries
         tries = 0
         status: int | None = None
         error = ""
@@ -103,7 +129,7 @@ class WebhookSender:
             log.warning(
                 "webhook %s to %s: try %d failed: %s", delivery.delivery_id, delivery.url, tries, error
             )
-            if tries > self.settings.webhook_retries or self._stopping.is_set():
+            if tries > retries or self._stopping.is_set():
                 return Outcome(False, tries, status, error)
             self._sleep(delay_s)
             delay_s = min(MAX_BACKOFF_S, delay_s * 2)
@@ -120,6 +146,7 @@ class WebhookSender:
                 TIMESTAMP_HEADER: str(delivery.timestamp),
                 EVENT_HEADER: delivery.event,
                 DELIVERY_HEADER: delivery.delivery_id,
+                IDEMPOTENCY_HEADER: delivery.idempotency_key,
             },
         )
         try:
