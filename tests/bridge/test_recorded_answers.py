@@ -6,7 +6,7 @@ import json
 
 from sandfleet.core.contracts import ToolCallRecord
 from sandfleet.worker.program.bridge import ToolBridge
-from sandfleet.worker.program.recorded import RecordedAnswers, call_key
+from sandfleet.worker.program.recorded import RecordedAnswers, call_digest
 from sandfleet.worker.tools.registry import ToolRegistry, side_effects
 
 RAN: list[str] = []
@@ -62,10 +62,13 @@ def test_a_resumed_run_serves_completed_calls_once_unaudited_then_runs_new_ones(
 
 def test_the_memo_serves_only_side_effecting_tools() -> None:
     RAN.clear()
-    memo = {call_key("send", ["x"], {}): ["sent-earlier"], call_key("lookup", ["k"], {}): ["read-earlier"]}
+    memo = {
+        call_digest("send", ["x"], {}): ["sent-earlier"],
+        call_digest("lookup", ["k"], {}): ["read-earlier"],
+    }
     bridge = bridge_with(RecordedAnswers(memo=memo))
     assert call(bridge, "send", "x")["value"] == "sent-earlier"
     assert call(bridge, "lookup", "k")["value"] == "read-k"  # reads run again: only effects are kept
-    assert RAN == ["k"] and memo[call_key("send", ["x"], {})] == [
+    assert RAN == ["k"] and memo[call_digest("send", ["x"], {})] == [
         "sent-earlier"
     ]  # the caller's memo is untouched
