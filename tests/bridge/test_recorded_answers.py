@@ -72,3 +72,32 @@ def test_the_memo_serves_only_side_effecting_tools() -> None:
     assert RAN == ["k"] and memo[call_digest("send", ["x"], {})] == [
         "sent-earlier"
     ]  # the caller's memo is untouched
+
+
+def login(user: str, password: str, options: dict | None = None) -> str:  # type: ignore[type-arg]
+    """Log in (takes a secret)."""
+    RAN.append(user)
+    return f"token-{user}-{len(password)}"
+
+
+def test_redacted_fields_are_hidden_by_name_or_position_and_a_replay_matches_them_by_digest() -> None:
+    RAN.clear()
+    bridge = ToolBridge(ToolRegistry.from_functions([login]), redact=("Password", "token"))
+    for body in (
+        {"id": 1, "tool": "login", "args": ["ana", "hunter2"], "kwargs": {"options": {"token": "t0k"}}},
+        {"id": 2, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "hunter2"}},
+    ):
+        assert json.loads(bridge.handle({}, json.dumps(body).encode()))["ok"]  # the tool got the secret
+    first, second = bridge.records
+    assert first.args == ["ana", "***"] and first.kwargs == {"options": {"token": "***"}}
+    assert first.redacted == ["password", "options.token"]
+    assert second.kwargs == {"user": "ana", "password": "***"} and second.redacted == ["password"]
+    assert first.call_sha256 == call_digest("login", ["ana", "hunter2"], {"options": {"token": "t0k"}})
+    assert "hunter2" not in json.dumps([r.model_dump(mode="json") for r in bridge.records])
+
+    replay = ToolBridge(ToolRegistry.from_functions([login]), recorded=RecordedAnswers(replay=[second]))
+    other = {"id": 1, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "guess"}}
+    assert json.loads(replay.handle({}, json.dumps(other).encode()))["type"] == "LookupError"
+    same = {"id": 2, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "hunter2"}}
+    assert json.loads(replay.handle({}, json.dumps(same).encode()))["value"] == "token-ana-7"
+    assert RAN == ["ana", "ana"]  # the replay ran nothing
