@@ -13,6 +13,11 @@ job stops at the gate, waits the grace, and is suspended. Printed:
   request's ``decided_at``) to the job's ``running`` transition (``running_at``), both written by
   this host's clock. Side by side, in the same run: submit-to-running of fresh jobs on the same
   worker (the floor a resumed job cannot beat: a publish and a delivery). Target: p50 under 1 s.
+- signed vs unsigned decisions, side by side on the same worker: the jobs are approved alternately
+  with an approver key (signed, checked against the worker's approvers file before the call runs)
+  and unsigned (the worker allows both here, ``SANDFLEET_APPROVAL_ALLOW_UNSIGNED``); for each, the
+  approver's side (``client.approve``: reading the request and signing), decision -> running, and
+  decision -> the approved call's ``executed`` event (the worker's check of the signature included).
 
 Figures are printed, never asserted. The host may be shared: read the ratio, not the absolute.
 """
@@ -22,8 +27,13 @@ from __future__ import annotations
 import argparse
 import statistics
 import subprocess
+import tempfile
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from sandfleet.core.approvers import ApproversFile, make_approver_key, public_half_path, read_public_key
 from sandfleet.core.contracts import JobStatus
 from sandfleet.fleet.local import FleetConfig, LocalFleet
 
@@ -72,6 +82,10 @@ def main() -> None:
     parser.add_argument("--sandboxes", type=int, default=4)
     args = parser.parse_args()
 
+    keys = Path(tempfile.mkdtemp(prefix="sandfleet-bench-approvers-"))
+    approver = make_approver_key(keys / "ana.pem")
+    approvers = ApproversFile(keys / "approvers.json")
+    approvers.add("ana", *read_public_key(public_half_path(keys / "ana.pem")))
     config = FleetConfig(
         workers=1,
         concurrency=args.concurrency,
@@ -83,6 +97,8 @@ def main() -> None:
             "SANDFLEET_APPROVAL_GRACE_S": str(args.grace),
             "SANDFLEET_POOL_SIZE": "0",
             "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",
+            "SANDFLEET_APPROVERS_FILE": str(approvers.path),
+            "SANDFLEET_APPROVAL_ALLOW_UNSIGNED": "true",  # both kinds, side by side on one worker
         },
     )
     with LocalFleet(config) as fleet, fleet.client() as client:
@@ -115,20 +131,24 @@ def main() -> None:
         still = existing(runs)
 
         requests = {r.job_id: r for r in client.approvals(limit=args.jobs * 2)}
-        latencies = []
-        for job in batch.jobs():
-            decided = client.approve(requests[job.job_id].id, by="benchmark")
-            while True:
-                record = job.record()
-                running_at = record.timestamps.get("running", 0.0)
-                if record.status != JobStatus.AWAITING_APPROVAL and running_at > (decided.decided_at or 0):
-                    latencies.append(running_at - (decided.decided_at or 0))
-                    break
-                if record.status.is_final:
-                    break
-                time.sleep(0.005)
+        figures: dict[bool, Figures] = {True: Figures(), False: Figures()}
+        for i, job in enumerate(batch.jobs()):
+            signed = i % 2 == 1
+            began_approve = time.perf_counter()
+            decided = client.approve(
+                requests[job.job_id].id, by="benchmark", key=approver if signed else None, unsigned=not signed
+            )
+            figures[signed].approve.append(time.perf_counter() - began_approve)
+            running = wait_running(job, decided.decided_at or 0.0)
+            if running is not None:
+                figures[signed].running.append(running)
             time.sleep(APPROVE_SPACING_S)
         results = batch.wait(timeout=RESULT_TIMEOUT_S)
+        for i, job in enumerate(batch.jobs()):
+            executed = executed_after(job, requests[job.job_id].id)
+            if executed is not None:
+                figures[i % 2 == 1].executed.append(executed)
+        latencies = figures[True].running + figures[False].running
 
         baseline = []
         for i in range(BASELINE_JOBS):
@@ -164,9 +184,63 @@ def main() -> None:
         f"  submit -> running, fresh jobs (n={len(baseline)}) p50 {b50 * 1000:7.1f} ms   p95 {b95 * 1000:7.1f} ms"
     )
     print(f"  ratio decision/submit at p50     {p50 / b50:8.2f}")
+    for signed in (False, True):
+        print(figures[signed].line("signed  " if signed else "unsigned"))
+    on, off = figures[True], figures[False]
+    print(
+        f"  signed/unsigned at p50: decision -> running {ms(on.running, 0.5) / ms(off.running, 0.5):.2f}, "
+        f"decision -> call ran {ms(on.executed, 0.5) / ms(off.executed, 0.5):.2f}"
+    )
     print(f"  jobs succeeded {ok}/{len(results)}; mails sent {mails} (one per approval)")
     verdict = "meets" if p50 < TARGET_P50_S else "misses"
     print(f"decision-to-running p50 {p50 * 1000:.0f} ms: {verdict} the {TARGET_P50_S * 1000:.0f} ms target")
+    print(
+        f"decision-to-running p50 signed {ms(on.running, 0.5):.0f} ms, unsigned {ms(off.running, 0.5):.0f} ms"
+    )
+
+
+@dataclass
+class Figures:
+    """Seconds measured for one kind of decision."""
+
+    approve: list[float] = field(default_factory=list)  # client.approve(): read, sign, the Lua step
+    running: list[float] = field(default_factory=list)  # decided_at -> running_at
+    executed: list[float] = field(default_factory=list)  # decided_at -> the `executed` event
+
+    def line(self, name: str) -> str:
+        return (
+            f"  {name} (n={len(self.running)})  approve() p50 {ms(self.approve, 0.5):6.1f} ms   "
+            f"decision -> running p50 {ms(self.running, 0.5):6.1f} ms p95 {ms(self.running, 0.95):6.1f} ms   "
+            f"decision -> call ran p50 {ms(self.executed, 0.5):6.1f} ms p95 {ms(self.executed, 0.95):6.1f} ms"
+        )
+
+
+def ms(samples: list[float], q: float) -> float:
+    return quantile(samples, q) * 1000 if samples else float("nan")
+
+
+def wait_running(job: Any, decided_at: float) -> float | None:
+    """Seconds from the decision to the job's next ``running`` transition (None if it ended first)."""
+    while True:
+        record = job.record()
+        running_at = record.timestamps.get("running", 0.0)
+        if record.status != JobStatus.AWAITING_APPROVAL and running_at > decided_at:
+            return float(running_at - decided_at)
+        if record.status.is_final:
+            return None
+        time.sleep(0.005)
+
+
+def executed_after(job: Any, request_id: str) -> float | None:
+    """Seconds from the decision to the worker's ``executed`` event of the approved call (its chain)."""
+    events = job.audit()
+    decided = next(
+        (e.data.get("at") for e in events if e.kind == "approval" and e.data.get("event") == "approved"), None
+    )
+    ran = next((e.ts for e in events if e.kind == "approval" and e.data.get("event") == "executed"), None)
+    if decided is None or ran is None:
+        return None
+    return float(ran - decided)
 
 
 if __name__ == "__main__":

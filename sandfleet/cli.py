@@ -38,6 +38,10 @@ COMMANDS = {
         "sandfleet.producer.cli.keys:keys",
         "Workers' public signing keys: list, export, rotate, revoke.",
     ),
+    "approvers": (
+        "sandfleet.producer.cli.approvers:approvers",
+        "People whose signed decisions workers accept: keygen, add, list, revoke.",
+    ),
     "jobs": ("sandfleet.producer.cli.jobs:jobs", "List jobs, newest first (a batch's in submission order)."),
     "approvals": (
         "sandfleet.producer.cli.approvals:approvals",

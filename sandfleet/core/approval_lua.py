@@ -50,7 +50,7 @@ return {'created', ARGV[1]}
 # KEYS: 1 request, 2 pending requests, 3 job record, 4 final guard, 5 deliveries, 6 batch counts,
 #       7 index awaiting_approval, 8 index queued.
 # ARGV: 1 request id, 2 decision, 3 by, 4 now, 5 reason, 6 expected call sha256 ("" for any),
-#       7 job id.
+#       7 job id, 8 the signed decision's JSON ("" for none: the timeout sweep, an unsigned decision).
 # Returns {outcome, detail}: {'approved'|'denied'|'timed_out', 'republish' or ''} when decided now;
 # {'decided', status} (decided before); {'withdrawn', ''}; {'mismatch', sha}; {'missing', ''}.
 DECIDE = (
@@ -71,6 +71,7 @@ if decision ~= 'timed_out' and tonumber(ARGV[4]) > tonumber(redis.call('HGET', K
   decision, by, reason = 'timed_out', 'timeout', 'no decision before the deadline'
 end
 redis.call('HSET', KEYS[1], 'status', decision, 'decided_by', by, 'decided_at', ARGV[4], 'reason', reason)
+if ARGV[8] ~= '' then redis.call('HSET', KEYS[1], 'decision', ARGV[8]) end
 redis.call('ZREM', KEYS[2], ARGV[1])
 if redis.call('HGET', KEYS[3], 'status') == 'awaiting_approval' then
   move(KEYS[3], ARGV[7], 'awaiting_approval', 'queued', ARGV[4], KEYS[7], KEYS[8], KEYS[6])

@@ -82,18 +82,31 @@ class ApprovalRequest(BaseModel):
     reason: str | None = None
     executed_at: float | None = None
     outcome: dict[str, Any] | None = Field(None, description="the executed call's reply: ok, value or error")
+    decision: str | None = Field(
+        None, description="the signed decision as stored (sandfleet/core/decisions.py), unchecked"
+    )
+    refused: str | None = Field(None, description="why a worker refused the decision, if one did")
 
     def static_json(self) -> str:
         """The fields fixed when the request is made (stored once, as ``request``)."""
         return self.model_dump_json(
-            exclude={"status", "decided_by", "decided_at", "reason", "executed_at", "outcome"}
+            exclude={
+                "status",
+                "decided_by",
+                "decided_at",
+                "reason",
+                "executed_at",
+                "outcome",
+                "decision",
+                "refused",
+            }
         )
 
     @classmethod
     def from_hash(cls, fields: dict[str, str]) -> ApprovalRequest:
         data = json_limits.loads(fields["request"], "an approval request", cap=json_limits.MAX_RECORD_DEPTH)
         data["status"] = fields.get("status", "pending")
-        for name in ("decided_by", "reason"):
+        for name in ("decided_by", "reason", "decision", "refused"):
             if fields.get(name):
                 data[name] = fields[name]
         for name in ("decided_at", "executed_at"):
@@ -171,10 +184,18 @@ class ApprovalStore:
 
     # -- deciding (approvers and the timeout sweep) -------------------------------------------
     def decide(
-        self, rid: str, decision: ApprovalStatus, *, by: str, reason: str = "", expect_sha256: str = ""
+        self,
+        rid: str,
+        decision: ApprovalStatus,
+        *,
+        by: str,
+        reason: str = "",
+        expect_sha256: str = "",
+        signed: str = "",
     ) -> tuple[ApprovalRequest, bool]:
-        """Record a decision; returns the request and whether its job must be published again (it was
-        suspended waiting and is queued now).
+        """Record a decision (``signed``: the signed decision's JSON, stored beside it for the worker
+        to check); returns the request and whether its job must be published again (it was suspended
+        waiting and is queued now).
 
         Raises:
             ApprovalNotFoundError, ApprovalDecidedError (decided before, or past its deadline: timed
@@ -195,7 +216,7 @@ class ApprovalStore:
             self.keys.status_index(JobStatus.AWAITING_APPROVAL),
             self.keys.status_index(JobStatus.QUEUED),
         ]
-        args = [rid, decision.value, by, repr(time.time()), reason, expect_sha256, job_id]
+        args = [rid, decision.value, by, repr(time.time()), reason, expect_sha256, job_id, signed]
         outcome, detail = text_list(self._decide(keys=keys, args=args))
         if outcome == "missing":
             raise ApprovalNotFoundError(f"no approval request {rid!r} (never made, or past retention)")
@@ -276,6 +297,10 @@ class ApprovalStore:
             self.keys.approval(rid),
             mapping={"status": ApprovalStatus.EXECUTED.value, "outcome": encode_outcome(outcome)},
         )
+
+    def mark_refused(self, rid: str, problem: str) -> None:
+        """Note on the request why a worker refused its decision (``approvals show`` prints it)."""
+        self.redis.hset(self.keys.approval(rid), "refused", problem)
 
     def mark_audited(self, rid: str, what: str) -> bool:
         """True the first time ``what`` (a decision) of ``rid`` is noted as written to the chain."""

@@ -237,6 +237,14 @@ class ToolCallRecord(_Strict):
     duration_ms: float = 0.0
     replayed: bool = False
     approval_id: str | None = Field(None, description="the approval request that let this call run")
+    redacted: list[str] = Field(
+        default_factory=list, description="argument paths shown as *** (SANDFLEET_APPROVAL_REDACT)"
+    )
+    call_sha256: str | None = Field(
+        None,
+        description="SHA-256 of the whole call's canonical JSON [tool, args, kwargs], redacted values "
+        "included: what ran, and what a replay matches a redacted call by",
+    )
 
 
 def _field_of(item: Any, name: str) -> list[Any]:
@@ -282,7 +290,8 @@ class AttemptRecord(_Strict):
 class FunctionCallRecord(_Strict):
     """One tool call the model asked for in a tool-calling loop (shell and chat modes), as the host ran it.
 
-    ``arguments`` is the JSON text exactly as the model sent it (it may not parse); ``result_size`` and
+    ``arguments`` is the JSON text as the model sent it (it may not parse), its redacted fields shown as
+    ``***`` (``redacted``, with ``arguments_sha256`` of the text as sent); ``result_size`` and
     ``shown_size`` are bytes of the result's text before and after the cap on what the model is shown.
     """
 
@@ -298,6 +307,12 @@ class FunctionCallRecord(_Strict):
     result_size: int = 0
     shown_size: int = 0
     duration_ms: float = 0.0
+    redacted: list[str] = Field(
+        default_factory=list, description="argument paths shown as *** (SANDFLEET_APPROVAL_REDACT)"
+    )
+    arguments_sha256: str | None = Field(
+        None, description="SHA-256 of the arguments text as the model sent it, when some were redacted"
+    )
 
 
 class TurnRecord(_Strict):

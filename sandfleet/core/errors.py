@@ -17,6 +17,7 @@
     ├── ToolLoadError             a tools module cannot be loaded
     │   └── McpConfigError        the MCP servers' config file is malformed (line and field named)
     ├── SigningKeyError           a worker's signing key cannot be loaded, made or used (revoked)
+    │   └── ApproverKeyError      an approver's key, or the approvers file, cannot be read, made or used
     ├── JsonLimitError            JSON nested past the nesting cap, or a record past its size/depth cap
     ├── UnverifiedResultError     a final record its audit chain does not prove: refused, not served
     │   ├── ArtifactIntegrityError   an artifact's stored bytes are gone or not the ones the chain commits to
@@ -106,6 +107,11 @@ class McpConfigError(ToolLoadError):
 
 class SigningKeyError(SandfleetError):
     """A worker's signing key cannot be read, written or used (a revoked key is never used)."""
+
+
+class ApproverKeyError(SigningKeyError):
+    """An approver's private key, a public key given for one, or the operator's approvers file cannot
+    be read, written or used (the message names the file and what to do)."""
 
 
 class JsonLimitError(SandfleetError, ValueError):

@@ -33,6 +33,7 @@ DEFAULT_TRANSIENT_BACKOFF_S = 5.0
 DEFAULT_TRANSIENT_BACKOFF_MAX_S = 300.0
 DEFAULT_WORKER_STATE_DIR = "~/.sandfleet/worker"
 DEFAULT_CLIENT_STATE_DIR = "~/.sandfleet/client"
+DEFAULT_APPROVER_KEY = "~/.sandfleet/approver/key.pem"
 # ~165 bytes a job in SQLite (with its index): 100,000 jobs are ~16 MB (sandfleet/producer/ledger.py)
 DEFAULT_CLIENT_LEDGER_MAX_JOBS = 100_000
 DEFAULT_POLICY_MAX_MEMORY = "8G"
@@ -360,7 +361,25 @@ class Settings(BaseSettings):
         description="seconds a program waits for a decision before its container is destroyed and the job suspended",
     )
     approval_redact: CommaList = Field(
-        default_factory=list, description="argument field names shown as *** to approvers and webhooks"
+        default_factory=list,
+        description="argument field names shown as *** wherever a call is seen: approval requests and "
+        "their webhook, tool_call and function_call audit events, results (the chain keeps the call's "
+        "SHA-256)",
+    )
+    approvers_file: str | None = Field(
+        None,
+        description="on each worker: the approvers whose signed decisions it accepts (a file the operator "
+        "controls, edited by `sandfleet approvers add/revoke`); unset: no decision is accepted",
+    )
+    approval_allow_unsigned: bool = Field(
+        False,
+        description="on a worker: also accept decisions no approver signed (their name is the one given, "
+        "unproven); a signature that does not verify is refused all the same",
+    )
+    approver_key: str = Field(
+        DEFAULT_APPROVER_KEY,
+        description="on an approver's machine: the private key (mode 0600) `sandfleet approvals "
+        "approve/deny` sign decisions with; made by `sandfleet approvers keygen`",
     )
     approval_webhook_url: str | None = Field(
         None, description="POSTed (JSON, HMAC-signed) when a request starts waiting"

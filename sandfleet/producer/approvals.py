@@ -5,10 +5,14 @@
         print(request.id, request.tool, request.arguments)
     client.approve(request.id)                  # or client.deny(request.id, "not this customer")
 
-A decision is one Lua script (sandfleet/core/approvals.py): it counts once, it is refused for a
-request decided before, past its deadline (then it is recorded as timed out, a denial) or whose job
-ended (withdrawn). When the job was suspended waiting, the same script queues it again and its
-message is published here: the job resumes in a fresh sandbox on any worker.
+A decision is signed with the approver's key (``SANDFLEET_APPROVER_KEY``; ``key=`` names another,
+``unsigned=True`` signs nothing, for fleets whose workers allow that): job, request, the call's
+SHA-256, the decision, the reason, the name and the time (sandfleet/core/decisions.py). The worker
+that acts on it checks the signature against its approvers file first. Recording it is one Lua
+script (sandfleet/core/approvals.py): it counts once, it is refused for a request decided before,
+past its deadline (then it is recorded as timed out, a denial) or whose job ended (withdrawn), or
+whose call hash is not the one signed. When the job was suspended waiting, the same script queues
+it again and its message is published here: the job resumes in a fresh sandbox on any worker.
 """
 
 from __future__ import annotations
@@ -16,10 +20,14 @@ from __future__ import annotations
 import getpass
 import logging
 import socket
+from pathlib import Path
 from typing import Any
 
 from sandfleet.core.approvals import ApprovalRequest, ApprovalStatus, ApprovalStore
+from sandfleet.core.approvers import load_approver_key
+from sandfleet.core.decisions import sign_decision
 from sandfleet.core.errors import ApprovalDecidedError
+from sandfleet.core.signing import WorkerKey
 
 log = logging.getLogger("sandfleet.producer")
 
@@ -38,6 +46,20 @@ def approval_store(client: Any) -> ApprovalStore:
     return ApprovalStore(client.redis, client.keys, client.settings.retention_s)
 
 
+def signing_key(client: Any, key: str | Path | WorkerKey | None, unsigned: bool) -> WorkerKey | None:
+    """The approver key a decision is signed with: ``key`` (a loaded key or a path), else the one of
+    ``SANDFLEET_APPROVER_KEY``; None with ``unsigned``.
+
+    Raises:
+        ApproverKeyError: no key there, unreadable, or readable by others.
+    """
+    if unsigned:
+        return None
+    if isinstance(key, WorkerKey):
+        return key
+    return load_approver_key(key if key is not None else client.settings.approver_key)
+
+
 def decide(
     client: Any,
     request_id: str,
@@ -46,16 +68,35 @@ def decide(
     by: str | None = None,
     reason: str = "",
     call_sha256: str = "",
+    key: str | Path | WorkerKey | None = None,
+    unsigned: bool = False,
 ) -> ApprovalRequest:
-    """Record one decision and resume the job if it waited suspended.
+    """Sign one decision and record it; resume the job if it waited suspended.
 
     Raises:
-        ApprovalNotFoundError, ApprovalDecidedError, ApprovalWithdrawnError, ApprovalMismatchError;
-        QueueUnavailableError when Redis cannot be reached.
+        ApproverKeyError (before anything is written), ApprovalNotFoundError, ApprovalDecidedError,
+        ApprovalWithdrawnError, ApprovalMismatchError; QueueUnavailableError when Redis cannot be
+        reached.
     """
+    approver = signing_key(client, key, unsigned)
+    name = by or approver_name()
     with client.redis_errors():
-        request, republish = approval_store(client).decide(
-            request_id, decision, by=by or approver_name(), reason=reason, expect_sha256=call_sha256
+        store = approval_store(client)
+        signed = ""
+        if approver is not None:  # sign the call the approver names, or else the one the request holds
+            current = store.get(request_id)
+            signed = sign_decision(
+                approver,
+                job_id=current.job_id,
+                request_id=current.id,
+                call_sha256=call_sha256 or current.call_sha256,
+                decision="approved" if decision == ApprovalStatus.APPROVED else "denied",
+                by=name,
+                reason=reason,
+            ).text()
+            call_sha256 = call_sha256 or current.call_sha256  # recorded only for the call signed
+        request, republish = store.decide(
+            request_id, decision, by=name, reason=reason, expect_sha256=call_sha256, signed=signed
         )
         if republish:
             try:

@@ -51,7 +51,7 @@ from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.redis_connect import connect
 from sandfleet.core.redis_keys import FleetKeys, check_id
 from sandfleet.core.settings import Settings, get_settings
-from sandfleet.core.signing import KeyRing
+from sandfleet.core.signing import KeyRing, WorkerKey
 from sandfleet.core.store import JobStore
 from sandfleet.core.verify import BatchVerdict, JobEvidence, Verdict, VerdictState, verify_jobs
 from sandfleet.producer.artifacts import fetch_artifact, write_artifacts
@@ -522,26 +522,56 @@ class Client:
         with self.redis_errors():
             return approval_store(self).get(request_id)
 
-    def approve(self, request_id: str, *, by: str | None = None, call_sha256: str = "") -> ApprovalRequest:
-        """Approve the request's call, once (``call_sha256``: refuse unless it is the call you saw).
+    def approve(
+        self,
+        request_id: str,
+        *,
+        by: str | None = None,
+        call_sha256: str = "",
+        key: str | Path | WorkerKey | None = None,
+        unsigned: bool = False,
+    ) -> ApprovalRequest:
+        """Approve the request's call, once (``call_sha256``: refuse unless it is the call you saw),
+        signed with the approver key ``key`` (default: ``SANDFLEET_APPROVER_KEY``'s file); ``unsigned``
+        signs nothing (workers refuse that unless they allow unsigned decisions).
 
         Raises:
-            ApprovalNotFoundError, ApprovalDecidedError (decided before, or timed out),
-            ApprovalWithdrawnError (its job ended), ApprovalMismatchError.
+            ApproverKeyError (no usable key: nothing decided), ApprovalNotFoundError,
+            ApprovalDecidedError (decided before, or timed out), ApprovalWithdrawnError (its job
+            ended), ApprovalMismatchError.
         """
         from sandfleet.core.approvals import ApprovalStatus
         from sandfleet.producer.approvals import decide
 
-        return decide(self, request_id, ApprovalStatus.APPROVED, by=by, call_sha256=call_sha256)
+        return decide(
+            self,
+            request_id,
+            ApprovalStatus.APPROVED,
+            by=by,
+            call_sha256=call_sha256,
+            key=key,
+            unsigned=unsigned,
+        )
 
-    def deny(self, request_id: str, reason: str, *, by: str | None = None) -> ApprovalRequest:
-        """Deny the request's call: the program gets ToolDeniedError with ``reason``. Errors as approve."""
+    def deny(
+        self,
+        request_id: str,
+        reason: str,
+        *,
+        by: str | None = None,
+        key: str | Path | WorkerKey | None = None,
+        unsigned: bool = False,
+    ) -> ApprovalRequest:
+        """Deny the request's call: the program gets ToolDeniedError with ``reason``. Signed and
+        refused as approve."""
         from sandfleet.core.approvals import ApprovalStatus
         from sandfleet.producer.approvals import decide
 
         if not reason.strip():
             raise InvalidSpecError("a denial needs a reason (the program and the audit show it)")
-        return decide(self, request_id, ApprovalStatus.DENIED, by=by, reason=reason)
+        return decide(
+            self, request_id, ApprovalStatus.DENIED, by=by, reason=reason, key=key, unsigned=unsigned
+        )
 
     # -- verifying ----------------------------------------------------------------------------
     def key_ring(self) -> KeyRing:

@@ -1,6 +1,11 @@
 """Fixtures of the approval tests: a real ``sandfleet worker`` with gated tools on the test Redis,
 the replay model over HTTP (the worker's own replay server), and a real HTTP server for the webhook.
 
+Every fleet of ``fleet_with`` has two approvers, ``ana`` and ``bo``: their key pairs made by the real
+keygen code in the test's folder, their public keys in the approvers file the worker is given
+(``SANDFLEET_APPROVERS_FILE``). The fleet's client (and the ``sandfleet`` commands of the tests) sign
+with ana's key (``SANDFLEET_APPROVER_KEY``); ``worker.approvers.keys["bo"]`` is bo's.
+
 approval_fleet   module: a worker gating ``issue_refund`` (operator policy), grace 1 s, redacting
                  ``password``, posting signed webhooks to ``webhook``; its jobs use ``model``
 patient_fleet    module: the same policy, grace 10 s (a call waits in its program), requests time out at 8 s
@@ -20,6 +25,7 @@ import pytest
 import redis
 from fleet.helpers import FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
 
+from sandfleet.core.approvers import ApproversFile, make_approver_key, public_half_path, read_public_key
 from sandfleet.core.settings import Settings
 
 from .helpers import TOOLS, write_script
@@ -71,13 +77,39 @@ def approval_env(webhook_url: str = "", **more: str) -> dict[str, str]:
     return env | more
 
 
+@dataclass
+class Approvers:
+    """The approvers file of a test fleet and each approver's private key file."""
+
+    file: Path
+    keys: dict[str, Path]
+
+
+def make_approvers(folder: Path, names: tuple[str, ...] = ("ana", "bo")) -> Approvers:
+    """Key pairs for ``names`` (as `sandfleet approvers keygen` makes them) listed in an approvers file
+    (as `sandfleet approvers add` lists them); made once per folder."""
+    listed = ApproversFile(folder / "approvers.json")
+    keys = {name: folder / "approvers" / f"{name}.pem" for name in names}
+    for name, path in keys.items():
+        if not path.exists():
+            make_approver_key(path)
+            listed.add(name, *read_public_key(public_half_path(path)))
+    return Approvers(listed.path, keys)
+
+
 def fleet_with(
     redis_url: str, folder: Path, env: dict[str, str], settings: Settings | None = None, **kw: object
 ) -> FleetWorker:
-    """A worker of a new fleet, or of the fleet of ``settings`` (its key prefix)."""
-    settings = settings or fleet_settings_for(redis_url, worker_state_dir=str(folder / "worker-state"))
+    """A worker of a new fleet, or of the fleet of ``settings`` (its key prefix), trusting the
+    approvers of ``folder`` (unless ``env`` names another approvers file)."""
+    approvers = make_approvers(folder)
+    settings = settings or fleet_settings_for(
+        redis_url, worker_state_dir=str(folder / "worker-state"), approver_key=str(approvers.keys["ana"])
+    )
+    env = {"SANDFLEET_APPROVERS_FILE": str(approvers.file), **env}
     worker = start_worker(settings, folder, tools=TOOLS, env=env, **kw)  # type: ignore[arg-type]
     worker.model = f"replay:{write_script(worker.scripts_dir)}"  # type: ignore[attr-defined]
+    worker.approvers = approvers  # type: ignore[attr-defined]
     return worker
 
 

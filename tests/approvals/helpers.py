@@ -39,6 +39,26 @@ CRM = program(
     'secret = "hunter" + str(1 + 1)\n'
     'token = connect_crm(user="ana", password=secret)\nprint("RESULT:", json.dumps({"token": token}))\n'
 )
+# The same login with the password passed by position: its parameter's name still hides it.
+CRM_POSITIONAL = program(
+    'token = connect_crm("ana", "hunter" + str(1 + 1))\nprint("RESULT:", json.dumps({"token": token}))\n'
+)
+# A chat job's model asks for the same login as a function call (its arguments are the model's JSON).
+CHAT_LOGIN = {
+    "rules": [
+        {
+            "match": "(?i)chat: log in",
+            "responses": [
+                {
+                    "tool_calls": [
+                        {"name": "connect_crm", "arguments": {"user": "ana", "password": "hunter2"}}
+                    ]
+                },
+                'Logged in.\nRESULT: "ok"',
+            ],
+        }
+    ]
+}
 # The gated call waits (in a thread) while the program runs past its exec_timeout.
 LATE = program(
     "import threading, time\n"
@@ -51,6 +71,7 @@ RULES = {
     "(?i)refund order one": REFUND,
     "(?i)refund order two": REFUND_CATCHING,
     "(?i)log in to the crm": CRM,
+    "(?i)log in by position": CRM_POSITIONAL,
     "(?i)refund too late": LATE,
     "(?i)look up order five": PLAIN,
 }
@@ -60,6 +81,7 @@ def write_script(folder: Path) -> Path:
     rules = [{"match": m, "responses": [f"```python\n{p}```"]} for m, p in RULES.items()]
     path = folder / "approvals-replay.json"
     path.write_text(json.dumps({"rules": rules, "default": ["no program here"]}))
+    (folder / "chat-login.json").write_text(json.dumps(CHAT_LOGIN))
     return path
 
 

@@ -10,7 +10,9 @@ import pytest
 from fleet.helpers import SANDFLEET, FleetWorker
 
 from sandfleet.core.approvals import ApprovalStatus
+from sandfleet.core.approvers import ApproversFile, load_approver_key
 from sandfleet.core.contracts import JobStatus
+from sandfleet.core.decisions import SignedDecision
 from sandfleet.core.errors import ApprovalDecidedError, ApprovalNotFoundError, ApprovalWithdrawnError
 
 from .helpers import approval_events, ledger, wait_for
@@ -24,6 +26,7 @@ def sandfleet(worker: FleetWorker, *args: str) -> subprocess.CompletedProcess[st
         "PATH": "/usr/bin:/bin",
         "SANDFLEET_REDIS_URL": worker.settings.redis_url,
         "SANDFLEET_KEY_PREFIX": worker.settings.key_prefix,
+        "SANDFLEET_APPROVER_KEY": worker.settings.approver_key,  # ana's (tests/approvals/conftest.py)
     }
     return subprocess.run([SANDFLEET, *args], capture_output=True, text=True, env=env, timeout=120)
 
@@ -75,6 +78,22 @@ def test_an_approved_call_runs_once_after_the_job_was_suspended_without_a_contai
     decided = client.approval(request.id)
     assert decided.status == ApprovalStatus.EXECUTED and decided.decided_by == "ana" and decided.decided_at
 
+    # Who approved is proven: ana's key signed exactly this job, request and call; the chain holds it.
+    ana = load_approver_key(approval_fleet.approvers.keys["ana"])  # type: ignore[attr-defined]
+    [approval] = [e for e in job.audit() if e.kind == "approval" and e.data["event"] == "approved"]
+    assert approval.data["by"] == "ana" and approval.data["key_id"] == ana.key_id and approval.data["signed"]
+    signed = SignedDecision.model_validate(approval.data["decision"])
+    assert (signed.decision.job_id, signed.decision.request_id) == (job.job_id, request.id)
+    assert signed.decision.call_sha256 == request.call_sha256 and signed.decision.decision == "approved"
+    assert (
+        ApproversFile(approval_fleet.approvers.file)
+        .ring()
+        .check(  # type: ignore[attr-defined]
+            ana.key_id, signed.decision.message(), signed.signature
+        )
+        is None
+    )  # an auditor re-checks it with the approvers file alone
+
     events = job.audit()
     assert approval_events(events) == [
         ("requested", "issue_refund"),
@@ -116,16 +135,21 @@ def test_a_denial_raises_tool_denied_error_in_the_program_with_the_reason(
     job = client.submit("Refund order two", tools=["issue_refund"], model=approval_fleet.model)
     wait_for(lambda: pending_of(approval_fleet, job.job_id), what="the request")
     [request] = pending_of(approval_fleet, job.job_id)
+    bo_key = str(approval_fleet.approvers.keys["bo"])  # type: ignore[attr-defined]
     denied = sandfleet(
-        approval_fleet, "approvals", "deny", request.id, "--reason", "duplicate refund", "--by", "bo"
+        approval_fleet, "approvals", "deny", request.id, "--reason", "duplicate refund", "--key", bo_key
     )
     assert denied.returncode == 0, denied.stderr
+    assert "signed by key" in denied.stdout
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.status == JobStatus.SUCCEEDED, result.error
     assert result.result["type"] == "ToolDeniedError" and result.result["permission"] is True
+    # bo, named by the approvers file for the key that signed (no --by given: the name is not typed in)
     assert "denied by bo: duplicate refund" in result.result["denied"]
     assert len(ledger(data)) == before  # the refund never ran
     assert ("denied", "issue_refund") in approval_events(job.audit())
+    [denial] = [e for e in job.audit() if e.kind == "approval" and e.data["event"] == "denied"]
+    assert denial.data["by"] == "bo" and denial.data["decision"]["decision"]["decision"] == "denied"
     [call] = [c for a in result.attempts for c in a.tool_calls if c.tool == "issue_refund"]
     assert not call.ok and call.error_type == "ToolDeniedError"
     with pytest.raises(ApprovalDecidedError):

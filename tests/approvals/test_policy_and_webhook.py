@@ -3,6 +3,7 @@ wait: a real worker, real Redis, real sandboxes, a real HTTP server receiving th
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -54,11 +55,49 @@ def test_a_job_adds_a_gated_tool_its_secret_argument_is_redacted_and_the_webhook
     client.approve(request.id, call_sha256=request.call_sha256)
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.status == JobStatus.SUCCEEDED, result.error
-    import hashlib
-
     assert result.result == {"token": hashlib.sha256(b"ana:hunter2").hexdigest()[:12]}
-    events = [e for e in job.audit() if e.kind == "approval"]
+
+    # Redacted wherever a person or an outside system sees the call: every audit event, the result's
+    # records, `result --json`, `audit --json`; the chain keeps the whole call's digest.
+    events = job.audit()
     assert all("hunter2" not in json.dumps(e.data) for e in events)
+    [call] = [e.data for e in events if e.kind == "tool_call" and e.data["tool"] == "connect_crm"]
+    assert call["kwargs"] == {"user": "ana", "password": "***"} and call["redacted"] == ["password"]
+    assert call["call_sha256"] == request.call_sha256  # the hash the approver signed: what ran
+    assert "hunter2" not in result.model_dump_json()
+    for command in (["result", job.job_id, "--json"], ["audit", job.job_id, "--json"]):
+        shown = sandfleet(approval_fleet, *command)
+        assert shown.returncode == 0 and "hunter2" not in shown.stdout, shown.stderr
+    # The chain still proves what ran: a replay matches the redacted call by its digest.
+    replay = sandfleet(approval_fleet, "replay", job.job_id, "--json")
+    assert replay.returncode == 0 and json.loads(replay.stdout)["match"] is True, replay.stdout
+
+
+def test_a_password_passed_by_position_or_by_a_chat_model_is_redacted_and_replay_still_matches(
+    approval_fleet: FleetWorker,
+) -> None:
+    client = approval_fleet.client
+    job = client.submit("Log in by position", tools=["connect_crm"], model=approval_fleet.model)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, result.error
+    assert result.result == {"token": hashlib.sha256(b"ana:hunter2").hexdigest()[:12]}  # the tool got it
+    [record] = result.attempts[-1].tool_calls
+    assert record.args == ["ana", "***"] and record.redacted == ["password"]
+    assert all("hunter2" not in json.dumps(e.data) for e in job.audit())
+    replay = sandfleet(approval_fleet, "replay", job.job_id, "--json")
+    assert replay.returncode == 0 and json.loads(replay.stdout)["match"] is True, replay.stdout
+
+    chat_model = f"replay:{approval_fleet.scripts_dir / 'chat-login.json'}"
+    chat = client.submit("chat: log in", tools=["connect_crm"], mode="chat", model=chat_model)
+    answered = chat.result(timeout=JOB_TIMEOUT_S)
+    assert answered.status == JobStatus.SUCCEEDED and answered.result == "ok", answered.error
+    [called] = answered.turns[0].calls
+    assert called.ok and json.loads(called.arguments) == {"user": "ana", "password": "***"}
+    assert called.redacted == ["password"] and called.arguments_sha256
+    kinds = {e.kind for e in chat.audit()}
+    assert {"function_call", "function_result", "model_call"} <= kinds
+    assert all("hunter2" not in json.dumps(e.data) for e in chat.audit())
+    assert "hunter2" not in sandfleet(approval_fleet, "audit", chat.job_id, "--json").stdout
 
 
 def test_a_batch_where_half_the_jobs_wait_for_approval(approval_fleet: FleetWorker) -> None:

@@ -6,7 +6,7 @@ import json
 
 from sandfleet.core.contracts import ToolCallRecord
 from sandfleet.worker.program.bridge import ToolBridge
-from sandfleet.worker.program.recorded import RecordedAnswers, call_key
+from sandfleet.worker.program.recorded import RecordedAnswers, call_digest
 from sandfleet.worker.tools.registry import ToolRegistry, side_effects
 
 RAN: list[str] = []
@@ -62,10 +62,42 @@ def test_a_resumed_run_serves_completed_calls_once_unaudited_then_runs_new_ones(
 
 def test_the_memo_serves_only_side_effecting_tools() -> None:
     RAN.clear()
-    memo = {call_key("send", ["x"], {}): ["sent-earlier"], call_key("lookup", ["k"], {}): ["read-earlier"]}
+    memo = {
+        call_digest("send", ["x"], {}): ["sent-earlier"],
+        call_digest("lookup", ["k"], {}): ["read-earlier"],
+    }
     bridge = bridge_with(RecordedAnswers(memo=memo))
     assert call(bridge, "send", "x")["value"] == "sent-earlier"
     assert call(bridge, "lookup", "k")["value"] == "read-k"  # reads run again: only effects are kept
-    assert RAN == ["k"] and memo[call_key("send", ["x"], {})] == [
+    assert RAN == ["k"] and memo[call_digest("send", ["x"], {})] == [
         "sent-earlier"
     ]  # the caller's memo is untouched
+
+
+def login(user: str, password: str, options: dict | None = None) -> str:  # type: ignore[type-arg]
+    """Log in (takes a secret)."""
+    RAN.append(user)
+    return f"token-{user}-{len(password)}"
+
+
+def test_redacted_fields_are_hidden_by_name_or_position_and_a_replay_matches_them_by_digest() -> None:
+    RAN.clear()
+    bridge = ToolBridge(ToolRegistry.from_functions([login]), redact=("Password", "token"))
+    for body in (
+        {"id": 1, "tool": "login", "args": ["ana", "hunter2"], "kwargs": {"options": {"token": "t0k"}}},
+        {"id": 2, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "hunter2"}},
+    ):
+        assert json.loads(bridge.handle({}, json.dumps(body).encode()))["ok"]  # the tool got the secret
+    first, second = bridge.records
+    assert first.args == ["ana", "***"] and first.kwargs == {"options": {"token": "***"}}
+    assert first.redacted == ["password", "options.token"]
+    assert second.kwargs == {"user": "ana", "password": "***"} and second.redacted == ["password"]
+    assert first.call_sha256 == call_digest("login", ["ana", "hunter2"], {"options": {"token": "t0k"}})
+    assert "hunter2" not in json.dumps([r.model_dump(mode="json") for r in bridge.records])
+
+    replay = ToolBridge(ToolRegistry.from_functions([login]), recorded=RecordedAnswers(replay=[second]))
+    other = {"id": 1, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "guess"}}
+    assert json.loads(replay.handle({}, json.dumps(other).encode()))["type"] == "LookupError"
+    same = {"id": 2, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "hunter2"}}
+    assert json.loads(replay.handle({}, json.dumps(same).encode()))["value"] == "token-ana-7"
+    assert RAN == ["ana", "ana"]  # the replay ran nothing

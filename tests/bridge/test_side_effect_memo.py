@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from sandfleet.worker.program.bridge import ToolBridge
-from sandfleet.worker.program.recorded import RecordedAnswers, call_key
+from sandfleet.worker.program.recorded import RecordedAnswers, call_digest
 from sandfleet.worker.tools.registry import ToolRegistry, side_effects
 
 SENT: list[str] = []
@@ -26,7 +26,7 @@ def call(bridge: ToolBridge, tool: str, *args: object) -> dict:
 def test_each_earlier_side_effecting_call_stands_in_for_one_repeat_only() -> None:
     SENT.clear()
     registry = ToolRegistry.from_functions([send])
-    memo = {call_key("send", ["a@example.org"], {}): ["id-earlier"]}
+    memo = {call_digest("send", ["a@example.org"], {}): ["id-earlier"]}
     bridge = ToolBridge(registry, recorded=RecordedAnswers(memo=memo))
     first = call(bridge, "send", "a@example.org")
     second = call(bridge, "send", "a@example.org")

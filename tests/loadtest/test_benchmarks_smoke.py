@@ -74,7 +74,8 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     "cancel": (["--rounds", "2", "--busy", "1"], r"cancel -> container gone: +median +[\d.]+ ms"),
     "approvals": (
         ["--jobs", "3", "--concurrency", "4", "--sandboxes", "2"],
-        r"jobs succeeded 3/3[\s\S]*decision-to-running p50 \d+ ms",
+        r"jobs succeeded 3/3[\s\S]*decision-to-running p50 \d+ ms[\s\S]*"
+        r"decision-to-running p50 signed \d+ ms, unsigned \d+ ms",
     ),
     "artifacts": (
         ["--pairs", "2", "--mib", "1", "--pause", "0.1"],

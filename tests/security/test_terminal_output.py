@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from approvals.conftest import make_approvers
 from approvals.helpers import wait_for
 from fleet.helpers import (
     JOB_TIMEOUT_S,
@@ -131,7 +132,11 @@ def sandfleet(fleet: HostileFleet | Settings | None, *args: str) -> subprocess.C
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")}
     settings = fleet.worker.settings if isinstance(fleet, HostileFleet) else fleet
     if settings is not None:
-        env |= {"SANDFLEET_REDIS_URL": settings.redis_url, "SANDFLEET_KEY_PREFIX": settings.key_prefix}
+        env |= {
+            "SANDFLEET_REDIS_URL": settings.redis_url,
+            "SANDFLEET_KEY_PREFIX": settings.key_prefix,
+            "SANDFLEET_APPROVER_KEY": settings.approver_key,
+        }
     return subprocess.run([SANDFLEET, *args], capture_output=True, env=env, timeout=JOB_TIMEOUT_S)
 
 
@@ -165,11 +170,15 @@ def fleet(
         "rules": [{"match": m, "responses": [fenced(p)]} for m, p in rules.items()],
         "default": [fenced('print("RESULT: 0")\n')],
     }
-    settings = fleet_settings_for(redis_server, worker_state_dir=str(folder / "worker-state"))
+    approvers = make_approvers(folder)  # bo signs the denial below; its --by name is the hostile one
+    settings = fleet_settings_for(
+        redis_server, worker_state_dir=str(folder / "worker-state"), approver_key=str(approvers.keys["bo"])
+    )
     env = {
         "SANDFLEET_APPROVAL_TOOLS": "issue_refund",
         "SANDFLEET_APPROVAL_GRACE_S": "1",
         "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",
+        "SANDFLEET_APPROVERS_FILE": str(approvers.file),
     }
     worker = start_worker(settings, folder, tools=GATED_TOOLS, env=env)
     (worker.scripts_dir / "script.json").write_text(json.dumps(script))  # where a job's replay: may point

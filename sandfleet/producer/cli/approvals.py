@@ -1,11 +1,16 @@
 """``sandfleet approvals list | show ID | approve ID | deny ID --reason TEXT``: deciding gated calls.
 
+``approve`` and ``deny`` sign the decision with the approver's key (``SANDFLEET_APPROVER_KEY`` or
+``--key``; ``sandfleet approvers keygen`` makes one): workers act only on decisions signed by a key
+their approvers file lists (``--unsigned`` signs nothing, for fleets whose workers allow it).
+
 Exit codes: 0 done, 1 the decision was refused (unknown id, decided before, timed out, withdrawn
-because its job ended, another call hash) or Redis failed, 2 bad input.
+because its job ended, another call hash, no usable approver key) or Redis failed, 2 bad input.
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from sandfleet.core.console import echo, echo_json, escape_line, escape_program, escape_text, json_text
-from sandfleet.core.errors import ApprovalError, InvalidSpecError, QueueUnavailableError
+from sandfleet.core.errors import ApprovalError, InvalidSpecError, QueueUnavailableError, SigningKeyError
 
 if TYPE_CHECKING:
     from sandfleet.core.approvals import ApprovalRequest
@@ -29,7 +34,7 @@ LABEL_WIDTH = 13
 def approval_errors() -> Iterator[None]:
     try:
         yield
-    except ApprovalError as e:
+    except (ApprovalError, SigningKeyError) as e:  # SigningKeyError: the approver's key (ApproverKeyError)
         echo(f"refused: {e}", err=True)
         sys.exit(EXIT_REFUSED)
     except InvalidSpecError as e:
@@ -88,6 +93,9 @@ def show_request(request: ApprovalRequest, as_json: bool) -> None:
             f"{request.status.value} by {escape_line(request.decided_by)} at {_when(request.decided_at)}"
         )
         rows.append(("decided", decided + why))
+        rows.append(("signed", _signed_row(request)))
+    if request.refused:
+        rows.append(("refused", escape_line(request.refused)))
     for name, value in rows:
         echo(f"{name + ':':<{LABEL_WIDTH}}" + value.replace("\n", "\n" + " " * LABEL_WIDTH))
     # The lines Python runs (a lone CR ends a line for it too), each escaped.
@@ -98,6 +106,50 @@ def show_request(request: ApprovalRequest, as_json: bool) -> None:
         echo(f"    {line}")
     if len(lines) > PROGRAM_LINES_SHOWN:
         echo(f"    ... {len(lines) - PROGRAM_LINES_SHOWN} more lines (--json shows all)")
+
+
+def _claimed_key(request: ApprovalRequest) -> str | None:
+    """The key id the stored decision names ("?" if unreadable), None when it is unsigned."""
+    if not request.decision:
+        return None
+    try:
+        return str(json.loads(request.decision)["decision"]["key_id"])
+    except (ValueError, KeyError, TypeError):
+        return "?"
+
+
+def _signed_row(request: ApprovalRequest) -> str:
+    """Which key the stored decision claims (checked by the workers, not here: Redis holds it)."""
+    key_id = _claimed_key(request)
+    if key_id is None:
+        return "no (an unsigned decision, or the workers' timeout)"
+    if key_id == "?":
+        return "unreadable (workers refuse it)"
+    return f"by key {escape_line(key_id)} (workers check it against their approvers file)"
+
+
+def _sign_options(command: Any) -> Any:
+    command = click.option(
+        "--unsigned",
+        is_flag=True,
+        help="Sign nothing (workers refuse it unless SANDFLEET_APPROVAL_ALLOW_UNSIGNED is set).",
+    )(command)
+    return click.option(
+        "--key",
+        "key_file",
+        type=click.Path(dir_okay=False),
+        default=None,
+        help="The approver's private key (default: SANDFLEET_APPROVER_KEY, ~/.sandfleet/approver/key.pem).",
+    )(command)
+
+
+def _decided_line(verb: str, request: ApprovalRequest, outcome: str) -> str:
+    key_id = _claimed_key(request)
+    signed = f"signed by key {escape_line(key_id)}" if key_id else "unsigned"
+    return (
+        f"{verb} {escape_line(request.id)}: {escape_line(request.tool)} of job "
+        f"{escape_line(request.job_id)} {outcome} ({signed})"
+    )
 
 
 @click.group()
@@ -137,34 +189,34 @@ def show(request_id: str, as_json: bool) -> None:
 @click.option(
     "--sha256", "call_sha256", default="", help="Refuse unless the call's hash is this one (from show)."
 )
-@click.option("--by", default=None, help="Who approves (default: user@host).")
+@click.option("--by", default=None, help="Your name in the decision (default: user@host).")
+@_sign_options
 @click.option("--json", "as_json", is_flag=True, help="Print the decided request as JSON.")
-def approve(request_id: str, call_sha256: str, by: str | None, as_json: bool) -> None:
-    """Approve REQUEST_ID: its exact call runs once, and its job resumes."""
+def approve(
+    request_id: str, call_sha256: str, by: str | None, key_file: str | None, unsigned: bool, as_json: bool
+) -> None:
+    """Approve REQUEST_ID, signed with your approver key: its exact call runs once, and its job resumes."""
     with approval_errors(), _client() as client:
-        request = client.approve(request_id, by=by, call_sha256=call_sha256)
+        request = client.approve(request_id, by=by, call_sha256=call_sha256, key=key_file, unsigned=unsigned)
     if as_json:
         show_request(request, True)
     else:
-        echo(
-            f"approved {escape_line(request.id)}: {escape_line(request.tool)} of job "
-            f"{escape_line(request.job_id)} runs once"
-        )
+        echo(_decided_line("approved", request, "runs once"))
 
 
 @approvals.command("deny")
 @click.argument("request_id")
 @click.option("--reason", required=True, help="Why (the program's ToolDeniedError and the audit show it).")
-@click.option("--by", default=None, help="Who denies (default: user@host).")
+@click.option("--by", default=None, help="Your name in the decision (default: user@host).")
+@_sign_options
 @click.option("--json", "as_json", is_flag=True, help="Print the decided request as JSON.")
-def deny(request_id: str, reason: str, by: str | None, as_json: bool) -> None:
-    """Deny REQUEST_ID: the program gets ToolDeniedError with the reason, and its job resumes."""
+def deny(
+    request_id: str, reason: str, by: str | None, key_file: str | None, unsigned: bool, as_json: bool
+) -> None:
+    """Deny REQUEST_ID, signed with your approver key: the program gets ToolDeniedError with the reason."""
     with approval_errors(), _client() as client:
-        request = client.deny(request_id, reason, by=by)
+        request = client.deny(request_id, reason, by=by, key=key_file, unsigned=unsigned)
     if as_json:
         show_request(request, True)
     else:
-        echo(
-            f"denied {escape_line(request.id)}: {escape_line(request.tool)} of job "
-            f"{escape_line(request.job_id)} will not run"
-        )
+        echo(_decided_line("denied", request, "will not run"))

@@ -14,9 +14,16 @@ request), then:
 - undecided: it waits up to the grace (``approval_grace_s``), then tells the bridge to suspend: the
   program is stopped, its container destroyed, and the job waits in Redis with no slot held.
 
-Decisions are written to the job's chain by the worker that sees them (an approver has no key), once
-per request: ``approval`` events ``requested``, ``approved``/``denied``/``timed_out``, ``executed``
-(the outcome's digest), ``resumed``.
+A decision is acted on only once it is checked (sandfleet/core/decisions.py): signed by an approver
+the worker's approvers file lists (``SANDFLEET_APPROVERS_FILE``) and has not revoked, for this job,
+this request and the call the program is making now; a decision that is not (unsigned, unknown or
+revoked key, a signature that does not verify, signed for another call or request) is refused: the
+call is not run, the program gets ``ToolDeniedError`` saying why, and the chain an ``approval``
+``refused`` event. Decisions are written to the job's chain by the worker that acts on them, signed
+with its key, the approver's signed decision inside: ``approval`` events ``requested``,
+``approved``/``denied``/``timed_out`` (who, by the approvers file, the key id, the signed decision),
+``refused``, ``executed`` (the outcome's digest), ``resumed``. An approval is written before its call
+runs, whatever Redis says of earlier writes.
 """
 
 from __future__ import annotations
@@ -37,9 +44,16 @@ from sandfleet.core.approvals import (
     outcome_sha256,
     request_id,
 )
+from sandfleet.core.approvers import ApproversFile
 from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.contracts import AuditKind, JobSpec
-from sandfleet.core.errors import ApprovalDecidedError, ApprovalWithdrawnError, UntrustedStateError
+from sandfleet.core.decisions import DecisionCheck, Expected, Verdict, check_decision
+from sandfleet.core.errors import (
+    ApprovalDecidedError,
+    ApprovalWithdrawnError,
+    ApproverKeyError,
+    UntrustedStateError,
+)
 from sandfleet.core.records import RecordReader
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyRing
@@ -52,6 +66,8 @@ log = logging.getLogger("sandfleet.approval")
 
 POLL_S = 0.1  # how often a call in its grace looks for a decision (seconds)
 DENIED_ERROR = "ToolDeniedError"
+REFUSED = "refused"  # the approval event of a decision that did not hold
+_APPROVED = (ApprovalStatus.APPROVED, ApprovalStatus.EXECUTING, ApprovalStatus.EXECUTED)
 
 AdmissionKind = Literal["run", "served", "denied", "suspend", "abandoned", "untrusted"]
 
@@ -80,6 +96,37 @@ class ApprovalService:
         self.settings = settings
         self.worker = worker
         self.verified = VerifiedState(RecordReader(store.redis, store.keys), ring)
+        self.approvers = ApproversFile(settings.approvers_file) if settings.approvers_file else None
+
+    def decisions_problem(self) -> str | None:
+        """Why no decision could be accepted here (so a job with gated tools is refused before it
+        starts), or None."""
+        if self.approvers is None:
+            if self.settings.approval_allow_unsigned:
+                return None
+            return (
+                "this worker accepts no decision: it has no approvers file (set SANDFLEET_APPROVERS_FILE "
+                "and add approvers with `sandfleet approvers add`), and unsigned decisions are refused "
+                "(SANDFLEET_APPROVAL_ALLOW_UNSIGNED)"
+            )
+        try:
+            self.approvers.ring()
+        except ApproverKeyError as e:
+            return f"this worker cannot check decisions: {e}"
+        return None
+
+    def check(self, request: ApprovalRequest, call_sha256: str) -> DecisionCheck:
+        """The request's decision checked against the approvers file, for the call hashed ``call_sha256``
+        (computed from the call itself). Only approvals and denials carry one; a timeout is the
+        workers' own."""
+        verdict: Verdict = "approved" if request.status in _APPROVED else "denied"
+        expected = Expected(request.job_id, request.id, call_sha256, verdict, request.decided_by or "")
+        return check_decision(
+            request.decision,
+            expected,
+            self.approvers,
+            allow_unsigned=self.settings.approval_allow_unsigned,
+        )
 
     def patterns(self, spec: JobSpec) -> tuple[str, ...]:
         return approval_patterns(self.settings.approval_tools, spec.approval_tools)
@@ -99,13 +146,18 @@ class ApprovalService:
         return self.verified.checkpoint(job_id, raw)
 
     def audit_decisions(self, job_id: str, audit: AuditSink, attempt: int) -> None:
-        """Write every decision of the job's requests the chain does not have yet (a resumed job)."""
+        """Write every denial and timeout of the job's requests the chain does not have yet (a resumed
+        job); an approval is written by the gate as it takes the call to run."""
         for rid in self.store.job_request_ids(job_id):
             try:
                 request = self.store.get(rid)
             except KeyError:
                 continue
-            note_decision(self.store, request, audit, attempt)
+            if request.status == ApprovalStatus.DENIED:
+                check = self.check(request, request.call_sha256)
+                note_decision(self.store, request, audit, attempt, check)
+            elif request.status == ApprovalStatus.TIMED_OUT:
+                note_decision(self.store, request, audit, attempt, None)
 
     def expire(self, publish: Callable[[str], Any]) -> int:
         """Time out overdue requests; publish the jobs they free (the sweep calls this). Returns how many."""
@@ -248,15 +300,23 @@ class RunGate:
         if status is None or status == ApprovalStatus.PENDING:
             return None
         request = self.store.get(rid)
+        status = request.status  # one read drives both the check and what follows
+        with self._lock:
+            sha = self._tools.get(rid, (tool, request.call_sha256))[1]
         if request.status == ApprovalStatus.EXECUTED and request.outcome is not None:
-            served = self._served(request)  # verified before anything of it is used, its decision too
-            if served.kind == "served":
-                note_decision(self.store, request, self.audit, self.attempt)
+            served = self._served(request)  # verified before anything of it is used
+            if served.kind == "served":  # it ran under a decision its worker checked and recorded
+                note_decision(self.store, request, self.audit, self.attempt, self.service.check(request, sha))
             return served
-        note_decision(self.store, request, self.audit, self.attempt)
+        check = None
+        if status in (ApprovalStatus.APPROVED, ApprovalStatus.DENIED):
+            check = self.service.check(request, sha)
+            if not check.accepted:
+                return self._refused(request, tool, check)
         if status == ApprovalStatus.APPROVED:
             taken = self.store.consume(rid, self.job_id, self.service.worker)
-            if taken == "go":
+            if taken == "go":  # the checked decision in the chain before the call runs
+                note_decision(self.store, request, self.audit, self.attempt, check, always=True)
                 return Admission("run", rid)
             if taken == "final":
                 return Admission(
@@ -264,6 +324,8 @@ class RunGate:
                 )
             request = self.store.get(rid)  # taken meanwhile by another delivery of the job
             status = request.status
+        else:
+            note_decision(self.store, request, self.audit, self.attempt, check)
         if status == ApprovalStatus.EXECUTED and request.outcome is not None:
             return self._served(request)
         if status == ApprovalStatus.EXECUTING:
@@ -275,7 +337,8 @@ class RunGate:
             )
         if status == ApprovalStatus.DENIED:
             why = f": {request.reason}" if request.reason else ""
-            return Admission("denied", rid, message=f"call to {tool} denied by {request.decided_by}{why}")
+            by = check.approver if check is not None else request.decided_by
+            return Admission("denied", rid, message=f"call to {tool} denied by {by}{why}")
         if status == ApprovalStatus.TIMED_OUT:
             return Admission(
                 "denied",
@@ -284,6 +347,26 @@ class RunGate:
                 f"(request {rid} timed out): denied",
             )
         return Admission("denied", rid, message=f"call to {tool} refused: its request {rid} was withdrawn")
+
+    def _refused(self, request: ApprovalRequest, tool: str, check: DecisionCheck) -> Admission:
+        """A decision that does not hold: the call never runs, the program is told why, and so are the
+        chain (once per request), the request and the log."""
+        log.warning("job %s: %s", self.job_id, check.problem)
+        if self.store.mark_audited(request.id, "refused"):
+            self.audit.emit(
+                AuditKind.APPROVAL,
+                {
+                    "event": REFUSED,
+                    "id": request.id,
+                    "tool": tool,
+                    "call_sha256": request.call_sha256,
+                    "status": request.status.value,
+                    **check.audit_fields(),
+                },
+                self.attempt,
+            )
+            self.store.mark_refused(request.id, check.problem)
+        return Admission("denied", request.id, message=f"call to {tool} not run: {check.problem}")
 
     def _served(self, request: ApprovalRequest) -> Admission:
         """An executed request's stored outcome, served only if the job's verified chain commits to it."""
@@ -295,16 +378,25 @@ class RunGate:
         return Admission("served", request.id, outcome=outcome)
 
 
-def note_decision(store: ApprovalStore, request: ApprovalRequest, audit: AuditSink, attempt: int) -> None:
-    """Write the request's decision to the chain, once (who decided, when, why)."""
+def note_decision(
+    store: ApprovalStore,
+    request: ApprovalRequest,
+    audit: AuditSink,
+    attempt: int,
+    check: DecisionCheck | None,
+    *,
+    always: bool = False,
+) -> None:
+    """Write the request's decision to the chain (who decided by the approvers file, the key, the
+    signed decision, when, why): once, as Redis notes it, or ``always`` (an approval whose call is
+    about to run: a note in Redis never stands in for the chain's record of it)."""
     status = request.status
-    decision = (
-        ApprovalStatus.APPROVED if status in (ApprovalStatus.EXECUTING, ApprovalStatus.EXECUTED) else status
-    )
+    decision = ApprovalStatus.APPROVED if status in _APPROVED else status
     if decision not in (ApprovalStatus.APPROVED, ApprovalStatus.DENIED, ApprovalStatus.TIMED_OUT):
         return
-    if store.redis.hget(store.keys.approval(request.id), f"audited_{decision.value}"):
+    if not always and store.redis.hget(store.keys.approval(request.id), f"audited_{decision.value}"):
         return
+    accepted = check.audit_fields() if check is not None and check.accepted else {"by": request.decided_by}
     audit.emit(
         AuditKind.APPROVAL,
         {
@@ -312,9 +404,9 @@ def note_decision(store: ApprovalStore, request: ApprovalRequest, audit: AuditSi
             "id": request.id,
             "tool": request.tool,
             "call_sha256": request.call_sha256,
-            "by": request.decided_by,
             "at": request.decided_at,
             "reason": request.reason,
+            **accepted,
         },
         attempt,
     )

@@ -12,7 +12,9 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-REDACTED = "***"
+from sandfleet.core.redaction import REDACTED, redact
+
+__all__ = ["REDACTED", "approval_patterns", "is_gated", "named_arguments", "redact"]
 
 
 def approval_patterns(operator: Iterable[str], job: Iterable[str]) -> tuple[str, ...]:
@@ -33,29 +35,3 @@ def named_arguments(
     if bound is None:
         return {**({"args": list(args)} if args else {}), **kwargs}
     return dict(bound.arguments)
-
-
-def redact(value: Any, fields: Iterable[str]) -> tuple[Any, list[str]]:
-    """``value`` with every mapping entry whose key is in ``fields`` (case-insensitive, at any depth)
-    replaced by ``***``; and the dotted paths replaced."""
-    wanted = {f.lower() for f in fields}
-    hidden: list[str] = []
-
-    def walk(item: Any, path: str) -> Any:
-        if isinstance(item, dict):
-            out = {}
-            for key, inner in item.items():
-                where = f"{path}.{key}" if path else str(key)
-                if str(key).lower() in wanted:
-                    out[key] = REDACTED
-                    hidden.append(where)
-                else:
-                    out[key] = walk(inner, where)
-            return out
-        if isinstance(item, list):
-            return [walk(inner, f"{path}[{i}]") for i, inner in enumerate(item)]
-        return item
-
-    if not wanted:
-        return value, []
-    return walk(value, ""), hidden

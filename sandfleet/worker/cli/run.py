@@ -10,6 +10,7 @@ from sandfleet.core.config import CodeActionSettings
 from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import sandbox_config_from, sandbox_option
+from sandfleet.core.settings import get_settings
 from sandfleet.worker.cli.common import (
     echo_payload,
     mcp_config_option,
@@ -53,7 +54,10 @@ def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls
             SandboxPool(pool_size=0, max_live=1) as pool,
         ):
             registry = ToolCatalog(python_tools, sessions).registry()
-            result = ProgramRuntime(pool, registry).run(source, config=config, settings=settings)
+            redact = tuple(get_settings().approval_redact)  # --json shows the calls: redacted there too
+            result = ProgramRuntime(pool, registry).run(
+                source, config=config, settings=settings, redact=redact
+            )
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     if as_json:

@@ -42,6 +42,7 @@ def run_chat_job(
         spec.tool_loop,
         audit,
         request_timeout_s=services.settings.model_request_timeout_s,
+        redact=tuple(services.settings.approval_redact),
     )
     outcome = loop.run(messages)
     return loop_result(start, outcome)

@@ -47,7 +47,7 @@ from sandfleet.worker.engine.prompt import first_messages, repair_message, syste
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.program.artifacts import ArtifactCaps, keep_artifacts
-from sandfleet.worker.program.recorded import RecordedAnswers, call_key
+from sandfleet.worker.program.recorded import RecordedAnswers, call_digest
 from sandfleet.worker.program.runtime import RunResult
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -108,7 +108,7 @@ class CodeActionRun:
         self.attempts: list[AttemptRecord] = []
         self.usage = TokenUsage()
         self.phase = {"model_s": 0.0, "acquire_s": 0.0, "run_s": 0.0, "tool_s": 0.0, "sandbox_s": 0.0}
-        self.memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call_key -> results
+        self.memo: dict[str, list[Any]] = {}  # side-effecting calls already made: call digest -> results
         self.last_failure = ""
         self.timed_out = self.agent_killed = False
         self.last_run: tuple[int, RunResult] | None = (
@@ -260,6 +260,7 @@ class CodeActionRun:
             on_call=functools.partial(_emit_tool_call, start.audit, number),
             artifacts=self.admitted.prepared,
             gate=gate,
+            redact=tuple(services.settings.approval_redact),
         )
 
     def _checkpoint(self, number: int, program: str, reply_text: str, run: RunResult) -> Checkpoint:
@@ -360,16 +361,19 @@ class CodeActionRun:
 
 
 def _check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: EngineServices) -> None:
-    """Fail closed: a job whose tools need approval runs only where approvals can be asked (a fleet)."""
-    if services.approvals is not None:
-        return
+    """Fail closed: a job whose tools need approval runs only where approvals can be asked (a fleet)
+    and a decision could be accepted (an approvers file, or unsigned decisions allowed)."""
     patterns = approval_patterns(services.settings.approval_tools, spec.approval_tools)
     gated = [name for name in allowed.names() if is_gated(name, patterns)]
-    if gated:
+    if not gated:
+        return
+    tools = f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval"
+    if services.approvals is None:
         raise InvalidSpecError(
-            f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval, which needs "
-            "the fleet (Redis and a worker); this process has no approval service"
+            f"{tools}, which needs the fleet (Redis and a worker); this process has no approval service"
         )
+    if problem := services.approvals.decisions_problem():
+        raise InvalidSpecError(f"{tools}, and {problem}")
 
 
 def _account(phase: dict[str, float], run: RunResult) -> None:
@@ -435,7 +439,8 @@ def _remember_side_effects(
     for call in calls:
         if call.ok and call.tool in services.registry and services.registry.get(call.tool).side_effects:
             if not call.replayed:  # a call served from the memo already has its entry
-                memo.setdefault(call_key(call.tool, call.args, call.kwargs), []).append(call.result)
+                digest = call.call_sha256 or call_digest(call.tool, call.args, call.kwargs)
+                memo.setdefault(digest, []).append(call.result)
 
 
 __all__ = ["AuditSink", "CodeActionRun", "ListAudit", "NullAudit", "SandboxError", "run_job"]

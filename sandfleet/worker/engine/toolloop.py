@@ -15,13 +15,15 @@ Caps (``ToolLoopSettings``), each ending the job with a clear error and a ``limi
   command's timeout are bounded by what is left.
 
 Audit: every model call (``model_call``), every call the model asked for before it runs
-(``function_call``) and what it returned (``function_result``). A model that fails for good ends the
+(``function_call``) and what it returned (``function_result``), the redacted argument fields
+(``SANDFLEET_APPROVAL_REDACT``) shown as ``***`` in all three. A model that fails for good ends the
 job ``failed`` (kind ``model``); a transient failure raises ``ModelUnavailableError`` (the job is retried)
 unless the wall time ran out meanwhile.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ from sandfleet.core.contracts import (
     TurnRecord,
 )
 from sandfleet.core.errors import JsonLimitError, ModelError, ModelUnavailableError
+from sandfleet.core.redaction import redact_arguments_text
 from sandfleet.worker.engine.clip import clip_text
 from sandfleet.worker.engine.functions import CallOutcome, FunctionTable
 from sandfleet.worker.llm.bounds import budget_outcome
@@ -93,6 +96,8 @@ class ToolLoop:
         audit: where every model call and function call is reported.
         request_timeout_s: the model request timeout of the settings; shortened to the time left.
         clock: seconds, monotonic (injectable for tests of the caps).
+        redact: argument fields shown as ``***`` in the audit and the records (the function runs
+            with them; sandfleet/core/redaction.py).
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class ToolLoop:
         *,
         request_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
+        redact: tuple[str, ...] = (),
     ) -> None:
         self.model = model
         self.functions = functions
@@ -111,6 +117,7 @@ class ToolLoop:
         self.audit = audit
         self.request_timeout_s = request_timeout_s
         self.clock = clock
+        self.redact = redact
 
     def run(self, messages: list[dict[str, Any]], *, deadline: float | None = None) -> LoopOutcome:
         """Talk to the model until it answers or a cap ends the job. ``messages`` grows as it goes."""
@@ -207,7 +214,8 @@ class ToolLoop:
             prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, model_calls=1
         )
         out.model_s += reply.latency_s
-        self.audit.emit(AuditKind.MODEL_CALL, reply.audit_data(new_messages, with_tool_calls=True), number)
+        data = reply.audit_data(new_messages, with_tool_calls=True)
+        self.audit.emit(AuditKind.MODEL_CALL, _redacted_model_call(data, self.redact), number)
         turn = TurnRecord(
             number=number,
             reply=reply.text,
@@ -231,9 +239,12 @@ class ToolLoop:
     ) -> None:
         """Run one call (unless ``outcome`` already says it may not run), record it, answer the model."""
         seq = out.tool_calls
+        shown_arguments, hidden = redact_arguments_text(arguments, self.redact)
+        digest = _text_sha256(arguments) if hidden else None
+        redaction = {"redacted": hidden, "arguments_sha256": digest} if hidden else {}
         self.audit.emit(
             AuditKind.FUNCTION_CALL,
-            {"seq": seq, "call_id": call_id, "tool": name, "arguments": arguments},
+            {"seq": seq, "call_id": call_id, "tool": name, "arguments": shown_arguments, **redaction},
             turn.number,
         )
         if outcome is None:
@@ -246,7 +257,9 @@ class ToolLoop:
             turn=turn.number,
             call_id=call_id,
             tool=name,
-            arguments=arguments,
+            arguments=shown_arguments,
+            redacted=hidden,
+            arguments_sha256=digest,
             ok=outcome.ok,
             error_type=outcome.error_type,
             error=outcome.error,
@@ -304,6 +317,36 @@ class ToolLoop:
         if limit is not None and limit not in out.limits_hit:
             out.limits_hit.append(limit)
         return out
+
+
+def _text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _redacted_model_call(data: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """A ``model_call`` event with the redacted fields of every function call's arguments (the
+    reply's, and those of the assistant messages sent back) shown as ``***``."""
+    if not fields:
+        return data
+
+    def shown(arguments: Any) -> Any:
+        return redact_arguments_text(arguments, fields)[0] if isinstance(arguments, str) else arguments
+
+    calls = [{**c, "arguments": shown(c.get("arguments"))} for c in data.get("tool_calls", [])]
+    messages = []
+    for message in data.get("messages", []):
+        if isinstance(message, dict) and message.get("tool_calls"):
+            message = {
+                **message,
+                "tool_calls": [
+                    {**c, "function": {**c["function"], "arguments": shown(c["function"].get("arguments"))}}
+                    if isinstance(c, dict) and isinstance(c.get("function"), dict)
+                    else c
+                    for c in message["tool_calls"]
+                ],
+            }
+        messages.append(message)
+    return {**data, "tool_calls": calls, "messages": messages}
 
 
 def _assistant_message(reply: ModelReply, number: int) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from typing import Any, Protocol
 from sandfleet.core import json_limits
 from sandfleet.core.contracts import ToolCallRecord
 from sandfleet.core.errors import JsonLimitError
-from sandfleet.worker.program.recorded import RecordedAnswer, RecordedAnswers, call_key
+from sandfleet.core.redaction import positional_names, redact_call
+from sandfleet.worker.program.recorded import RecordedAnswer, RecordedAnswers, call_digest, call_key
 from sandfleet.worker.tools.registry import ToolRegistry
 from sandfleet.worker.tools.tool import Tool
 
@@ -127,6 +128,7 @@ class ToolBridge:
     call_timeout_s: float | None = None
     gate: Any = None  # sandfleet/worker/approval/gate.py RunGate: asked before a gated call runs
     on_suspend: Callable[[], None] | None = None  # stops the program (waits past the grace, or untrusted)
+    redact: tuple[str, ...] = ()  # argument fields its records show as *** (SANDFLEET_APPROVAL_REDACT)
     records: list[ToolCallRecord] = field(default_factory=list)
     tool_time_s: float = 0.0
     budget_exceeded: bool = False
@@ -385,12 +387,14 @@ class ToolBridge:
         error: tuple[str, str] | None = None,
         replayed: bool = False,
     ) -> None:
-        """Keep the call's record (``error``: its type and message; None when it answered ``value``)."""
+        """Keep the call's record (``error``: its type and message; None when it answered ``value``),
+        its redacted fields shown as ``***`` beside the digest of the whole call."""
+        args, kwargs, hidden = self._redacted(call)
         record = ToolCallRecord(
             seq=call.seq,
             tool=call.tool,
-            args=call.args,
-            kwargs=call.kwargs,
+            args=args,
+            kwargs=kwargs,
             ok=error is None,
             error_type=error[0] if error else None,
             error=error[1] if error else None,
@@ -399,11 +403,21 @@ class ToolBridge:
             duration_ms=(time.perf_counter() - call.began) * 1000,
             replayed=replayed,
             approval_id=self._approvals.get(call.seq),
+            redacted=hidden,
+            call_sha256=call_digest(call.tool, call.args, call.kwargs),
         )
         with self._record_lock:  # the audit sees calls in the order their records are kept
             self.records.append(record)
             if self.on_call is not None and call.seq not in self._quiet:
                 self.on_call(record)
+
+    def _redacted(self, call: _Call) -> tuple[list[Any], dict[str, Any], list[str]]:
+        """The call's arguments as its record shows them, and the paths hidden."""
+        if not self.redact:
+            return call.args, call.kwargs, []
+        signature = self.registry.get(call.tool).parameters() if call.tool in self.registry else None
+        names = positional_names(signature, len(call.args))
+        return redact_call(call.args, call.kwargs, self.redact, names)
 
 
 def _message(e: Exception) -> str:

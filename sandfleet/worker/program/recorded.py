@@ -9,10 +9,12 @@ call N?"):
   are served again from its checkpoint, not audited a second time.
 - **memo** (a repaired program, sandfleet/worker/engine/code_action.py): a side-effecting call
   already made with the same arguments by an earlier attempt is served that attempt's result; each
-  earlier call stands in for one repeat, no more.
+  earlier call stands in for one repeat, no more. Keyed by the call's digest (:func:`call_digest`),
+  so a checkpoint holding the memo holds no argument.
 
 A record is matched by the call's number, else by the first not yet served with the same tool and
-arguments: calls made from several threads may arrive in another order than they did.
+arguments (by digest when some arguments of the record are redacted): calls made from several
+threads may arrive in another order than they did.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sandfleet.core.chain import sha256_hex
 from sandfleet.core.contracts import ToolCallRecord
 
 
@@ -93,7 +96,7 @@ class RecordedAnswers:
                 return RecordedAnswer.of(record, replayed=record.replayed, quiet=True)
         if self.memo and side_effects(tool):
             with self._lock:
-                earlier = self.memo.get(call_key(tool, args, kwargs))
+                earlier = self.memo.get(call_digest(tool, args, kwargs))
                 if earlier:
                     return RecordedAnswer(ok=True, value=earlier.pop(0))
         return None
@@ -105,11 +108,7 @@ class RecordedAnswers:
         records = (self.replay if source == "replay" else self.resume) or []
         with self._lock:
             served = self._served[source]
-            same = [
-                r
-                for r in records
-                if r.seq not in served and r.tool == tool and r.args == args and r.kwargs == kwargs
-            ]
+            same = [r for r in records if r.seq not in served and same_call(r, tool, args, kwargs)]
             record = next((r for r in same if r.seq == seq), same[0] if same else None)
             if record is not None:
                 served.add(record.seq)
@@ -119,3 +118,19 @@ class RecordedAnswers:
 def call_key(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:
     """A canonical text of a call, to recognise the same call made again."""
     return json.dumps([tool, args, kwargs], sort_keys=True, separators=(",", ":"))
+
+
+def call_digest(tool: str, args: list[Any], kwargs: dict[str, Any]) -> str:
+    """The SHA-256 of :func:`call_key`: a call's record keeps it (its redacted values included), an
+    approval binds it, and the memo of side-effecting calls is keyed by it (no argument in a key)."""
+    return sha256_hex(call_key(tool, args, kwargs))
+
+
+def same_call(record: ToolCallRecord, tool: str, args: list[Any], kwargs: dict[str, Any]) -> bool:
+    """Whether ``record`` is of this call: by its arguments, or by its digest when some were redacted
+    (the record shows ``***`` for them)."""
+    if record.tool != tool:
+        return False
+    if record.redacted:
+        return record.call_sha256 is not None and record.call_sha256 == call_digest(tool, args, kwargs)
+    return record.args == args and record.kwargs == kwargs

@@ -139,6 +139,7 @@ class ProgramRuntime:
         on_call: Callable[[ToolCallRecord], None] | None = None,
         artifacts: ArtifactCaps | None = None,
         gate: Any = None,
+        redact: tuple[str, ...] = (),
     ) -> RunResult:
         """Run ``program`` once. Raises only for infrastructure (SandboxError, SandboxUnavailableError)
         or a bad request (InvalidSpecError); whatever the program does is in the RunResult.
@@ -150,6 +151,7 @@ class ProgramRuntime:
         of the settings; ``max_files=0`` collects nothing).
         ``gate`` (sandfleet/worker/approval/gate.py) is asked before each gated call; a call still undecided after
         the grace stops the program (``suspended_for`` says for which requests).
+        ``redact``: argument fields the call records show as ``***`` (sandfleet/core/redaction.py).
         """
         config = config or SandboxConfig()
         settings = settings or CodeActionSettings()
@@ -167,6 +169,7 @@ class ProgramRuntime:
             on_call=on_call,
             call_timeout_s=settings.tool_timeout,
             gate=gate,
+            redact=tuple(redact),
         )
         sandbox = _Sandbox(config, settings, artifacts or ArtifactCaps())
         raise_if_cancelled("the program's run")

@@ -119,6 +119,14 @@ class Tool:
         bound = self.bind(args, kwargs)
         return self.func(*bound.args, **bound.kwargs)
 
+    def parameters(self) -> inspect.Signature | None:
+        """The signature calls are bound to (None when Python cannot read one): it names positional
+        arguments, for redaction."""
+        try:
+            return self._parameters
+        except (TypeError, ValueError):
+            return None
+
     @functools.cached_property
     def _parameters(self) -> inspect.Signature:
         return _call_signature(self.func)

@@ -148,5 +148,6 @@ def _converse(
         caps,
         start.audit,
         request_timeout_s=services.settings.model_request_timeout_s,
+        redact=tuple(services.settings.approval_redact),
     )
     return loop.run(messages, deadline=deadline)
