@@ -13,6 +13,7 @@ so must the filter's, itemised from its NFLOG rules (sandfleet/worker/egress/nfl
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from typing import Any
@@ -266,10 +267,70 @@ def test_every_refusal_of_the_run_is_counted_and_below_the_log_rate_listed(
     REJECT counters) equals what the denials itemise, none unlisted."""
     listed = sum(d["count"] for d in hostile_run["denials"])
     ok = hostile_run["refused_total"] == listed > 0
-    record("egress: every refusal counted", hostile_run["runtime"], ok, {"total": hostile_run["refused_total"]})
+    record(
+        "egress: every refusal counted", hostile_run["runtime"], ok, {"total": hostile_run["refused_total"]}
+    )
     assert ok, (hostile_run["refused_total"], listed, hostile_run["denials"])
 
 
 def test_the_filter_log_reads_only_its_own_sandbox(hostile_run: dict[str, Any]) -> None:
     """The other sandbox only listened: none of the attacker's refusals may appear in its record."""
     assert hostile_run["other_denials"] == []
+
+
+FLOOD_THEN_DIE = """\
+import os, signal, socket
+for i in range({count}):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(({target!r}, 443))
+    except OSError:
+        pass
+    finally:
+        s.close()
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)  # the agent too: gVisor delivers it, and the sandbox ends
+        except OSError:
+            pass
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sandbox_that_kills_itself_after_a_burst_has_every_refusal_counted(
+    egress_env: dict[str, Any], owned_targets: Any, backend: str
+) -> None:
+    """Twice the log's burst, then every process it sees killed, its own last: the filter's counters
+    are read through the namespace the worker holds open (netns.py), so a sandbox that ended itself
+    (under gVisor its agent dies with it) still has every refusal counted, listed or not."""
+    from sandfleet.worker.egress.nflog import BURST
+    from sandfleet.worker.sandbox.manager import SandboxManager
+
+    count = 2 * BURST
+    config = SandboxConfig(backend=backend, network="restricted", allow_hosts=["api.egress.test"])
+    mark = owned_targets.mark()
+    with SandboxManager(config) as manager:
+        session = manager.create_session(labels=TEST_LABELS)
+        lease = session._container.handle.egress
+        program = FLOOD_THEN_DIE.format(count=count, target=owned_targets.public_v4)
+        try:
+            session.execute(["python3", "-c", program], timeout=60)
+        except Exception as e:  # the sandbox may be gone with its agent: what matters is the count
+            ended = type(e).__name__
+        else:
+            ended = "returned"
+        agent_gone = not os.path.exists(f"/proc/{lease.pid}")
+        refusals = lease.take()
+    ok = refusals.total == count and refusals.unlisted == count - refusals.listed > 0
+    detail = {"total": refusals.total, "listed": refusals.listed, "agent_gone": agent_gone, "execute": ended}
+    record(
+        "egress: a burst, then the sandbox ends itself: every refusal counted",
+        config.docker_runtime,
+        ok,
+        detail,
+    )
+    assert ok, detail
+    assert owned_targets.arrived_since(mark) == {}

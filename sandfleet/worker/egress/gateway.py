@@ -136,30 +136,35 @@ class EgressLease:
     refused: int = 0  # every refusal taken so far
     filter_reported: int = 0  # the filter's refusals reported so far (listed or not)
     released: bool = False
+    left: Refusals = field(default_factory=Refusals)  # taken by release, not yet by a take
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self) -> Refusals:
         """The connections refused since the last call: the proxy's, then the packet filter's, one
         entry per destination and reason in order of first refusal, and the count of all of them.
-
-        The log is drained before the counters are read, so they never count fewer than it listed;
-        a packet counted before its log entry was read is reported unlisted now and never again
-        (``filter_reported``)."""
+        After ``release``: what it took last, once (a sandbox destroyed mid-run loses nothing)."""
         with self._lock:
             if self.released:
-                return Refusals()
-            proxy = self._proxy_denials()
-            logged = self.filter_log.take() if self.filter_log is not None else []
-            counted = refused_packets(self.netns)
-            listed = sum(d["count"] for d in logged)
-            if counted is None:
-                log.warning("sandbox %s: its filter's counters cannot be read", self.sandbox_id[:12])
-                counted = self.filter_reported + listed
-            filtered = max(counted - self.filter_reported, listed)
-            self.filter_reported += filtered
-            taken = Refusals(proxy + logged, sum(d["count"] for d in proxy) + filtered)
-            self.refused += taken.total
-            return taken
+                left, self.left = self.left, Refusals()
+                return left
+            return self._take()
+
+    def _take(self) -> Refusals:  # holds _lock
+        """The log is drained before the counters are read, so they never count fewer than it
+        listed; a packet counted before its log entry was read is reported unlisted now and never
+        again (``filter_reported``)."""
+        proxy = self._proxy_denials()
+        logged = self.filter_log.take() if self.filter_log is not None else []
+        counted = refused_packets(self.netns)
+        listed = sum(d["count"] for d in logged)
+        if counted is None:
+            log.warning("sandbox %s: its filter's counters cannot be read", self.sandbox_id[:12])
+            counted = self.filter_reported + listed
+        filtered = max(counted - self.filter_reported, listed)
+        self.filter_reported += filtered
+        taken = Refusals(proxy + logged, sum(d["count"] for d in proxy) + filtered)
+        self.refused += taken.total
+        return taken
 
     def _proxy_denials(self) -> list[dict[str, Any]]:  # holds _lock
         try:
@@ -184,20 +189,32 @@ class EgressLease:
                 merged[key] = {**denial, "count": 1}
         return list(merged.values())
 
-    def release(self) -> None:
-        """Unregister (before the container goes, so its address cannot be reused meanwhile) and let
-        its namespace go. Later takes find nothing."""
-        with self._lock:
-            self.released = True
-            if self.filter_log is not None:
-                self.filter_log.close()
-            self.netns.close()
+    def unregister(self) -> None:
+        """Take the sandbox's allow-list off the proxy: before its container goes, so that its
+        address, given to another sandbox meanwhile, is never let through on this list."""
         try:
             entry = json.loads(self.registration.read_text())
             if entry.get("sandbox") == self.sandbox_id:
                 self.registration.unlink()
         except (OSError, ValueError):
             pass
+
+    def release(self) -> None:
+        """Unregister, and let the sandbox's namespace go once its container has gone (its counters
+        final), keeping what it refused since the last take for the next one: a run or a session
+        whose container was destroyed loses nothing. Idempotent; never raises."""
+        self.unregister()
+        with self._lock:
+            if self.released:
+                return
+            try:
+                self.left = self._take()
+            except Exception:
+                log.exception("sandbox %s: its last refusals could not be read", self.sandbox_id[:12])
+            self.released = True
+            if self.filter_log is not None:
+                self.filter_log.close()
+            self.netns.close()
         try:
             self.denials_path.unlink()
         except OSError:

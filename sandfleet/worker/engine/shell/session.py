@@ -209,8 +209,8 @@ class SessionSandbox:
             self.ended = reason
             self.ended_at = time.monotonic()
             log.info("session sandbox %s of job %s: %s", self.container.id[:12], self.job_id, reason)
-        self._note_denials()  # what a command left running refused after its end, before they go
         self.container.destroy()
+        self._note_denials()  # what the sandbox refused since the last command (kept by its removal)
 
     def _busy(self) -> _Busy:
         return _Busy(self)
