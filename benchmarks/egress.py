@@ -5,10 +5,13 @@ the worker's own (EgressGateway.prepare: egress network, host rules, Squid), wit
 on the egress bridge registered as a client allowed ``api.egress.test``. Both paths run from this
 process, interleaved, so the figures are side by side in one run.
 
-    flock /work/bench.lock .venv/bin/python benchmarks/egress.py [--requests 300] [--megabytes 500]
+    flock /work/bench.lock .venv/bin/python benchmarks/egress.py [--requests 300] [--megabytes 500] [--sandboxes 20]
 
 Latency: a new TCP connection, TLS handshake and ``GET /hello`` per request (through the proxy: the
-CONNECT first). Throughput: one connection reading ``/bytes`` to the end. Needs root.
+CONNECT first). Throughput: one connection reading ``/bytes`` to the end. Refusal counters: per
+restricted sandbox (runc), its start and stop, and what the counters of refused connections add to
+them (sandbox_filter.py): IPv6 routed into the filter at the start, the filter's REJECT counters
+read at each take of a run's refusals and once more at the stop. Needs root.
 """
 
 from __future__ import annotations
@@ -90,11 +93,44 @@ def client_cpu_seconds() -> float:
     return times.user + times.system
 
 
+def counter_costs(sandboxes: int) -> dict[str, list[float]]:
+    """Milliseconds per restricted sandbox: start (attach included), stop (the last take included),
+    and on the same live sandbox, the counters' own steps timed alone."""
+    from sandfleet.core.config import SandboxConfig
+    from sandfleet.worker.egress.sandbox_filter import refused_packets, route_ipv6_into_filter
+    from sandfleet.worker.sandbox.manager import SandboxManager
+
+    config = SandboxConfig(network="restricted", allow_hosts=[NAME])
+    costs: dict[str, list[float]] = {"start": [], "stop": [], "ipv6 route": [], "counter read": []}
+    with SandboxManager(config) as manager:
+        for _ in range(sandboxes + 1):  # the first warms the engine and the image cache: not counted
+            began = time.perf_counter()
+            session = manager.create_session(labels={"sandfleet.bench": "egress"})
+            started = time.perf_counter()
+            netns = session._container.handle.egress.netns
+            route_ipv6_into_filter(netns)  # done once at attach already: the same steps again
+            routed = time.perf_counter()
+            if refused_packets(netns) is None:
+                raise RuntimeError("the sandbox filter's counters cannot be read")
+            read = time.perf_counter()
+            session.close()
+            stopped = time.perf_counter()
+            for label, ms in (
+                ("start", started - began),
+                ("ipv6 route", routed - started),
+                ("counter read", read - routed),
+                ("stop", stopped - read),
+            ):
+                costs[label].append(ms * 1000)
+    return {label: values[1:] for label, values in costs.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--megabytes", type=int, default=500)
     parser.add_argument("--transfers", type=int, default=5)
+    parser.add_argument("--sandboxes", type=int, default=20, help="restricted sandboxes started and stopped")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="sfeg-bench-", dir="/tmp"))
@@ -148,6 +184,7 @@ def main() -> None:
                     if route is not None:
                         cpu["squid"] += cpu_seconds(squid_pid) - squid_before
                         cpu["client"] += client_cpu_seconds() - client_before
+        counters = counter_costs(args.sandboxes)
     finally:
         stop_proxy(gateway.proxy)
         remove_host_rules(gateway.network)
@@ -175,6 +212,15 @@ def main() -> None:
     print(
         f"  CPU per GB through the proxy: Squid {cpu['squid'] / relayed_gb:.2f} s, "
         f"the client {cpu['client'] / relayed_gb:.2f} s (the service, on this host too, is not counted)"
+    )
+
+    c50 = {k: statistics.median(v) for k, v in counters.items()}
+    added = c50["ipv6 route"] + 2 * c50["counter read"]  # a code-action run: one take, one at the stop
+    print(f"Refusal counters per restricted sandbox (runc), {args.sandboxes} sandboxes, ms p50 (p95)")
+    print("  " + "  ".join(f"{k} {c50[k]:.1f} ({percentile(v, 0.95):.1f})" for k, v in counters.items()))
+    print(
+        f"  counters' share: IPv6 route + 2 counter reads = {added:.1f} ms of start + stop "
+        f"{c50['start'] + c50['stop']:.0f} ms: ratio {added / (c50['start'] + c50['stop']):.3f}"
     )
 
 

@@ -252,6 +252,19 @@ def _field_of(item: Any, name: str) -> list[Any]:
     return list(value or [])
 
 
+def _count_of(item: Any, name: str) -> int:
+    value = item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+REFUSED_TOTAL = (
+    "connections refused in all (network restricted): the counts of network_denied plus refused_unlisted"
+)
+REFUSED_UNLISTED = (
+    "refusals network_denied does not itemise: the packet filter's past its log rate, counted by its rules"
+)
+
+
 class NetworkDenial(_Strict):
     """One connection the egress proxy or the sandbox's packet filter refused (network "restricted"):
     where to, and why. ``host`` is the name asked of the proxy, or the IP address a packet went to."""
@@ -281,6 +294,8 @@ class AttemptRecord(_Strict):
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     limits_hit: list[Limit] = Field(default_factory=list)
     network_denied: list[NetworkDenial] = Field(default_factory=list)
+    refused_total: int = Field(0, ge=0, description=REFUSED_TOTAL)
+    refused_unlisted: int = Field(0, ge=0, description=REFUSED_UNLISTED)
     failure: str | None = None
     container_id: str | None = None
     runtime: str | None = None
@@ -337,6 +352,8 @@ class SessionRecord(_Strict):
     ended: str = Field("", description="why it ended: job ended, died (...), idle cap, lifetime cap")
     limits_hit: list[Limit] = Field(default_factory=list)
     network_denied: list[NetworkDenial] = Field(default_factory=list)
+    refused_total: int = Field(0, ge=0, description=REFUSED_TOTAL)
+    refused_unlisted: int = Field(0, ge=0, description=REFUSED_UNLISTED)
 
 
 class JobResult(_Strict):
@@ -370,14 +387,16 @@ class JobResult(_Strict):
     )
     network_denied: list[NetworkDenial] = Field(
         default_factory=list,
-        description="connections the egress proxy refused, all attempts (or the session)",
+        description="connections the egress proxy or packet filter refused, all attempts (or the session)",
     )
+    refused_total: int = Field(0, ge=0, description=f"{REFUSED_TOTAL}, all attempts (or the session)")
+    refused_unlisted: int = Field(0, ge=0, description=f"{REFUSED_UNLISTED}, all attempts (or the session)")
 
     @model_validator(mode="before")
     @classmethod
     def _network_denied_of_runs(cls, data: Any) -> Any:
-        """Filled from the attempts (or the session) when not given: every refusal of the job; any
-        refusal puts ``network`` in ``limits_hit``."""
+        """Filled from the attempts (or the session) when not given: every refusal of the job, listed
+        and counted; any refusal puts ``network`` in ``limits_hit``."""
         if isinstance(data, dict) and "network_denied" not in data:
             found: list[Any] = []
             for attempt in data.get("attempts") or []:
@@ -385,7 +404,13 @@ class JobResult(_Strict):
             found += _field_of(data.get("session"), "network_denied")
             if found:
                 data = {**data, "network_denied": found}
-        if isinstance(data, dict) and data.get("network_denied"):  # a refusal is a limit hit, every mode
+        for name in ("refused_total", "refused_unlisted"):
+            if isinstance(data, dict) and name not in data:
+                runs = [*(data.get("attempts") or []), data.get("session")]
+                if count := sum(_count_of(run, name) for run in runs):
+                    data = {**data, name: count}
+        refused = isinstance(data, dict) and (data.get("network_denied") or data.get("refused_total"))
+        if refused:  # a refusal is a limit hit, every mode
             limits = list(data.get("limits_hit") or [])
             if Limit.NETWORK not in limits:
                 data = {**data, "limits_hit": [*limits, Limit.NETWORK]}

@@ -2,7 +2,7 @@
 
 Formatted with ``ATTACKS.format(...)``-free placeholders: the test prepends a line defining CA,
 PROXY, GATEWAY, DOCKER_GATEWAY, SERVICE_IP, OTHER_SANDBOX, and the addresses this test run owns
-standing in for the Internet and a metadata service (OUTSIDE_V4, OUTSIDE_V6, METADATA: see
+standing in for the Internet and a metadata service (OUTSIDE_V4, OUTSIDE_V4_B, OUTSIDE_V6, METADATA: see
 tests/owned_targets.py). Prints one JSON object: case -> outcome.
 """
 
@@ -41,8 +41,8 @@ def tcp(host, port, family=socket.AF_INET):
         s.close()
 
 
-def udp(host, port, payload=b"x"):
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def udp(host, port, payload=b"x", family=socket.AF_INET):
+    s = socket.socket(family, socket.SOCK_DGRAM)
     s.settimeout(3)
     try:
         s.sendto(payload, (host, port))
@@ -107,6 +107,8 @@ out["DNS tunnel to an outside resolver (UDP 53)"] = udp(OUTSIDE_V4, 53, dns_quer
 out["DNS over TCP to an outside resolver (53)"] = tcp(OUTSIDE_V4, 53)
 out["UDP to the gateway"] = udp(GATEWAY, 3128)
 out["IPv6 to an outside address"] = tcp(OUTSIDE_V6, 443, socket.AF_INET6)
+out["UDP over IPv6 to an outside address"] = udp(OUTSIDE_V6, 53, family=socket.AF_INET6)
+out["IPv4-mapped IPv6 address"] = tcp("::ffff:" + OUTSIDE_V4_B, 443, socket.AF_INET6)
 out["host gateway, SSH port"] = tcp(GATEWAY, 22)
 out["host gateway, Redis port"] = tcp(GATEWAY, 6379)
 out["Docker bridge gateway, Redis port"] = tcp(DOCKER_GATEWAY, 6379)

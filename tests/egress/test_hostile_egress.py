@@ -13,6 +13,7 @@ so must the filter's, itemised from its NFLOG rules (sandfleet/worker/egress/nfl
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from typing import Any
@@ -39,6 +40,8 @@ LISTENER = (
 REJECT_TCP = "iptables -A OUTPUT -p tcp -j REJECT --reject-with tcp-reset"
 REJECT_OTHER = "iptables -A OUTPUT -j REJECT --reject-with icmp-port-unreachable"
 REJECT_DOCKER_DNS_UDP = "iptables -A OUTPUT -d 127.0.0.11/32 -j REJECT --reject-with icmp-port-unreachable"
+REJECT6_TCP = "ip6tables -A OUTPUT -p tcp -j REJECT --reject-with tcp-reset"
+REJECT6_OTHER = "ip6tables -A OUTPUT -j REJECT --reject-with icmp6-port-unreachable"
 
 
 def refused(errno_name: str) -> Any:
@@ -94,11 +97,14 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
     ),
     "DNS over TCP to an outside resolver (53)": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "UDP to the gateway": (refused("EPERM"), "sandbox filter: ICMP port unreachable", None),
-    "IPv6 to an outside address": (
-        lambda o: o.get("errno") in ("ENETUNREACH", "ECONNREFUSED", "EADDRNOTAVAIL", "EHOSTUNREACH"),
-        "no IPv6 route; ip6tables reject",
+    # IPv6 is routed into the sandbox's own filter (sandbox_filter.py route_ipv6_into_filter).
+    "IPv6 to an outside address": (refused("ECONNREFUSED"), "sandbox filter (IPv6): TCP reset", None),
+    "UDP over IPv6 to an outside address": (
+        refused("EPERM"),
+        "sandbox filter (IPv6): ICMPv6 port unreachable",
         None,
     ),
+    "IPv4-mapped IPv6 address": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "host gateway, SSH port": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "host gateway, Redis port": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
     "Docker bridge gateway, Redis port": (refused("ECONNREFUSED"), "sandbox filter: TCP reset", None),
@@ -112,7 +118,11 @@ EXPECTED: dict[str, tuple[Any, str, str | None]] = {
 # run's denials must itemise it (read from the sandbox's NFLOG group, sandfleet/worker/egress/nflog.py).
 DIRECT = "a direct connection, not through the proxy (packet filter)"
 DOCKER_DNS = "DNS to Docker's resolver (127.0.0.11)"
+IPV6 = "IPv6 is not allowed (packet filter)"
 FILTER_DENIED: dict[str, tuple[str, int, str, str]] = {
+    "IPv6 to an outside address": ("OUTSIDE_V6", 443, "tcp", IPV6),
+    "UDP over IPv6 to an outside address": ("OUTSIDE_V6", 53, "udp", IPV6),
+    "IPv4-mapped IPv6 address": ("OUTSIDE_V4_B", 443, "tcp", DIRECT),
     "IP literal directly": ("SERVICE_IP", 443, "tcp", DIRECT),
     "DNS lookup": ("127.0.0.11", 53, "udp", DOCKER_DNS),
     "DNS tunnel to Docker's resolver (127.0.0.11)": ("127.0.0.11", 53, "udp", DOCKER_DNS),
@@ -140,8 +150,8 @@ def hostile_run(
 ) -> dict[str, Any]:
     """The hostile program's outcome in one sandbox per runtime, with its denials, rule counters and
     whatever reached the run's own targets meanwhile (nothing, if every refusal held)."""
-    from sandfleet.worker.egress.gateway import egress_gateway, take_denials
-    from sandfleet.worker.egress.network import rule_counters
+    from sandfleet.worker.egress.gateway import egress_gateway, take_refusals
+    from sandfleet.worker.egress.sandbox_filter import rule_counters
     from sandfleet.worker.sandbox.manager import SandboxManager
 
     config = SandboxConfig(backend=request.param, network="restricted", allow_hosts=["api.egress.test"])
@@ -157,13 +167,14 @@ def hostile_run(
         listener.start()
         time.sleep(1.0)
         lease = attacker._container.handle.egress
-        before = rule_counters(lease.pid)
+        before = rule_counters(lease.netns)
         addresses = {
             "GATEWAY": gateway.network.gateway,
             "DOCKER_GATEWAY": docker_gateway(),
             "SERVICE_IP": service.address,
             "OTHER_SANDBOX": other_ip,
             "OUTSIDE_V4": owned_targets.public_v4,
+            "OUTSIDE_V4_B": owned_targets.public_v4_b,
             "OUTSIDE_V6": owned_targets.public_v6,
             "METADATA": owned_targets.link_local,
         }
@@ -171,17 +182,18 @@ def hostile_run(
         prelude = f"CA={service.ca.read_text()!r}\nPROXY=({gateway.network.gateway!r},{gateway.network.proxy_port})\n"
         prelude += "".join(f"{name}={value!r}\n" for name, value in addresses.items())
         done = attacker.execute(["python3", "-c", prelude + ATTACKS], timeout=120)
-        after = rule_counters(lease.pid)
+        after = rule_counters(lease.netns)
         arrived = owned_targets.arrived_since(mark)
-        denials = lease.take_denials()
+        refusals = lease.take()
         listener.join(30)
-        other_denials = take_denials(other._container)
+        other_denials = take_refusals(other._container).denials
     assert done.exit_code == 0, done.stderr
     counted = {rule: after.get(rule, 0) - before.get(rule, 0) for rule in after}
     return {
         "runtime": config.docker_runtime,
         "outcome": json.loads(done.stdout),
-        "denials": denials,
+        "denials": refusals.denials,
+        "refused_total": refusals.total,
         "counted": counted,
         "addresses": addresses,
         "other_denials": other_denials,
@@ -197,6 +209,15 @@ def test_the_allowed_name_is_reached(hostile_run: dict[str, Any]) -> None:
     }
 
 
+def _rule_of(mechanism: str) -> str:
+    """The sandbox filter's rule a mechanism names (its counter must have counted the packet)."""
+    if "127.0.0.11" in mechanism:
+        return REJECT_DOCKER_DNS_UDP
+    if "IPv6" in mechanism:
+        return REJECT6_OTHER if "ICMP" in mechanism else REJECT6_TCP
+    return REJECT_OTHER if "ICMP" in mechanism else REJECT_TCP
+
+
 @pytest.mark.parametrize("case", sorted(EXPECTED))
 def test_attack_is_refused_by_its_mechanism(hostile_run: dict[str, Any], case: str) -> None:
     check, mechanism, reason = EXPECTED[case]
@@ -205,14 +226,7 @@ def test_attack_is_refused_by_its_mechanism(hostile_run: dict[str, Any], case: s
     if reason is not None:
         ok = ok and any(reason in d["reason"] for d in hostile_run["denials"])
     if mechanism.startswith("sandbox filter"):
-        rule = (
-            REJECT_DOCKER_DNS_UDP
-            if "127.0.0.11" in mechanism
-            else REJECT_OTHER
-            if "ICMP" in mechanism
-            else REJECT_TCP
-        )
-        ok = ok and hostile_run["counted"].get(rule, 0) > 0
+        ok = ok and hostile_run["counted"].get(_rule_of(mechanism), 0) > 0
     ok = ok and hostile_run["arrived"] == {}  # and nothing reached the run's own targets
     record(f"egress: {case}", hostile_run["runtime"], ok, {"outcome": outcome, "mechanism": mechanism})
     assert ok, (outcome, mechanism, hostile_run["denials"], hostile_run["counted"], hostile_run["arrived"])
@@ -246,6 +260,77 @@ def test_filter_refusal_is_itemised_in_the_denials(hostile_run: dict[str, Any], 
     assert ok, json.dumps([host, port, protocol, hostile_run["denials"]])
 
 
+def test_every_refusal_of_the_run_is_counted_and_below_the_log_rate_listed(
+    hostile_run: dict[str, Any],
+) -> None:
+    """Fewer refusals than the log's burst: the count of all of them (the proxy's and the filter's
+    REJECT counters) equals what the denials itemise, none unlisted."""
+    listed = sum(d["count"] for d in hostile_run["denials"])
+    ok = hostile_run["refused_total"] == listed > 0
+    record(
+        "egress: every refusal counted", hostile_run["runtime"], ok, {"total": hostile_run["refused_total"]}
+    )
+    assert ok, (hostile_run["refused_total"], listed, hostile_run["denials"])
+
+
 def test_the_filter_log_reads_only_its_own_sandbox(hostile_run: dict[str, Any]) -> None:
     """The other sandbox only listened: none of the attacker's refusals may appear in its record."""
     assert hostile_run["other_denials"] == []
+
+
+FLOOD_THEN_DIE = """\
+import os, signal, socket
+for i in range({count}):
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(({target!r}, 443))
+    except OSError:
+        pass
+    finally:
+        s.close()
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit()):
+    if pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)  # the agent too: gVisor delivers it, and the sandbox ends
+        except OSError:
+            pass
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_sandbox_that_kills_itself_after_a_burst_has_every_refusal_counted(
+    egress_env: dict[str, Any], owned_targets: Any, backend: str
+) -> None:
+    """Twice the log's burst, then every process it sees killed, its own last: the filter's counters
+    are read through the namespace the worker holds open (netns.py), so a sandbox that ended itself
+    (under gVisor its agent dies with it) still has every refusal counted, listed or not."""
+    from sandfleet.worker.egress.nflog import BURST
+    from sandfleet.worker.sandbox.manager import SandboxManager
+
+    count = 2 * BURST
+    config = SandboxConfig(backend=backend, network="restricted", allow_hosts=["api.egress.test"])
+    mark = owned_targets.mark()
+    with SandboxManager(config) as manager:
+        session = manager.create_session(labels=TEST_LABELS)
+        lease = session._container.handle.egress
+        program = FLOOD_THEN_DIE.format(count=count, target=owned_targets.public_v4)
+        try:
+            session.execute(["python3", "-c", program], timeout=60)
+        except Exception as e:  # the sandbox may be gone with its agent: what matters is the count
+            ended = type(e).__name__
+        else:
+            ended = "returned"
+        agent_gone = not os.path.exists(f"/proc/{lease.pid}")
+        refusals = lease.take()
+    ok = refusals.total == count and refusals.unlisted == count - refusals.listed > 0
+    detail = {"total": refusals.total, "listed": refusals.listed, "agent_gone": agent_gone, "execute": ended}
+    record(
+        "egress: a burst, then the sandbox ends itself: every refusal counted",
+        config.docker_runtime,
+        ok,
+        detail,
+    )
+    assert ok, detail
+    assert owned_targets.arrived_since(mark) == {}

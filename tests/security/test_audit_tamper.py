@@ -286,6 +286,8 @@ RESULT_FIELDS = [
     "mode",
     "model",
     "network_denied",
+    "refused_total",
+    "refused_unlisted",
     "repairs",
     "result",
     "schema_version",

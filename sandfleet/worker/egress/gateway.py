@@ -3,10 +3,11 @@
 ``EgressGateway.prepare`` (before a restricted sandbox is created) makes sure the network, the host's
 rules (the proxy's destination filter among them, for the ranges of destinations.py as the host and
 its Docker networks are at that moment) and the proxy are there; ``container_options`` puts the container on that network;
-``attach`` (after the start, before the agent runs anything) installs and checks the sandbox's own
-filter, opens its filter's log (nflog.py) and registers its allow-list under its address; the returned
-EgressLease reads the sandbox's refused connections (the proxy's and the packet filter's) and
-unregisters it on removal. Any failure raises EgressError: the sandbox is
+``attach`` (after the start, before the agent runs anything) holds the sandbox's network namespace
+(netns.py), installs and checks its own filter and routes its IPv6 into it (sandbox_filter.py), opens
+the filter's log (nflog.py) and registers its allow-list under its address; the returned EgressLease
+reads the sandbox's refused connections (the proxy's and the packet filter's, itemised, and how many
+there were in all) and unregisters it on removal. Any failure raises EgressError: the sandbox is
 removed unused (fail closed).
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import os
 import threading
 import time
@@ -25,18 +27,25 @@ from typing import Any
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.settings import Settings, get_settings
 from sandfleet.worker.egress.destinations import DeniedRanges, IPNetwork, parse_networks
+from sandfleet.worker.egress.netns import NetnsError, SandboxNetns
 from sandfleet.worker.egress.network import (
     EgressNetwork,
     ensure_docker_network,
     fleet_networks,
     install_destination_filter,
     install_host_rules,
-    install_sandbox_filter,
     verify_destination_filter,
     verify_host_rules,
 )
 from sandfleet.worker.egress.nflog import FilterLog, FilterLogError
+from sandfleet.worker.egress.sandbox_filter import (
+    install_sandbox_filter,
+    refused_packets,
+    route_ipv6_into_filter,
+)
 from sandfleet.worker.egress.squid import EgressError, ProxyConfig, ensure_proxy, running_pid
+
+log = logging.getLogger(__name__)
 
 RECHECK_S = 5.0  # the network and host rules are checked again after this long
 CA_INSIDE = "/opt/sandfleet/egress/ca.pem"  # where SANDFLEET_EGRESS_CA_FILE is mounted read-only
@@ -93,39 +102,79 @@ def network_of(settings: Settings) -> EgressNetwork:
     )
 
 
+@dataclass(frozen=True)
+class Refusals:
+    """A sandbox's refused connections over some span (a run, a command): the itemised ones, and how
+    many there were in all (the proxy's, each itemised, and every packet the filter's REJECT rules
+    counted, logged or not). ``total - listed`` were refused past the filter log's rate."""
+
+    denials: list[dict[str, Any]] = field(default_factory=list)
+    total: int = 0
+
+    @property
+    def listed(self) -> int:
+        return sum(int(d.get("count", 1)) for d in self.denials)
+
+    @property
+    def unlisted(self) -> int:
+        return self.total - self.listed
+
+
 @dataclass
 class EgressLease:
-    """One sandbox's registration with the proxy: its address and where its refusals are written."""
+    """One sandbox's registration with the proxy: its address, its namespace (held until release) and
+    where its refusals are written."""
 
     sandbox_id: str
     address: str
     registration: Path
     denials_path: Path
     pid: int
+    netns: SandboxNetns
     filter_log: FilterLog | None = None  # the packet filter's refusals (None: not opened)
     offset: int = 0
-    refused: int = 0
+    refused: int = 0  # every refusal taken so far
+    filter_reported: int = 0  # the filter's refusals reported so far (listed or not)
+    released: bool = False
+    left: Refusals = field(default_factory=Refusals)  # taken by release, not yet by a take
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def take_denials(self) -> list[dict[str, Any]]:
-        """The connections refused since the last call (host, port, reason, ..., count): the proxy's,
-        then the packet filter's, one entry per destination and reason, in order of first refusal."""
-        denials = self._proxy_denials()
-        if self.filter_log is not None:
-            denials += self.filter_log.take()
-        self.refused += sum(int(d.get("count", 1)) for d in denials)
-        return denials
-
-    def _proxy_denials(self) -> list[dict[str, Any]]:
+    def take(self) -> Refusals:
+        """The connections refused since the last call: the proxy's, then the packet filter's, one
+        entry per destination and reason in order of first refusal, and the count of all of them.
+        After ``release``: what it took last, once (a sandbox destroyed mid-run loses nothing)."""
         with self._lock:
-            try:
-                with open(self.denials_path, "rb") as f:
-                    f.seek(self.offset)
-                    data = f.read()
-            except FileNotFoundError:
-                return []
-            complete = data[: data.rfind(b"\n") + 1]
-            self.offset += len(complete)
+            if self.released:
+                left, self.left = self.left, Refusals()
+                return left
+            return self._take()
+
+    def _take(self) -> Refusals:  # holds _lock
+        """The log is drained before the counters are read, so they never count fewer than it
+        listed; a packet counted before its log entry was read is reported unlisted now and never
+        again (``filter_reported``)."""
+        proxy = self._proxy_denials()
+        logged = self.filter_log.take() if self.filter_log is not None else []
+        counted = refused_packets(self.netns)
+        listed = sum(d["count"] for d in logged)
+        if counted is None:
+            log.warning("sandbox %s: its filter's counters cannot be read", self.sandbox_id[:12])
+            counted = self.filter_reported + listed
+        filtered = max(counted - self.filter_reported, listed)
+        self.filter_reported += filtered
+        taken = Refusals(proxy + logged, sum(d["count"] for d in proxy) + filtered)
+        self.refused += taken.total
+        return taken
+
+    def _proxy_denials(self) -> list[dict[str, Any]]:  # holds _lock
+        try:
+            with open(self.denials_path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
         merged: dict[str, dict[str, Any]] = {}  # a model that loops: one entry, counted
         for line in complete.splitlines():
             try:
@@ -140,16 +189,32 @@ class EgressLease:
                 merged[key] = {**denial, "count": 1}
         return list(merged.values())
 
-    def release(self) -> None:
-        """Unregister (before the container goes, so its address cannot be reused meanwhile)."""
-        if self.filter_log is not None:
-            self.filter_log.close()
+    def unregister(self) -> None:
+        """Take the sandbox's allow-list off the proxy: before its container goes, so that its
+        address, given to another sandbox meanwhile, is never let through on this list."""
         try:
             entry = json.loads(self.registration.read_text())
             if entry.get("sandbox") == self.sandbox_id:
                 self.registration.unlink()
         except (OSError, ValueError):
             pass
+
+    def release(self) -> None:
+        """Unregister, and let the sandbox's namespace go once its container has gone (its counters
+        final), keeping what it refused since the last take for the next one: a run or a session
+        whose container was destroyed loses nothing. Idempotent; never raises."""
+        self.unregister()
+        with self._lock:
+            if self.released:
+                return
+            try:
+                self.left = self._take()
+            except Exception:
+                log.exception("sandbox %s: its last refusals could not be read", self.sandbox_id[:12])
+            self.released = True
+            if self.filter_log is not None:
+                self.filter_log.close()
+            self.netns.close()
         try:
             self.denials_path.unlink()
         except OSError:
@@ -237,23 +302,22 @@ class EgressGateway:
             raise EgressError(
                 f"the sandbox is not on the egress network {self.network.name!r} alone (networks: {sorted(networks)})"
             )
-        install_sandbox_filter(pid, self.network)
-        verify_host_rules(self.network)
-        verify_destination_filter(self.network, self.proxy.denied)
-        if not running_pid(self.state_dir):
-            raise EgressError("the egress proxy is not running")
         try:
-            filter_log = FilterLog.open(pid)
-        except FilterLogError as e:
+            netns = SandboxNetns.open(pid)
+        except NetnsError as e:
             raise EgressError(str(e)) from None
         registration = self.state_dir / "clients" / address
+        filter_log = None
         try:
+            filter_log = self._filter(netns)
             tmp = registration.with_name(f".{address}.{container_id[:12]}")
             tmp.write_text(json.dumps({"sandbox": container_id, "allow": list(config.allow_hosts)}))
             os.chmod(tmp, 0o644)
             os.replace(tmp, registration)
         except BaseException:
-            filter_log.close()
+            if filter_log is not None:
+                filter_log.close()
+            netns.close()
             raise
         return EgressLease(
             sandbox_id=container_id,
@@ -261,8 +325,23 @@ class EgressGateway:
             registration=registration,
             denials_path=self.state_dir / "denials" / f"{container_id}.jsonl",
             pid=pid,
+            netns=netns,
             filter_log=filter_log,
         )
+
+    def _filter(self, netns: SandboxNetns) -> FilterLog:
+        """The sandbox's filter and IPv6 route in place, the host's rules and the proxy checked; the
+        filter's log opened."""
+        install_sandbox_filter(netns, self.network)
+        route_ipv6_into_filter(netns)
+        verify_host_rules(self.network)
+        verify_destination_filter(self.network, self.proxy.denied)
+        if not running_pid(self.state_dir):
+            raise EgressError("the egress proxy is not running")
+        try:
+            return FilterLog.open(netns)
+        except FilterLogError as e:
+            raise EgressError(str(e)) from None
 
 
 @functools.lru_cache(maxsize=8)
@@ -285,7 +364,7 @@ def egress_gateway(settings: Settings | None = None) -> EgressGateway:
     )
 
 
-def take_denials(container: Any) -> list[dict[str, Any]]:
-    """A sandbox's refused connections since the last call; [] for sandboxes without egress."""
+def take_refusals(container: Any) -> Refusals:
+    """A sandbox's refused connections since the last call; none for sandboxes without egress."""
     lease = getattr(getattr(container, "handle", None), "egress", None)
-    return lease.take_denials() if lease is not None else []
+    return lease.take() if lease is not None else Refusals()

@@ -5,14 +5,8 @@
 2. The host's INPUT chain lets the bridge reach the proxy's port on the gateway address and rejects
    everything else (the host itself: Redis, the Docker API over TCP, SSH, any service); IPv6 from
    the bridge is dropped and the bridge has no IPv6 address.
-3. Each sandbox's own network namespace gets an OUTPUT filter (nsenter + iptables-restore from the
-   host, as the program has no capabilities to change it): TCP to the proxy only, Docker's embedded
-   DNS (127.0.0.11) rejected, every other packet rejected at once (a clean ECONNREFUSED, never a
-   hang), all IPv6 rejected. Before each REJECT a rate-limited NFLOG rule logs the packet (for
-   127.0.0.11 in the raw table, before Docker's DNAT of port 53), so that nflog.py can itemise
-   every refusal in the run's record. Under gVisor the sandbox runs with ``--network=host``
-   (runtime ``runsc-egress``): its sockets are the host kernel's in that namespace, so the same
-   filter and log hold.
+3. Each sandbox's own network namespace gets an OUTPUT filter (sandbox_filter.py): TCP to the
+   proxy only, everything else rejected at once, logged (nflog.py) and counted.
 
 4. The proxy's own connections (marked by Squid, ``tcp_outgoing_mark``) pass the host's OUTPUT
    through a chain of this network that refuses the internal ranges of destinations.py and every
@@ -33,10 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandfleet.worker.egress.destinations import DeniedRanges, IPNetwork
-from sandfleet.worker.egress.nflog import nflog_rule
 from sandfleet.worker.egress.squid import EgressError
 
-DOCKER_DNS = "127.0.0.11"
 NETWORK_LABEL = "sandfleet.egress"
 
 
@@ -270,105 +262,3 @@ def fleet_networks(client: Any) -> list[IPNetwork]:
             except (KeyError, ValueError):
                 continue
     return found
-
-
-def sandbox_rules_v4(net: EgressNetwork) -> str:
-    return "\n".join(
-        [
-            "*filter",
-            ":INPUT ACCEPT [0:0]",
-            ":FORWARD DROP [0:0]",
-            ":OUTPUT DROP [0:0]",
-            f"-A OUTPUT -d {DOCKER_DNS}/32 -p tcp -j REJECT --reject-with tcp-reset",
-            f"-A OUTPUT -d {DOCKER_DNS}/32 -j REJECT --reject-with icmp-port-unreachable",
-            "-A OUTPUT -o lo -j ACCEPT",
-            f"-A OUTPUT -d {net.gateway}/32 -p tcp -m tcp --dport {net.proxy_port} -j ACCEPT",
-            nflog_rule("sf:direct"),
-            "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
-            "-A OUTPUT -j REJECT --reject-with icmp-port-unreachable",
-            "COMMIT",
-            "",
-        ]
-    )
-
-
-def sandbox_log_rules_v4() -> str:
-    """The raw table's rule that logs DNS to Docker's resolver: raw comes before the nat table's
-    DNAT of 127.0.0.11:53 to the resolver's own port, so the log shows port 53. Every packet it
-    logs is rejected by the filter's 127.0.0.11 rules."""
-    return "\n".join(
-        [
-            "*raw",
-            ":PREROUTING ACCEPT [0:0]",
-            ":OUTPUT ACCEPT [0:0]",
-            nflog_rule("sf:dns", f"-d {DOCKER_DNS}/32"),
-            "COMMIT",
-            "",
-        ]
-    )
-
-
-def sandbox_rules_v6() -> str:
-    return "\n".join(
-        [
-            "*filter",
-            ":INPUT DROP [0:0]",
-            ":FORWARD DROP [0:0]",
-            ":OUTPUT DROP [0:0]",
-            "-A INPUT -i lo -j ACCEPT",
-            "-A OUTPUT -o lo -j ACCEPT",
-            nflog_rule("sf:v6"),
-            "-A OUTPUT -p tcp -j REJECT --reject-with tcp-reset",
-            "-A OUTPUT -j REJECT --reject-with icmp6-port-unreachable",
-            "COMMIT",
-            "",
-        ]
-    )
-
-
-def _rule_lines(rules: str) -> list[str]:
-    return [line for line in rules.splitlines() if line.startswith("-A ")]
-
-
-def install_sandbox_filter(pid: int, net: EgressNetwork) -> None:
-    """Load and check the sandbox's own filter in the network namespace of process ``pid``.
-
-    Raises:
-        EgressError: it cannot be loaded, or ``iptables -S`` there does not show every rule.
-    """
-    require_tools()
-    for restore, save, rules in (
-        ("iptables-restore", ["iptables"], sandbox_rules_v4(net)),
-        ("iptables-restore", ["iptables", "-t", "raw"], sandbox_log_rules_v4()),
-        ("ip6tables-restore", ["ip6tables"], sandbox_rules_v6()),
-    ):
-        done = _run(["nsenter", "-t", str(pid), "-n", restore], stdin=rules)
-        if done.returncode != 0:
-            raise EgressError(
-                f"cannot install the sandbox's egress filter ({restore}): {done.stderr.strip()}"
-            )
-        shown = _run(["nsenter", "-t", str(pid), "-n", *save, "-S"])
-        present = set(shown.stdout.splitlines())
-        missing = [line for line in _rule_lines(rules) if line not in present]
-        policy_ok = "-P OUTPUT DROP" in present or rules.startswith("*raw")
-        if shown.returncode != 0 or missing or not policy_ok:
-            raise EgressError(
-                f"the sandbox's egress filter did not verify ({' '.join(save)}): missing {missing}"
-            )
-
-
-def rule_counters(pid: int) -> dict[str, int]:
-    """Packets each OUTPUT rule of a sandbox's filter matched (``iptables -S`` text -> count)."""
-    counters: dict[str, int] = {}
-    for save in ("iptables", "ip6tables"):
-        shown = _run(["nsenter", "-t", str(pid), "-n", save, "-S", "OUTPUT", "-v"])
-        for line in shown.stdout.splitlines():
-            if not line.startswith("-A OUTPUT"):
-                continue
-            parts = line.split()
-            if "-c" in parts:
-                at = parts.index("-c")
-                packets = int(parts[at + 1])
-                del parts[at : at + 3]
-                counters[f"{save} {' '.join(parts)}"] = packets
-    return counters

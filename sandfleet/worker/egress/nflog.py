@@ -1,19 +1,19 @@
 """The sandbox filter's refusals, itemised: NFLOG packets read from the sandbox's own netns.
 
-Each REJECT of the sandbox's filter (network.py) is preceded by a rate-limited NFLOG rule
+Each REJECT of the sandbox's filter (sandbox_filter.py) is preceded by a rate-limited NFLOG rule
 (``--nflog-group NFLOG_GROUP``, a prefix naming the reason, the first NFLOG_SIZE bytes of the
 packet). The kernel's NFLOG instances belong to a network namespace, and so does a netlink socket:
-``FilterLog.open`` creates its socket in a short-lived thread that has entered the sandbox's
-namespace (setns(2) through ctypes: Python 3.11 has no os.setns) and left it again, so the socket
-goes on receiving that namespace's packets, and only those, from the worker's own namespace.
-``take`` drains it without blocking: destination, port, protocol and reason of every logged
-packet, merged with a count. Beyond the rate limit (LIMIT per second, burst BURST, per rule) a
-refusal is still refused and counted by the rule, but not itemised. Standard library only.
+``FilterLog.open`` creates its socket inside the sandbox's namespace (netns.py ``SandboxNetns.call``,
+a thread that setns(2)-ed in and out), so the socket goes on receiving that namespace's packets, and
+only those, from the worker's own namespace. ``take`` drains it without blocking: destination, port,
+protocol and reason of every logged packet, merged with a count. Beyond the rate limit (LIMIT per
+second, burst BURST, per rule), or past the socket's buffer, a refusal is still refused and counted
+by its REJECT rule, but not itemised here: the lease (gateway.py) reports those as
+``refused_unlisted``. Standard library only.
 """
 
 from __future__ import annotations
 
-import ctypes
 import ipaddress
 import os
 import socket
@@ -21,6 +21,8 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from typing import Any
+
+from sandfleet.worker.egress.netns import NetnsError, SandboxNetns
 
 NFLOG_GROUP = 17  # per network namespace: every sandbox may use the same group
 NFLOG_SIZE = 80  # bytes of each packet copied: an IPv4 header with options, or IPv6's, and the ports
@@ -34,9 +36,6 @@ REASONS = {
     "sf:direct": "a direct connection, not through the proxy (packet filter)",
     "sf:v6": "IPv6 is not allowed (packet filter)",
 }
-OVERFLOW_REASON = "more connections were refused than the packet filter's log could hold (not itemised)"
-
-_CLONE_NEWNET = 0x40000000
 _NETLINK_NETFILTER = 12
 _NFNL_SUBSYS_ULOG = 4
 _NFULNL_MSG_PACKET = 0
@@ -56,13 +55,6 @@ _PROTOCOLS = {1: "icmp", 6: "tcp", 17: "udp", 58: "icmpv6", 132: "sctp"}
 
 class FilterLogError(OSError):
     """The sandbox's NFLOG group cannot be read (the caller refuses the sandbox)."""
-
-
-def _setns(fd: int) -> None:
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.setns(fd, _CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns: {os.strerror(err)}")
 
 
 def _attr(kind: int, value: bytes) -> bytes:
@@ -174,49 +166,24 @@ class FilterLog:
     """The NFLOG socket of one sandbox's network namespace."""
 
     sock: socket.socket
-    overflowed: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @classmethod
-    def open(cls, pid: int, group: int = NFLOG_GROUP) -> FilterLog:
-        """Bind ``group`` in the network namespace of process ``pid``.
+    def open(cls, netns: SandboxNetns, group: int = NFLOG_GROUP) -> FilterLog:
+        """Bind ``group`` in the sandbox's namespace.
 
         Raises:
             FilterLogError: the namespace cannot be entered or the group cannot be bound.
         """
-        outcome: dict[str, Any] = {}
-
-        def inside() -> None:
-            try:
-                own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-                try:
-                    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-                    try:
-                        _setns(target)
-                        try:
-                            if os.stat("/proc/thread-self/ns/net").st_ino != os.fstat(target).st_ino:
-                                raise OSError("the thread did not enter the sandbox's network namespace")
-                            outcome["sock"] = _bound_socket(group)
-                        finally:
-                            _setns(own)  # if this failed, the thread ends here anyway
-                    finally:
-                        os.close(target)
-                finally:
-                    os.close(own)
-            except Exception as e:  # reported by the caller, never lost with the thread
-                outcome["error"] = e
-
-        thread = threading.Thread(target=inside, name=f"sandfleet-nflog-{pid}", daemon=True)
-        thread.start()
-        thread.join(10.0)
-        if "sock" not in outcome:
-            error = outcome.get("error", "it did not answer within 10 s")
-            raise FilterLogError(f"cannot read the sandbox filter's log (NFLOG group {group}): {error}")
-        return cls(outcome["sock"])
+        try:
+            return cls(netns.call(lambda: _bound_socket(group), name="sandfleet-nflog"))
+        except NetnsError as e:
+            raise FilterLogError(f"cannot read the sandbox filter's log (NFLOG group {group}): {e}") from None
 
     def take(self) -> list[dict[str, Any]]:
         """The refusals logged since the last call, merged: one entry per (reason, protocol, host,
-        port) with its count, in order of first appearance."""
+        port) with its count, in order of first appearance. Messages the kernel dropped (ENOBUFS)
+        are missing here and counted by the filter's rules."""
         merged: dict[tuple[str, str, str, int], dict[str, Any]] = {}
         with self._lock:
             while True:
@@ -226,39 +193,29 @@ class FilterLog:
                     break
                 except OSError as e:
                     if e.errno == 105:  # ENOBUFS: the kernel dropped messages; the socket goes on
-                        self.overflowed += 1
                         continue
                     break  # closed
                 for kind, _seq, payload in _messages(data):
                     if kind != (_NFNL_SUBSYS_ULOG << 8) | _NFULNL_MSG_PACKET:
                         continue
                     packet = parse_packet(payload)
-                    if packet is None:
-                        continue
-                    reason = REASONS.get(packet.prefix, f"refused by the packet filter ({packet.prefix})")
-                    key = (reason, packet.protocol, packet.host, packet.port)
-                    entry = merged.setdefault(
-                        key,
-                        {
-                            "host": packet.host,
-                            "port": packet.port,
-                            "reason": reason,
-                            "protocol": packet.protocol,
-                            "count": 0,
-                        },
-                    )
-                    entry["count"] += 1
-            overflowed, self.overflowed = self.overflowed, 0
-        found = list(merged.values())
-        if overflowed:
-            found.append(
-                {"host": "*", "port": 0, "reason": OVERFLOW_REASON, "protocol": "*", "count": overflowed}
-            )
-        return found
+                    if packet is not None:
+                        _merge(merged, packet)
+        return list(merged.values())
 
     def close(self) -> None:
         with self._lock:
             self.sock.close()
+
+
+def _merge(merged: dict[tuple[str, str, str, int], dict[str, Any]], packet: LoggedPacket) -> None:
+    reason = REASONS.get(packet.prefix, f"refused by the packet filter ({packet.prefix})")
+    key = (reason, packet.protocol, packet.host, packet.port)
+    entry = merged.setdefault(
+        key,
+        {"host": packet.host, "port": packet.port, "reason": reason, "protocol": packet.protocol, "count": 0},
+    )
+    entry["count"] += 1
 
 
 def nflog_rule(prefix: str, match: str = "") -> str:

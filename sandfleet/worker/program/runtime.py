@@ -25,7 +25,7 @@ from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError, JsonLimitError
 from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
-from sandfleet.worker.egress.gateway import take_denials
+from sandfleet.worker.egress.gateway import Refusals, take_refusals
 from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.program.bridge import CallPolicy, ToolBridge, allow_all, stub_module
 from sandfleet.worker.program.recorded import RecordedAnswers
@@ -77,6 +77,8 @@ class RunResult:
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     limits_hit: list[Limit] = field(default_factory=list)
     network_denied: list[dict[str, Any]] = field(default_factory=list)  # refused by proxy or filter
+    refused_total: int = 0  # every refusal: network_denied's counts and the filter's past its log rate
+    refused_unlisted: int = 0  # of which network_denied does not itemise
     oom_killed: bool = False
     agent_killed: bool = False  # the program killed its sandbox's agent process (not a limit)
     error: str | None = None
@@ -207,7 +209,7 @@ class ProgramRuntime:
                 mkdirs=[out_dir(config.workdir)] if sandbox.caps.enabled else None,
             )
             ended = time.monotonic()
-            denied = take_denials(container)  # before release: a released sandbox's file is gone
+            refusals = take_refusals(container)  # before release: a released sandbox's are gone
             collection = collect_artifacts(container, sandbox.caps)
             collected = time.monotonic()
         finally:
@@ -221,7 +223,7 @@ class ProgramRuntime:
             "ended": ended,
             "collected": collected,
         }
-        return _Ran(lease, done, denied, collection, marks)
+        return _Ran(lease, done, refusals, collection, marks)
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,7 @@ class _Ran:
 
     lease: Any  # sandfleet/worker/sandbox/pool.py Lease
     done: Any  # the container's ExecResult
-    denied: list[dict[str, Any]]
+    refusals: Refusals
     collection: Collection
     marks: dict[str, float]  # time.monotonic() at each step
 
@@ -260,7 +262,7 @@ class _Sandbox:
         for hit, limit in (
             (bridge.budget_exceeded, Limit.TOOL_CALLS),
             (done.result_overflow, Limit.RESULT_SIZE),
-            (bool(ran.denied), Limit.NETWORK),
+            (ran.refusals.total > 0, Limit.NETWORK),
             (ran.collection.cap_hit, Limit.ARTIFACTS),
         ):
             if hit:
@@ -284,7 +286,9 @@ class _Sandbox:
             else None,
             tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
             limits_hit=limits,
-            network_denied=ran.denied,
+            network_denied=ran.refusals.denials,
+            refused_total=ran.refusals.total,
+            refused_unlisted=ran.refusals.unlisted,
             oom_killed=done.oom_killed,
             agent_killed=done.agent_killed,
             error=error,

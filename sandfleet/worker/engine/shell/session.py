@@ -23,7 +23,7 @@ from typing import Any
 
 from sandfleet.core import json_limits
 from sandfleet.core.contracts import Limit, SessionRecord
-from sandfleet.worker.egress.gateway import take_denials
+from sandfleet.worker.egress.gateway import take_refusals
 from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts
 from sandfleet.worker.sandbox.channel import ChannelError
 from sandfleet.worker.sandbox.container import ExecResult, SandboxContainer
@@ -70,6 +70,8 @@ class SessionSandbox:
         self.ended_at: float | None = None
         self.limits_hit: list[Limit] = []
         self.network_denied: list[dict[str, Any]] = []  # refused by the egress proxy or filter, every command
+        self.refused_total = 0  # every refusal: network_denied's counts and the filter's past its log rate
+        self.refused_unlisted = 0  # of which network_denied does not itemise
         self._lock = threading.Lock()
 
     # -- state ----------------------------------------------------------------------------------
@@ -92,6 +94,8 @@ class SessionSandbox:
             ended=self.ended or "",
             limits_hit=list(self.limits_hit),
             network_denied=list(self.network_denied),
+            refused_total=self.refused_total,
+            refused_unlisted=self.refused_unlisted,
         )
 
     # -- operations -----------------------------------------------------------------------------
@@ -130,11 +134,12 @@ class SessionSandbox:
             return done
 
     def _note_denials(self) -> None:
-        denied = take_denials(self.container)
-        if denied:
-            self.network_denied += denied
-            if Limit.NETWORK not in self.limits_hit:
-                self.limits_hit.append(Limit.NETWORK)
+        refusals = take_refusals(self.container)
+        self.network_denied += refusals.denials
+        self.refused_total += refusals.total
+        self.refused_unlisted += refusals.unlisted
+        if refusals.total and Limit.NETWORK not in self.limits_hit:
+            self.limits_hit.append(Limit.NETWORK)
 
     def file_operation(self, op: str, path: str, *, limit: int = 0, stdin: bytes = b"") -> dict[str, Any]:
         """Run the in-container file helper (files_helper.py) for one operation; its JSON answer.
@@ -238,6 +243,7 @@ class SessionSandbox:
             self.ended_at = time.monotonic()
             log.info("session sandbox %s of job %s: %s", self.container.id[:12], self.job_id, reason)
         self.container.destroy()
+        self._note_denials()  # what the sandbox refused since the last command (kept by its removal)
 
     def _busy(self) -> _Busy:
         return _Busy(self)

@@ -448,13 +448,15 @@ class DockerSandbox:
     def remove(self) -> None:
         """Kill and remove the container. Never raises: the reaper finds what is left."""
         if self.egress is not None:
-            self.egress.release()
+            self.egress.unregister()  # before its address can go to another sandbox
         try:
             self._client.api.remove_container(self.id, force=True)
         except NotFoundError:
             pass
         except Exception as e:
             log.warning("could not remove sandbox container %s: %s", self.id[:12], e)
+        if self.egress is not None:
+            self.egress.release()  # after: nothing of it runs, its refusals are all counted
 
     def inspect(self) -> dict[str, Any]:
         """Docker's own view of the container (``docker inspect``)."""

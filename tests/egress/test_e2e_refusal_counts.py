@@ -1,0 +1,195 @@
+"""Refusals past the packet filter's log rate, end to end: a real ``sandfleet worker`` on a real Redis,
+the replay model over HTTP, programs in restricted sandboxes under runc and gVisor firing FLOOD direct
+connections in a burst (twice the log's burst of 100) at addresses this test run owns
+(tests/owned_targets.py), then one IPv6 connection. Every one is refused at once; the log itemises
+what its rate lets through, the filter's REJECT counters count them all, and the job's record says
+both: ``refused_total`` == FLOOD + 1 == the counts of ``network_denied`` + ``refused_unlisted``, in
+the attempt (or session), the JobResult, ``sandfleet result --json``, the signed ``sandbox_run`` or
+``session`` event, and ``sandfleet audit --verify`` passes. Nothing reaches the targets."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from fleet.helpers import JOB_TIMEOUT_S, SANDFLEET, fleet_settings_for, keys_under, start_worker, stop_worker
+from sandbox.helpers import BACKENDS
+
+from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
+from sandfleet.worker.egress.nflog import BURST
+
+from .test_e2e_egress import EgressFleet, audit_verify
+
+pytestmark = [pytest.mark.docker, pytest.mark.redis]
+
+FLOOD = 2 * BURST
+PORTS = (22, 80, 443, 8080)
+FLOOD_PROGRAM = """\
+import json, socket
+targets = {targets!r}
+refused, other = 0, []
+for i in range({flood}):  # a burst: each connect is reset by the sandbox's filter at once
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(tuple(targets[i % len(targets)]))
+        other.append("connected")
+    except ConnectionRefusedError:
+        refused += 1
+    except OSError as e:
+        other.append(type(e).__name__)
+    finally:
+        s.close()
+v6 = socket.socket(socket.AF_INET6)
+v6.settimeout(5)
+try:
+    v6.connect(({ipv6!r}, 443))
+    ipv6 = "connected"
+except OSError as e:
+    ipv6 = type(e).__name__
+finally:
+    v6.close()
+print("RESULT: " + json.dumps({{"refused": refused, "other": other, "ipv6": ipv6}}))
+"""
+CODE_QUESTION = "Connect to many addresses directly, then over IPv6"
+SHELL_QUESTION = "From a shell, connect to many addresses directly, then over IPv6"
+IPV6_REASON = "IPv6 is not allowed (packet filter)"
+DIRECT_REASON = "a direct connection, not through the proxy (packet filter)"
+
+
+def flood_program(owned: Any) -> str:
+    hosts = (owned.public_v4, owned.public_v4_b, owned.private, owned.link_local)
+    targets = [[host, port] for host in hosts for port in PORTS]
+    return FLOOD_PROGRAM.format(targets=targets, flood=FLOOD, ipv6=owned.public_v6)
+
+
+def replay_script(owned: Any) -> dict[str, Any]:
+    def call(tool: str, **arguments: Any) -> dict[str, Any]:
+        return {"tool_calls": [{"name": tool, "arguments": arguments}]}
+
+    program = flood_program(owned)
+    shell = [
+        call("sandbox_write_file", path="flood.py", content=program),
+        call("sandbox_exec", command="python3 flood.py"),
+        'RESULT: "done"',
+    ]
+    return {
+        "rules": [
+            {"match": SHELL_QUESTION, "system": "Linux sandbox of your own", "responses": shell},
+            {"match": CODE_QUESTION, "responses": ["```python\n" + program + "```"]},
+        ]
+    }
+
+
+@pytest.fixture(scope="module")
+def fleet(
+    egress_env: dict[str, Any],
+    owned_targets: Any,
+    redis_server: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[EgressFleet]:
+    folder = tmp_path_factory.mktemp("egress-counts-fleet")
+    settings = fleet_settings_for(redis_server)
+    worker = start_worker(settings, folder, env=egress_env["env"])
+    script = worker.scripts_dir / "counts.json"
+    script.write_text(json.dumps(replay_script(owned_targets)))
+    yield EgressFleet(worker, settings, f"replay:{script}")
+    stop_worker(worker)
+    r = redis.Redis.from_url(redis_server, decode_responses=True)
+    if leftovers := keys_under(r, settings.key_prefix):
+        r.delete(*leftovers)
+    r.close()
+
+
+def restricted(backend: str) -> dict[str, Any]:
+    return {"backend": backend, "network": "restricted", "allow_hosts": ["api.egress.test"]}
+
+
+def result_json(fleet: EgressFleet, job_id: str) -> dict[str, Any]:
+    """``sandfleet result JOB --json`` as a user runs it, with the fleet's Redis and prefix only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")}
+    env |= {
+        "SANDFLEET_REDIS_URL": fleet.settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": fleet.settings.key_prefix,
+    }
+    done = subprocess.run(
+        [SANDFLEET, "result", job_id, "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    return dict(json.loads(done.stdout))
+
+
+def check_counts(result: JobResult, owned: Any) -> None:
+    """Every refusal counted, the listed ones itemised with owned addresses, the IPv6 one among them."""
+    listed = sum(d.count for d in result.network_denied)
+    assert result.refused_total == FLOOD + 1, (result.refused_total, result.network_denied)
+    assert listed + result.refused_unlisted == result.refused_total, (listed, result.refused_unlisted)
+    assert listed >= BURST and result.refused_unlisted > 0  # the log's burst itemised, the rest counted
+    owned_v4 = {owned.public_v4, owned.public_v4_b, owned.private, owned.link_local}
+    direct = [d for d in result.network_denied if d.reason == DIRECT_REASON]
+    assert {d.host for d in direct} <= owned_v4 and {d.protocol for d in direct} == {"tcp"}
+    (ipv6,) = [d for d in result.network_denied if d.reason == IPV6_REASON]
+    assert (ipv6.host, ipv6.port, ipv6.protocol, ipv6.count) == (owned.public_v6, 443, "tcp", 1)
+    assert "network" in result.limits_hit
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_burst_past_the_log_rate_is_refused_and_counted_in_the_record(
+    fleet: EgressFleet, owned_targets: Any, backend: str
+) -> None:
+    mark = owned_targets.mark()
+    job = fleet.worker.client.submit(CODE_QUESTION, model=fleet.model, sandbox=restricted(backend))
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    assert result.result == {"refused": FLOOD, "other": [], "ipv6": "ConnectionRefusedError"}
+    check_counts(result, owned_targets)
+    (attempt,) = result.attempts
+    assert (attempt.refused_total, attempt.refused_unlisted) == (
+        result.refused_total,
+        result.refused_unlisted,
+    )
+    shown = result_json(fleet, job.job_id)
+    assert shown["verified"] is True
+    assert (shown["refused_total"], shown["refused_unlisted"]) == (FLOOD + 1, result.refused_unlisted)
+    (run,) = [e for e in job.audit() if e.kind == AuditKind.SANDBOX_RUN]
+    assert (run.data["refused_total"], run.data["refused_unlisted"]) == (FLOOD + 1, result.refused_unlisted)
+    assert run.data["network_denied"] == [
+        d.model_dump(mode="json", exclude_none=True) for d in attempt.network_denied
+    ]
+    verified = audit_verify(fleet.settings, job.job_id)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+    assert owned_targets.arrived_since(mark) == {}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_shell_sessions_burst_is_counted_in_its_session_record(
+    fleet: EgressFleet, owned_targets: Any, backend: str
+) -> None:
+    mark = owned_targets.mark()
+    job = fleet.worker.client.submit(
+        SHELL_QUESTION, model=fleet.model, mode="shell", sandbox=restricted(backend)
+    )
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    ran = result.turns[1].calls[0]
+    assert ran.ok and json.loads(ran.result["stdout"].split("RESULT: ", 1)[1]) == {
+        "refused": FLOOD,
+        "other": [],
+        "ipv6": "ConnectionRefusedError",
+    }, ran.result
+    check_counts(result, owned_targets)
+    assert result.session is not None
+    assert (result.session.refused_total, result.session.refused_unlisted) == (
+        result.refused_total,
+        result.refused_unlisted,
+    )
+    destroyed = [e for e in job.audit() if e.kind == AuditKind.SESSION and e.data["event"] == "destroyed"]
+    assert [e.data["refused_total"] for e in destroyed] == [FLOOD + 1]
+    verified = audit_verify(fleet.settings, job.job_id)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+    assert owned_targets.arrived_since(mark) == {}
