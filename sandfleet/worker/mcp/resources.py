@@ -44,10 +44,6 @@ _OPERATORS = {
 }
 
 
-class ResourceRefused(ValueError):
-    """The URI is not one the server offered (the program sees a ValueError with the reason)."""
-
-
 @dataclass(frozen=True)
 class UriTemplate:
     """One RFC 6570 template as a full-match regular expression (one group per simple value)."""
@@ -113,15 +109,16 @@ class ResourceIndex:
 
         Raises:
             TypeError: not a string.
-            ResourceRefused: too long, or neither listed nor matching a template.
+            ValueError: too long, or neither listed nor matching a template (the program gets the
+                builtin ValueError, with the reason).
         """
         if not isinstance(uri, str):
             raise TypeError(f"uri must be a string, not {type(uri).__name__}")
         if len(uri) > MAX_URI_CHARS:
-            raise ResourceRefused(f"uri is longer than {MAX_URI_CHARS} characters")
+            raise ValueError(f"uri is longer than {MAX_URI_CHARS} characters")
         if uri in self.uris or any(t.matches(uri) for t in self.templates):
             return uri
-        raise ResourceRefused(
+        raise ValueError(
             f"MCP server {server!r} did not list the resource {uri[:200]!r}"
             f"{' nor offer a template it matches' if self.templates else ''}; {self.offered()}"
         )

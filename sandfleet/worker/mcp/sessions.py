@@ -364,8 +364,10 @@ class McpSessions:
                     "MCP server %s is up: %d tools (%s)", config.name, len(state.known), config.describe()
                 )
                 await self._hold(state, client)
-                self._mark(state, None)
                 reason = state.ended_by or wire.describe() or "the connection ended"
+                if not self._stopping.is_set():  # shown at once, while the transport shuts down
+                    state.error, state.fix = reason, ""
+                self._mark(state, None)
         except Exception as e:  # anything the SDK or the server throws ends this attempt, never the loop
             reason, fix = connect_failure(e, config, wire)
             if state.pinging:
@@ -431,6 +433,7 @@ class McpSessions:
         if reason is not None and state.ended_by is None:
             state.ended_by = reason
         if state.client is not None:
+            state.error, state.fix = state.ended_by or "a call found the connection gone", ""
             self._mark(state, None)
         if state.broken is not None:
             state.broken.set()

@@ -13,7 +13,8 @@ Tools:
 - ``spam(count)``: notifies ``count`` list changes in a burst;
 - ``poison()``: from now on ``tools/list`` is answered with a malformed listing (stdio only, written
   on the wire by hand), and one change is notified;
-- ``served()``: how many ``tools/list`` it answered and the URIs it was asked to read.
+- ``served()``: how many ``tools/list`` it answered, the URIs it was asked to read and the changing
+  tools called.
 
 Resources: ``data://notes.txt`` (text), ``data://logo.png`` (a blob), ``data://huge.txt`` (3 MiB of
 text), ``data://malformed`` (answered with a result that is not one, stdio only), and the template
@@ -67,7 +68,7 @@ LOGO = b"\x89PNG\r\n\x1a\nnot really a picture"
 
 bus = InMemorySubscriptionBus()
 dynamic = ["doomed", "steady"]
-state: dict[str, Any] = {"lists": 0, "reads": [], "poisoned": False}
+state: dict[str, Any] = {"lists": 0, "reads": [], "called": [], "poisoned": False}
 
 
 async def notify(ctx: Any) -> None:
@@ -84,7 +85,11 @@ def text(value: str) -> types.CallToolResult:
 async def list_tools(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
     state["lists"] += 1
     if state["poisoned"]:
-        line = {"jsonrpc": "2.0", "id": ctx.request_id, "result": {"tools": "not a list", "resultType": "complete"}}
+        line = {
+            "jsonrpc": "2.0",
+            "id": ctx.request_id,
+            "result": {"tools": "not a list", "resultType": "complete"},
+        }
         os.write(WIRE, (json.dumps(line) + "\n").encode())
         await anyio.sleep(3600)  # answered already, by hand
     made = [types.Tool(name=n, description=f"The {n} tool.", input_schema=EMPTY) for n in dynamic]
@@ -109,17 +114,24 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
         await notify(ctx)
         return text("poisoned")
     if params.name == "served":
-        return types.CallToolResult(content=[], structured_content={"lists": state["lists"], "reads": state["reads"]})
+        return types.CallToolResult(
+            content=[], structured_content={k: state[k] for k in ("lists", "reads", "called")}
+        )
     if params.name in dynamic:
+        state["called"].append(params.name)
         return text(f"{params.name} here")
-    return types.CallToolResult(content=[types.TextContent(type="text", text=f"Unknown tool: {params.name}")], is_error=True)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"Unknown tool: {params.name}")], is_error=True
+    )
 
 
 async def list_resources(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourcesResult:
     return types.ListResourcesResult(resources=RESOURCES)
 
 
-async def list_templates(ctx: Any, params: types.PaginatedRequestParams | None) -> types.ListResourceTemplatesResult:
+async def list_templates(
+    ctx: Any, params: types.PaginatedRequestParams | None
+) -> types.ListResourceTemplatesResult:
     return types.ListResourceTemplatesResult(resource_templates=TEMPLATES)
 
 
@@ -127,15 +139,27 @@ async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> ty
     uri = str(params.uri)
     state["reads"].append(uri)
     if uri == "data://malformed":
-        line = {"jsonrpc": "2.0", "id": ctx.request_id, "result": {"contents": "not a list", "resultType": "complete"}}
+        line = {
+            "jsonrpc": "2.0",
+            "id": ctx.request_id,
+            "result": {"contents": "not a list", "resultType": "complete"},
+        }
         os.write(WIRE, (json.dumps(line) + "\n").encode())
         await anyio.sleep(3600)
     if uri == "data://logo.png":
-        blob = types.BlobResourceContents(uri=uri, mime_type="image/png", blob=base64.b64encode(LOGO).decode())
+        blob = types.BlobResourceContents(
+            uri=uri, mime_type="image/png", blob=base64.b64encode(LOGO).decode()
+        )
         return types.ReadResourceResult(contents=[blob])
-    body = {"data://notes.txt": "the notes", "data://huge.txt": "x" * HUGE_BYTES, "secret://token": "the secret"}
+    body = {
+        "data://notes.txt": "the notes",
+        "data://huge.txt": "x" * HUGE_BYTES,
+        "secret://token": "the secret",
+    }
     value = body.get(uri, f"notes of {uri.removeprefix('notes://')}")
-    return types.ReadResourceResult(contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=value)])
+    return types.ReadResourceResult(
+        contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=value)]
+    )
 
 
 server = Server(
@@ -152,7 +176,9 @@ server = Server(
 async def serve_stdio(legacy: bool) -> None:
     async with stdio_server() as (read, write):
         if legacy:
-            options = server.create_initialization_options(NotificationOptions(tools_changed=True, resources_changed=True))
+            options = server.create_initialization_options(
+                NotificationOptions(tools_changed=True, resources_changed=True)
+            )
             await serve_loop(server, read, write, lifespan_state={}, init_options=options)
         else:
             await server.run(read, write, server.create_initialization_options())
