@@ -4,8 +4,8 @@ submitted through the Client, programs written by the replay model and run in Do
 - the tests' changing server (stdio, 2026-07-28: changes on a listen stream) drops a tool and adds one
   while a job runs: the running job keeps the tools it was admitted with (its repair still has the
   dropped one), a new job calls the added one, a new job naming the dropped one is refused;
-- a program reads the server's resources through ``ch__read_resource``; a URI never listed and a
-  resource past the job's reply limit are refused;
+- a program reads the server's resources through ``ch__read_resource`` (never gated, even by
+  ``ch__*``); a URI never listed and a resource past the job's reply limit are refused;
 - odd.py over streamable HTTP is stopped: the worker's ping notices it within its interval,
   ``sandfleet doctor`` (reading the worker's heartbeat report) and the metrics show it down, a job
   naming its tool fails fast; started again, it is shown up and serves the next job.
@@ -199,7 +199,11 @@ def test_a_running_job_keeps_its_tools_while_new_jobs_see_the_change(fleet: Flee
 
 def test_a_program_reads_the_servers_resources_and_nothing_it_did_not_list(fleet: FleetWorker) -> None:
     job, result = submit(
-        fleet, "Read the resources", ["ch__read_resource"], code_action={"max_response_bytes": 1024**2}
+        fleet,
+        "Read the resources",
+        ["ch__read_resource"],
+        code_action={"max_response_bytes": 1024**2},
+        approval_tools=["ch__*"],  # every tool of the server gated, but the reader only reads: never
     )
 
     assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.log()[-3000:])
