@@ -205,6 +205,9 @@ def exit_status(checks: list[Check]) -> int:
 def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config: str | None) -> None:
     """Check the Docker engine, runtimes, images, Redis, the model endpoint and the MCP servers.
 
+    MCP servers: those of --mcp-config, connected from here, and those each live worker holds, as it
+    reported them with its last heartbeat (up with its last ping, or down since when and why).
+
     Exits 1 when the sandbox cannot run here (or a --require-* check fails, or the MCP config is
     malformed).
     """
