@@ -32,6 +32,7 @@ log = logging.getLogger("sandfleet.mcp")
 
 _CHANGES = (types.ToolListChangedNotification, types.ResourceListChangedNotification)
 _NO_ANSWER = (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT)
+RELISTEN_MIN_PAUSE_S = 1.0  # a server ending every stream at once costs one listen a second
 
 
 class ChangeNotes:
@@ -96,7 +97,7 @@ async def listen_for_changes(client: Client, notes: ChangeNotes, pause_s: float)
                 "MCP: the server does not keep a change stream (%s); its changes show at reconnection", e
             )
             return
-        await anyio.sleep(pause_s)
+        await anyio.sleep(max(pause_s, RELISTEN_MIN_PAUSE_S))
         notes.note()  # no stream for a while: changes may have been missed, refetch
 
 

@@ -364,7 +364,7 @@ class McpSessions:
                     "MCP server %s is up: %d tools (%s)", config.name, len(state.known), config.describe()
                 )
                 await self._hold(state, client)
-                reason = state.ended_by or wire.describe() or "the connection ended"
+                reason = wire.describe() or state.ended_by or "the connection ended"  # the wire's first
                 if not self._stopping.is_set():  # shown at once, while the transport shuts down
                     state.error, state.fix = reason, ""
                 self._mark(state, None)
@@ -421,7 +421,7 @@ class McpSessions:
             except TimeoutError:
                 state.ended_by = f"no answer to a ping within {timeout_s:g} s"
                 return
-            except MCPError as e:  # the connection closed, or the SDK gave up on the request
+            except MCPError as e:  # the connection closed (the wire says why), or the SDK gave up
                 state.ended_by = f"a ping failed: {e.message}"
                 return
             state.pinging = False
