@@ -70,6 +70,10 @@ Fleet-wide:
 ``{p}:worker:{name}:info``        hash, a worker's host, pid and sandbox owner label.
 ``{p}:worker:{name}:held``        hash, broker delivery tag -> job id of every message the worker
                                   has received and not yet acknowledged.
+``{p}:worker:{name}:mcp``         hash with the heartbeat's TTL, MCP server name -> its state as the
+                                  worker sees it (JSON: up, detail, tools, last ping ...), rewritten
+                                  with each heartbeat; ``sandfleet doctor`` reads it
+                                  (sandfleet/worker/mcp/status.py).
 ``{p}:recovery:lock``             string with a short TTL: one recovery sweep at a time.
 ``{p}:webhooks:outbox``           sorted set, ``{job id}/{event}/{body sha256}`` of every committed,
                                   undelivered webhook, scored by when a sweep looks at it next
@@ -215,6 +219,9 @@ class FleetKeys:
 
     def worker_held(self, worker: str) -> str:
         return f"{self.prefix}:worker:{worker}:held"
+
+    def worker_mcp(self, worker: str) -> str:
+        return f"{self.prefix}:worker:{worker}:mcp"
 
     @property
     def recovery_lock(self) -> str:

@@ -59,6 +59,9 @@ DEFAULT_POLICY_MAX_COMPLETION_TOKENS = 32_768
 DEFAULT_MODEL_TIME_BUDGET_S = 600.0  # model time per job (every delivery), when the job sets none
 DEFAULT_POLICY_MAX_MODEL_TIME_S = 3600.0
 DEFAULT_METRICS_PORT = 0  # off
+DEFAULT_MCP_PING_INTERVAL_S = 10.0
+DEFAULT_MCP_PING_TIMEOUT_S = 20.0
+DEFAULT_MCP_REFRESH_INTERVAL_S = 1.0  # a server flooding list_changed costs one listing per second
 DEFAULT_WEBHOOK_TIMEOUT_S = 10.0
 DEFAULT_WEBHOOK_RETRIES = 5
 DEFAULT_WEBHOOK_BACKOFF_S = 1.0
@@ -107,6 +110,24 @@ class Settings(BaseSettings):
     tools: CommaList = Field(default_factory=list, description="tool modules (import paths or files)")
     mcp_config: str | None = Field(
         None, description="an mcpServers JSON file: the MCP servers whose tools workers offer"
+    )
+    mcp_ping_interval_s: float = Field(
+        DEFAULT_MCP_PING_INTERVAL_S,
+        gt=0,
+        le=3600,
+        description="how often a worker pings each MCP server it holds; a down server is retried as often",
+    )
+    mcp_ping_timeout_s: float = Field(
+        DEFAULT_MCP_PING_TIMEOUT_S,
+        gt=0,
+        le=3600,
+        description="a ping unanswered this long marks the MCP server down (restarted or reconnected)",
+    )
+    mcp_refresh_interval_s: float = Field(
+        DEFAULT_MCP_REFRESH_INTERVAL_S,
+        ge=0,
+        le=3600,
+        description="at least this long between two listings of one MCP server after list_changed",
     )
     data_dir: str = Field(
         "~/.sandfleet/data", description="folder the example tools read (orders.csv, files)"

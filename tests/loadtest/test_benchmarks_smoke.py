@@ -29,6 +29,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     ),
     "acquisition": (["--runs", "3"], r"cold / warm: median"),
     "mcp_bridge": (["--calls", "20", "--rounds", "1"], r"\[http\][\s\S]*bridge adds: p50 [+-]\d"),
+    "mcp_changes": (
+        ["--changes", "2", "--pings", "5"],
+        r"\[http\][\s\S]*new job sees the tool \(no rate limit\): median +[\d.]+ ms[\s\S]*host CPU per ping: \d+ us",
+    ),
     "run_overhead": (["--runs", "3", "--cold-runs", "2"], r"through ProgramRuntime\.run"),
     "engine_overhead": (["--jobs", "10"], r"overhead share of total"),
     "cpu_per_job": (["--jobs", "6", "--rounds", "1", "--runs", "2"], r"runtime / raw churn throughput: \d"),

@@ -17,6 +17,7 @@ from sandfleet.fleet.local_redis import free_port as free_port  # the one copy; 
 SERVERS = Path(__file__).with_name("servers")
 LAB = SERVERS / "lab.py"
 ODD = SERVERS / "odd.py"
+CHANGING = SERVERS / "changing.py"
 PYTHON = sys.executable
 BIN = Path(sys.executable).parent
 START_TIMEOUT_S = 30.0
@@ -73,6 +74,16 @@ class HttpServer:
                 self.process.wait()
         if self.process is not None and self.process.stderr is not None:
             self.process.stderr.close()
+
+
+def wait_until(condition: Any, timeout_s: float = 30.0, every_s: float = 0.05) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout_s`` passed (False)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every_s)
+    return True
 
 
 def git(repo: Path, *args: str) -> str:

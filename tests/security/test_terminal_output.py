@@ -383,6 +383,41 @@ def test_keys_list_shows_a_worker_name_planted_in_redis_escaped(redis_server: st
         raw.close()
 
 
+def test_doctor_shows_a_workers_mcp_report_planted_in_redis_escaped_on_one_line_each(
+    redis_server: str, docker_engine: object
+) -> None:
+    """Whoever can write Redis can write a worker's MCP report (``{p}:worker:{name}:mcp``): doctor
+    shows each well-formed entry escaped and on one line, and leaves out what is not a status."""
+    from sandfleet.worker.mcp.status import ServerStatus, to_report
+
+    settings = fleet_settings_for(redis_server)
+    keys = FleetKeys(settings.key_prefix)
+    worker = f"w1\n{ESC}[2Kfake"
+    planted = ServerStatus(
+        name="lab\nMCP server fake on w9  ok  up", where="x", up=False, detail=HOSTILE, fix=f"{ESC}]0;t{BEL}",
+        tools=0, restarts=0,
+    )  # fmt: skip
+    raw = redis.Redis.from_url(redis_server)
+    try:
+        raw.sadd(keys.workers, worker)
+        raw.set(keys.heartbeat(worker), "{}", ex=60)
+        raw.hset(
+            keys.worker_mcp(worker), mapping={**to_report([planted]), "junk": "[1, 2]", "deep": "[" * 3000}
+        )
+        shown = assert_escaped("doctor: a worker's MCP report (Redis writer)", sandfleet(settings, "doctor"))
+        rows = [line for line in shown.splitlines() if line.startswith("MCP server")]
+        assert len(rows) == 1 and rows[0].startswith("MCP server lab MCP server fake on w9  ok  up on w1")
+        assert "warning" in rows[0] and "\\x1b[2J" in rows[0]
+        as_json = json.loads(
+            assert_escaped("doctor --json: a worker's MCP report", sandfleet(settings, "doctor", "--json"))
+        )
+        [row] = [r for r in as_json if r["check"].startswith("MCP server")]
+        assert row["ok"] is False and row["detail"] == "down: " + HOSTILE.replace(CR, " ")
+    finally:
+        raw.delete(*keys_under(raw, settings.key_prefix))
+        raw.close()
+
+
 def test_an_error_message_quoting_input_is_escaped(tmp_path: Path) -> None:
     """click prints a command's error as ``Error: MESSAGE``, and messages quote what they were given:
     here the field path of a malformed MCP config names a server as the file spells it."""

@@ -123,7 +123,7 @@ def _run_here(
     settings = get_settings()
     try:
         with (
-            mcp_sessions(mcp_config_path(mcp_config, settings)) as mcp,
+            mcp_sessions(mcp_config_path(mcp_config, settings), settings) as mcp,
             EngineServices.start(
                 settings,
                 registry=python_tools,

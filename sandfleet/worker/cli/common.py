@@ -44,8 +44,9 @@ def mcp_config_path(mcp_config: str | None, settings: Settings | None = None) ->
 
 
 @contextmanager
-def mcp_sessions(path: str | None) -> Iterator[McpSessions | None]:
-    """The MCP servers of ``path``, started for the command and stopped after it (None without a file).
+def mcp_sessions(path: str | None, settings: Settings | None = None) -> Iterator[McpSessions | None]:
+    """The MCP servers of ``path``, started for the command and stopped after it (None without a file;
+    pinged and refreshed as ``settings`` say, the defaults without).
 
     Raises:
         McpConfigError: the file is malformed (line and field named); nothing was started.
@@ -56,7 +57,8 @@ def mcp_sessions(path: str | None) -> Iterator[McpSessions | None]:
     from sandfleet.worker.mcp.config import load_mcp_config
     from sandfleet.worker.mcp.sessions import McpSessions
 
-    with McpSessions(load_mcp_config(path)) as sessions:
+    config = load_mcp_config(path)
+    with McpSessions.for_settings(config, settings) if settings else McpSessions(config) as sessions:
         yield sessions
 
 

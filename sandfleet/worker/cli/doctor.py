@@ -7,7 +7,7 @@ the fleet (submit, worker) but not by a sandbox, so by default it is reported wi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from urllib.parse import urlsplit, urlunsplit
 
 import click
@@ -15,21 +15,12 @@ import click
 from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.settings import Settings, get_settings
+from sandfleet.worker.cli.doctor_checks import Check as Check
+from sandfleet.worker.cli.doctor_mcp import fleet_mcp_checks, mcp_checks
 from sandfleet.worker.images.build import DATA_SCIENCE_TAG, SANDBOX_TAG
 
 REDIS_TIMEOUT_S = 2.0
 FIX_ENGINE = "start the engine: bash deploy/bootstrap.sh (as root), or start dockerd yourself"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One row. ``required`` rows make the exit status non-zero when not ok."""
-
-    check: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    required: bool = True
 
 
 def sdk_check() -> Check:
@@ -165,39 +156,16 @@ def signing_keys_check(settings: Settings) -> Check:
     return Check("signing keys", True, f"{len(files)} worker key(s) in {folder}, mode 0600", required=False)
 
 
-def mcp_checks(path: str) -> list[Check]:
-    """One row per configured MCP server: reachable (its tool count) or not (why, and the fix).
-
-    Informational (a worker still runs jobs that do not need a server that is down), except that a
-    malformed config file is a failure: a worker would refuse to start with it.
-    """
-    from sandfleet.worker.mcp.config import load_mcp_config
-    from sandfleet.worker.mcp.sessions import McpSessions
-
-    try:
-        config = load_mcp_config(path)
-    except SandfleetError as e:
-        return [Check("MCP config", False, str(e), "correct the file (the line and field are named)")]
-    with McpSessions(config) as sessions:
-        statuses = sessions.status()
-    return [
-        Check(
-            f"MCP server {s.name}",
-            s.up or s.disabled,
-            f"{s.where}: {s.detail}",
-            s.fix,
-            required=False,
-        )
-        for s in statuses
-    ]
-
-
 def hide_password(url: str) -> str:
     parts = urlsplit(url)
     if parts.password is None:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def checks_ok(checks: list[Check], name: str) -> bool:
+    return any(c.check == name and c.ok for c in checks)
 
 
 def status_word(item: Check) -> str:
@@ -237,6 +205,9 @@ def exit_status(checks: list[Check]) -> int:
 def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config: str | None) -> None:
     """Check the Docker engine, runtimes, images, Redis, the model endpoint and the MCP servers.
 
+    MCP servers: those of --mcp-config, connected from here, and those each live worker holds, as it
+    reported them with its last heartbeat (up with its last ping, or down since when and why).
+
     Exits 1 when the sandbox cannot run here (or a --require-* check fails, or the MCP config is
     malformed).
     """
@@ -257,6 +228,8 @@ def doctor(as_json: bool, require_gvisor: bool, require_redis: bool, mcp_config:
     ]
     if mcp_config or settings.mcp_config:
         checks += mcp_checks(mcp_config or settings.mcp_config or "")
+    if checks_ok(checks, "Redis (fleet)"):
+        checks += fleet_mcp_checks(settings)
     if as_json:
         echo_json([asdict(c) for c in checks], indent=2)
     else:  # details quote MCP servers' and the engine's replies: escaped

@@ -76,6 +76,7 @@ class WorkerPresence:
         on_sweep: Any = None,
         republish: Callable[[str], bool] | None = None,
         broker: redis.Redis | None = None,
+        mcp_report: Callable[[], dict[str, str] | None] | None = None,
     ) -> None:
         self._redis = client  # the fleet's keys: heartbeats, held messages, records
         self._broker = (
@@ -88,6 +89,7 @@ class WorkerPresence:
         self._owner_label = owner_label
         self._on_sweep = on_sweep
         self._republish = republish
+        self._mcp_report = mcp_report  # the MCP servers' states, published with each beat
         self._redis_run_id: str | None = None
         self._last_reconcile = time.monotonic()
         self._stop = threading.Event()
@@ -128,7 +130,26 @@ class WorkerPresence:
                 "owner": self._owner_label,
             },
         )
+        self._report_mcp(pipe)
         pipe.execute()
+
+    def _report_mcp(self, pipe: Any) -> None:
+        """Rewrite ``{p}:worker:{name}:mcp`` in the beat's transaction (nothing before the MCP
+        servers started); a report that cannot be made never stops the heartbeat."""
+        if self._mcp_report is None:
+            return
+        try:
+            report = self._mcp_report()
+        except Exception as e:
+            log.warning("could not report the MCP servers' states: %s", e)
+            return
+        if report is None:
+            return
+        key = self._keys.worker_mcp(self.name)
+        pipe.delete(key)
+        if report:
+            pipe.hset(key, mapping=report)
+            pipe.expire(key, HEARTBEAT_TTL_S)
 
     def holds(self, worker: str, job_id: str) -> bool:
         """Whether ``worker`` is alive and holds a message of ``job_id``."""
@@ -156,6 +177,7 @@ class WorkerPresence:
                     self._keys.heartbeat(self.name),
                     self._keys.worker_held(self.name),
                     self._keys.worker_info(self.name),
+                    self._keys.worker_mcp(self.name),
                 )
                 pipe.srem(self._keys.workers, self.name)
                 pipe.execute()
@@ -280,7 +302,7 @@ def sweep(
                     approximate=True,
                 )
             pipe = client.pipeline()
-            pipe.delete(keys.worker_held(name), keys.worker_info(name))
+            pipe.delete(keys.worker_held(name), keys.worker_info(name), keys.worker_mcp(name))
             pipe.srem(keys.workers, name)
             pipe.execute()
             log.warning("worker %s stopped beating; %d job(s) handed back", name, len(held))

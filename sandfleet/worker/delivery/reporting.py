@@ -22,9 +22,15 @@ log = logging.getLogger("sandfleet.worker")
 
 
 class JobReporting:
-    """Metrics and webhooks of one worker process. ``pool_stats`` reads the sandbox pool's figures."""
+    """Metrics and webhooks of one worker process. ``pool_stats`` reads the sandbox pool's figures,
+    ``mcp_status`` the MCP servers' states."""
 
-    def __init__(self, settings: Settings, pool_stats: Callable[[], dict[str, Any] | None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        pool_stats: Callable[[], dict[str, Any] | None],
+        mcp_status: Callable[[], list[Any] | None] = lambda: None,
+    ) -> None:
         self.settings = settings
         self.metrics: Any = None  # WorkerMetrics, when the metrics port is set
         self.webhooks: Any = None  # Webhooks, once started
@@ -32,7 +38,7 @@ class JobReporting:
         if settings.metrics_port:
             from sandfleet.worker.metrics import WorkerMetrics
 
-            self.metrics = WorkerMetrics(pool_stats)
+            self.metrics = WorkerMetrics(pool_stats, mcp_status)
 
     def start(self, store: JobStore, job_end: JobEnd, ring: Callable[[], KeyRing] | None = None) -> None:
         """Serve the metrics (an unusable port is logged, not fatal) and hook both into ``job_end``.

@@ -126,7 +126,8 @@ class WorkerState:
         self._services: Any = None  # EngineServices, imported on first use
         self._last_reap = 0.0
         self._publisher: JobPublisher | None = None
-        self.reporting = JobReporting(settings, self.pool_stats)  # metrics and completion webhooks
+        # metrics (the sandbox pool and the MCP servers read when scraped) and completion webhooks
+        self.reporting = JobReporting(settings, self.pool_stats, self.mcp_status)
 
     # -- start ----------------------------------------------------------------------------------
 
@@ -203,6 +204,7 @@ class WorkerState:
             on_sweep=self.after_sweep,
             republish=lambda job_id: publisher.republish(store.reader, job_id),
             broker=self.broker_redis(store),
+            mcp_report=self.mcp_report,
         )
         requests = CancelRequests(store.redis, store.keys, self.settings.retention_s)
         watcher = CancelWatcher(store, requests, self.scopes, end_queued=self._end_cancelled_queued)
@@ -230,6 +232,21 @@ class WorkerState:
         """The sandbox pool's figures (None before the first job started the engine's services)."""
         services = self._services
         return services.pool.stats() if services is not None else None
+
+    def mcp_status(self) -> list[Any] | None:
+        """The MCP servers' states (ServerStatus rows; None before the first job started them)."""
+        services = self._services
+        mcp = services.mcp if services is not None else None
+        return mcp.status() if mcp is not None else None
+
+    def mcp_report(self) -> dict[str, str] | None:
+        """What the heartbeat publishes of the MCP servers (sandfleet/worker/mcp/status.py)."""
+        statuses = self.mcp_status()
+        if statuses is None:
+            return None
+        from sandfleet.worker.mcp.status import to_report
+
+        return to_report(statuses)
 
     def add_job_end_hook(self, hook: JobEndHook) -> JobEndHook:
         """Run ``hook`` whenever this process ends a job, for any reason (sandfleet/worker/delivery/job_end.py)."""

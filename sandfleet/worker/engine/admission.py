@@ -72,6 +72,12 @@ def refuse_gated_tools(spec: JobSpec, services: EngineServices) -> None:
 
 
 def gated_tools(spec: JobSpec, services: EngineServices) -> list[str]:
-    """The job's tools that need approval under the worker's and the job's patterns."""
+    """The job's tools that need approval under the worker's and the job's patterns (read-only
+    tools, MCP resource readers, never do)."""
     patterns = approval_patterns(services.settings.approval_tools, spec.approval_tools)
-    return [name for name in spec.tools if is_gated(name, patterns)]
+    registry = services.registry
+    return [
+        name
+        for name in spec.tools
+        if is_gated(name, patterns) and not (name in registry and registry.get(name).read_only)
+    ]

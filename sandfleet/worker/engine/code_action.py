@@ -252,7 +252,7 @@ class CodeActionRun:
             program,
             config=self.admitted.config,
             settings=start.spec.code_action,
-            tools=self.admitted.allowed.names(),
+            registry=self.admitted.allowed,  # the tools the job was admitted with, whatever changed since
             job_id=start.job_id,
             recorded=RecordedAnswers(
                 memo=self.memo, resume=self.resume.calls if resuming and self.resume is not None else None
@@ -299,7 +299,7 @@ class CodeActionRun:
 
     def _repair(self, run: RunResult, failure: str) -> None:
         """Remember what the failed run did, and ask the model for a repaired program."""
-        _remember_side_effects(self.memo, run.tool_calls, self.start.services)
+        _remember_side_effects(self.memo, run.tool_calls, self.admitted.allowed)
         self.last_failure, self.timed_out, self.agent_killed = failure, run.timed_out, run.agent_killed
         self.messages.append(
             repair_message(
@@ -364,7 +364,7 @@ def _check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: En
     """Fail closed: a job whose tools need approval runs only where approvals can be asked (a fleet)
     and a decision could be accepted (an approvers file, or unsigned decisions allowed)."""
     patterns = approval_patterns(services.settings.approval_tools, spec.approval_tools)
-    gated = [name for name in allowed.names() if is_gated(name, patterns)]
+    gated = [t.name for t in allowed if is_gated(t.name, patterns) and not t.read_only]
     if not gated:
         return
     tools = f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval"
@@ -438,10 +438,10 @@ def _run_event(run: RunResult) -> dict[str, Any]:
 
 
 def _remember_side_effects(
-    memo: dict[str, list[Any]], calls: list[ToolCallRecord], services: EngineServices
+    memo: dict[str, list[Any]], calls: list[ToolCallRecord], registry: ToolRegistry
 ) -> None:
     for call in calls:
-        if call.ok and call.tool in services.registry and services.registry.get(call.tool).side_effects:
+        if call.ok and call.tool in registry and registry.get(call.tool).side_effects:
             if not call.replayed:  # a call served from the memo already has its entry
                 digest = call.call_sha256 or call_digest(call.tool, call.args, call.kwargs)
                 memo.setdefault(digest, []).append(call.result)

@@ -109,7 +109,7 @@ class EngineServices:
             from sandfleet.worker.mcp.config import load_mcp_config
             from sandfleet.worker.mcp.sessions import McpSessions
 
-            mcp, owns_mcp = McpSessions(load_mcp_config(settings.mcp_config)), True
+            mcp, owns_mcp = McpSessions.for_settings(load_mcp_config(settings.mcp_config), settings), True
         pool = SandboxPool(
             pool_size=settings.pool_size if pool_size is None else pool_size,
             max_live=max_sandboxes or settings.max_sandboxes,

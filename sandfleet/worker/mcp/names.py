@@ -6,7 +6,8 @@ replaced by ``_``. Two servers offering the same tool are both reachable (``a__s
 ``b__search``). Whatever still clashes (servers ``my-db`` and ``my_db``, tools ``a-b`` and ``a_b`` on one
 server, a Python tool that is already called ``clock__get_time``) gets ``_2``, ``_3`` ... in the order
 the config and the server list them, so the names are the same on every worker with the same
-config. Pure functions.
+config. A server that lists resources also gets ``server__read_resource`` (after its own tools, so
+a tool of its own by that name keeps it). Pure functions.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from sandfleet.worker.tools.tool import MAX_TOOL_NAME_CHARS
 
 SEPARATOR = "__"
+READER = "read_resource"  # the tool a server that lists resources gets: server__read_resource(uri)
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -59,6 +61,18 @@ def tool_names(
             name = _unique(f"{prefixes[server]}{SEPARATOR}{identifier_part(tool)}", used)
             used.add(name)
             names[(server, tool)] = name
+    return names
+
+
+def reader_names(servers: Sequence[str], prefixes: Mapping[str, str], taken: Iterable[str]) -> dict[str, str]:
+    """``server -> name`` of each server's resource reader, ``server__read_resource`` unless that is
+    taken (by one of its own tools, say: the server's tools keep their names)."""
+    used = set(taken)
+    names: dict[str, str] = {}
+    for server in servers:
+        name = _unique(f"{prefixes[server]}{SEPARATOR}{READER}", used)
+        used.add(name)
+        names[server] = name
     return names
 
 

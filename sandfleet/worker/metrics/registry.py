@@ -3,7 +3,9 @@
 Jobs, phases, tool calls, tokens, repairs, limits and webhooks are counted from each ended job's final
 record (:meth:`WorkerMetrics.job_ended`, a few increments per job). Live and warm sandboxes and sandbox
 creations and failures by runtime are read from the sandbox pool at scrape time
-(:class:`SandboxCollector`), so creating a container costs nothing extra.
+(:class:`SandboxCollector`), so creating a container costs nothing extra; the MCP servers' states
+(up, tools, restarts, list changes, the last ping) likewise from the MCP sessions
+(:class:`McpCollector`, from the worker's first job on, when its servers start).
 """
 
 from __future__ import annotations
@@ -48,9 +50,14 @@ OK, ERROR = "ok", "error"
 
 
 class WorkerMetrics:
-    """The worker's metrics. ``pool_stats`` returns the sandbox pool's figures (None: not started)."""
+    """The worker's metrics. ``pool_stats`` returns the sandbox pool's figures, ``mcp_status`` the MCP
+    servers' ServerStatus rows (None: not started)."""
 
-    def __init__(self, pool_stats: Callable[[], dict[str, Any] | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        pool_stats: Callable[[], dict[str, Any] | None] = lambda: None,
+        mcp_status: Callable[[], list[Any] | None] = lambda: None,
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.jobs = Counter(
@@ -90,6 +97,7 @@ class WorkerMetrics:
             registry=r,
         )
         self.registry.register(SandboxCollector(pool_stats))
+        self.registry.register(McpCollector(mcp_status))
 
     def job_ended(self, record: JobRecord) -> None:
         """Count one ended job from its final record."""
@@ -162,3 +170,48 @@ class SandboxCollector(Collector):
         for runtime, count in sorted(stats.get("failed_by_runtime", {}).items()):
             failed.add_metric([runtime], count)
         yield failed
+
+
+class McpCollector(Collector):
+    """One series per MCP server, read from the sessions' status when Prometheus scrapes."""
+
+    def __init__(self, mcp_status: Callable[[], list[Any] | None]) -> None:
+        self._mcp_status = mcp_status
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        statuses = self._mcp_status() or []
+        families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
+            "up": GaugeMetricFamily(
+                "sandfleet_mcp_server_up", "1 if the MCP server is connected, else 0", labels=["server"]
+            ),
+            "tools": GaugeMetricFamily(
+                "sandfleet_mcp_server_tools", "Tools the MCP server offers now", labels=["server"]
+            ),
+            "restarts": CounterMetricFamily(
+                "sandfleet_mcp_server_restarts", "Reconnections (stdio: restarts)", labels=["server"]
+            ),
+            "notified": CounterMetricFamily(
+                "sandfleet_mcp_list_changed", "List-changed notifications received", labels=["server"]
+            ),
+            "refreshes": CounterMetricFamily(
+                "sandfleet_mcp_list_refreshes",
+                "Listings read after list-changed notifications",
+                labels=["server"],
+            ),
+            "ping_ms": GaugeMetricFamily(
+                "sandfleet_mcp_ping_seconds", "The last answered ping's round trip", labels=["server"]
+            ),
+        }
+        for status in statuses:
+            labels = [status.name]
+            families["up"].add_metric(labels, 1.0 if status.up else 0.0)
+            families["tools"].add_metric(labels, status.tools)
+            families["restarts"].add_metric(labels, status.restarts)
+            families["notified"].add_metric(labels, status.notified)
+            families["refreshes"].add_metric(labels, status.refreshes)
+            if status.ping_ms is not None:
+                families["ping_ms"].add_metric(labels, status.ping_ms / 1000.0)
+        yield from families.values()

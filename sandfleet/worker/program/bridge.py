@@ -264,7 +264,7 @@ class ToolBridge:
             if answer is not None:
                 return self._served(call.seq, answer), answer.replayed
         approval = None
-        if self.gate is not None and self.gate.gates(call.tool):
+        if self.gate is not None and self._gated(call.tool):
             approval = self._admit(call)
             if approval is None:
                 raise _Unanswered()
@@ -320,6 +320,10 @@ class ToolBridge:
             if first and self.on_suspend is not None:
                 self.on_suspend()
         return None
+
+    def _gated(self, tool: str) -> bool:
+        """Whether the call waits for a person: its name is gated and the tool is not read-only."""
+        return not self.registry.get(tool).read_only and self.gate.gates(tool)
 
     def _has_side_effects(self, tool: str) -> bool:
         return self.registry.get(tool).side_effects

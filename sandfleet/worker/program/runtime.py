@@ -136,6 +136,7 @@ class ProgramRuntime:
         config: SandboxConfig | None = None,
         settings: CodeActionSettings | None = None,
         tools: list[str] | None = None,
+        registry: ToolRegistry | None = None,
         job_id: str | None = None,
         recorded: RecordedAnswers | None = None,
         on_call: Callable[[ToolCallRecord], None] | None = None,
@@ -154,12 +155,15 @@ class ProgramRuntime:
         ``gate`` (sandfleet/worker/approval/gate.py) is asked before each gated call; a call still undecided after
         the grace stops the program (``suspended_for`` says for which requests).
         ``redact``: argument fields the call records show as ``***`` (sandfleet/core/redaction.py).
+        ``registry``: the job's own tools, as it was admitted with them (MCP servers change their
+        tools; a job keeps its set); by default this runtime's registry, narrowed to ``tools``.
         """
         config = config or SandboxConfig()
         settings = settings or CodeActionSettings()
         if config.persistent:
             raise InvalidSpecError("programs run in single-use sandboxes: persistent is not allowed here")
-        allowed = self.registry.subset(tools if tools is not None else self.registry.names())
+        source = registry if registry is not None else self.registry
+        allowed = source.subset(tools if tools is not None else source.names())
         bridge = ToolBridge(
             allowed,
             max_calls=settings.max_tool_calls,

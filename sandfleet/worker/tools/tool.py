@@ -60,6 +60,8 @@ class Tool:
     # Whether ``call`` bounds itself by the ``timeout_s`` it is given (an MCP request is cancelled).
     # A plain function cannot be stopped: the bridge runs it on a thread and stops waiting instead.
     stops_at_timeout: ClassVar[bool] = False
+    # Whether the tool only reads (an MCP server's resource reader): approval patterns never gate it.
+    read_only: ClassVar[bool] = False
 
     @classmethod
     def from_object(cls, obj: Any, *, name: str | None = None, module: str = "") -> Tool:
