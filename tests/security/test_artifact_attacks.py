@@ -14,11 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from .helpers import program, record
-
-pytestmark = [pytest.mark.docker]
 
 PASSWD_MARK = b"root:x:0:0"  # /etc/passwd's first line, in every Debian image
 
