@@ -17,7 +17,7 @@ from sandfleet.core.errors import ApprovalDecidedError, ApprovalNotFoundError, A
 
 from .helpers import approval_events, ledger, wait_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 JOB_TIMEOUT_S = 120.0
 
 

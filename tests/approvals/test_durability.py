@@ -15,7 +15,7 @@ from .conftest import approval_env, cleanup, fleet_with
 from .helpers import ledger, wait_for
 from .test_decisions import JOB_TIMEOUT_S, pending_of
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def test_a_waiting_job_survives_a_killed_worker_and_a_redis_restart(

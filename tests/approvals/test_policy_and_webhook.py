@@ -17,7 +17,7 @@ from .conftest import WEBHOOK_SECRET, Webhook
 from .helpers import ledger, wait_for
 from .test_decisions import JOB_TIMEOUT_S, own_containers, pending_of, sandfleet
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def test_a_job_adds_a_gated_tool_its_secret_argument_is_redacted_and_the_webhook_is_signed(

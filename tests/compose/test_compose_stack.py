@@ -247,7 +247,6 @@ def basic_get(url: str, auth: tuple[str, str] | None) -> tuple[int, bytes]:
         return 0, b""
 
 
-@pytest.mark.docker
 @pytest.mark.slow
 @pytest.mark.timeout(UP_TIMEOUT_S + 600)
 def test_stack_runs_the_reference_scenario(stack: Stack, docker_engine) -> None:  # type: ignore[no-untyped-def]

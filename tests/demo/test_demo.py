@@ -132,8 +132,7 @@ def unused_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.docker
-@pytest.mark.redis
+@pytest.mark.redis  # the demo starts a redis-server of its own
 @pytest.mark.slow
 @pytest.mark.timeout(DEMO_TIMEOUT_S + 30)
 def test_demo_end_to_end(docker_engine, skip_or_fail, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -8,8 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from sandfleet.core.settings import Settings
 from sandfleet.worker.cli.doctor import (
     Check,
@@ -82,7 +80,6 @@ def test_redis_password_is_hidden() -> None:
 # ---- the command ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.docker
 def test_doctor_json_on_this_host(docker_engine, redis_server: str) -> None:
     proc = doctor("--json", SANDFLEET_REDIS_URL=redis_server)
     rows = {row["check"]: row for row in json.loads(proc.stdout)}
@@ -95,7 +92,6 @@ def test_doctor_json_on_this_host(docker_engine, redis_server: str) -> None:
     assert proc.returncode == (0 if SANDBOX_TAG in docker_engine.images else 1)
 
 
-@pytest.mark.docker
 def test_doctor_table_on_this_host(docker_engine) -> None:
     proc = doctor(SANDFLEET_REDIS_URL=NOBODY_LISTENS)
     assert "Docker engine" in proc.stdout and "runtime runc" in proc.stdout

@@ -36,8 +36,6 @@ from sandfleet.core.settings import Settings
 
 from .test_private_mirror import publish
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 FETCH = """\
 import json, urllib.request
 try:  # the test CA is trusted through SANDFLEET_EGRESS_CA_FILE (SSL_CERT_FILE in the sandbox)

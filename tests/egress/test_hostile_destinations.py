@@ -39,8 +39,6 @@ from sandfleet.core.contracts import JobStatus
 
 from .destination_names import DESTINATION_DOMAIN
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 PROBE = r"""
 import json, os, socket, ssl, time, urllib.error, urllib.request
 

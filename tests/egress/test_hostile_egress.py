@@ -26,8 +26,6 @@ from sandfleet.core.config import SandboxConfig
 
 from .attacks import ATTACKS
 
-pytestmark = pytest.mark.docker
-
 LISTENER = (
     "import socket,time\n"
     "s=socket.create_server(('0.0.0.0',8000));s.settimeout(6)\n"

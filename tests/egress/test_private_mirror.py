@@ -23,7 +23,6 @@ from sandfleet.core.settings import get_settings
 from sandfleet.worker.engine.shell.keeper import SessionKeeper
 from sandfleet.worker.engine.shell.tools import ShellTools
 
-pytestmark = [pytest.mark.docker]
 PACKAGE = "sfmirrorpkg"
 
 

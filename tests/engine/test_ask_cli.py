@@ -23,7 +23,6 @@ def reference_script(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.docker
 def test_the_reference_scenario_prints_the_four_totals(
     docker_engine: object, orders_dir: Path, reference_script: Path
 ) -> None:
@@ -56,7 +55,6 @@ def test_the_reference_scenario_prints_the_four_totals(
     assert result.tool_calls == 1 and result.attempts[0].tool_calls[0].tool == "load_orders"
 
 
-@pytest.mark.docker  # the engine's event log is how the test knows no container was made
 def test_no_key_and_no_base_url_is_refused_before_any_sandbox_starts(
     docker_engine: object, orders_dir: Path
 ) -> None:
@@ -88,7 +86,6 @@ print("RESULT: 2")
 """
 
 
-@pytest.mark.docker
 def test_ask_out_writes_the_jobs_artifacts(docker_engine: object, tmp_path: Path) -> None:
     """``sandfleet ask --out DIR``: the files the program left in /workspace/out/ land under DIR with
     the bytes it wrote and the digests its result lists; a symlink there is skipped, and said so."""

@@ -31,7 +31,6 @@ def sandfleet(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
-@pytest.mark.docker
 def test_compare_shows_both_answers_and_which_matches(
     docker_engine: object, orders_dir: Path, demo_script: Path, tmp_path: Path
 ) -> None:

@@ -18,8 +18,6 @@ from sandfleet.core.contracts import JobStatus
 
 from .helpers import job, python_block, run
 
-pytestmark = pytest.mark.docker
-
 FAKE_KEY = "sk-sandfleet-test-FAKE-0123456789abcdef"
 
 OBEDIENT_PROGRAM = r"""

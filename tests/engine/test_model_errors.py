@@ -12,8 +12,6 @@ from sandfleet.worker.engine import ListAudit
 
 from .helpers import job, python_block, run
 
-pytestmark = pytest.mark.docker
-
 
 def test_a_rate_limit_then_a_reply_is_retried_and_succeeds(engine_services: Any, replay: Any) -> None:
     server = replay(

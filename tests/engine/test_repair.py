@@ -16,8 +16,6 @@ from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE
 
 from .helpers import job, model_requests, python_block, run
 
-pytestmark = pytest.mark.docker
-
 KEYERROR_PROGRAM = """
 from sandfleet_tools import *
 

@@ -6,15 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from sandfleet.core.contracts import JobStatus
 from sandfleet.worker.engine import ListAudit
 from sandfleet.worker.tools.examples.side import OUTBOX_FILENAME
 
 from .helpers import job, python_block, run
-
-pytestmark = pytest.mark.docker
 
 SEND = 'send_email("ana@example.com", "Q3 revenue", body="North America leads.")'
 

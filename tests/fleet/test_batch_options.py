@@ -21,8 +21,6 @@ from sandfleet.core.queue import queue_name
 from .helpers import SANDFLEET, FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
 from .test_e2e_worker import replay_script
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 
 @pytest.fixture(scope="module")
 def fleet(

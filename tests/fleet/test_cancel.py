@@ -21,8 +21,6 @@ from sandfleet.producer.client import Client, JobHandle
 
 from .helpers import SANDFLEET, FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 ENDED_WITHIN_S = 15.0  # generous: the host is shared; benchmarks/cancel.py measures the latency
 
 

@@ -56,7 +56,6 @@ def test_a_producer_commands_help_loads_no_client(command: str) -> None:
     assert not loaded & HEAVY, loaded & HEAVY
 
 
-@pytest.mark.docker
 def test_sandbox_run_loads_the_sandbox_and_nothing_of_the_fleet(docker_engine: object) -> None:
     loaded = loaded_by("sandbox", "run", "--", "true")
     assert {"docker", "pydantic", "sandfleet.worker.sandbox.container"} <= loaded  # it did run

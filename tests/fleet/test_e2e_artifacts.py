@@ -40,8 +40,6 @@ from .helpers import (
     stop_worker,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOT = """```python
 import csv, json

@@ -23,7 +23,7 @@ from sandfleet.worker.images.custom import LABEL_CUSTOM, LABEL_PACKAGES, custom_
 
 from .helpers import JOB_TIMEOUT_S, fleet_settings_for, keys_under, start_worker, stop_worker
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
+pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
 
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
 BUILD_TIMEOUT_S = 600
@@ -143,7 +143,9 @@ def test_a_package_the_index_does_not_know_fails_with_pips_message_and_tags_noth
         ([], "needs at least one --pip or --apt package"),
     ],
 )
-def test_what_cannot_be_a_package_is_refused_before_any_build(args: list[str], message: str) -> None:
+def test_what_cannot_be_a_package_is_refused_before_any_build(
+    docker_engine: object, args: list[str], message: str
+) -> None:
     name = f"t{uuid.uuid4().hex[:8]}-refused"
     out = build("--name", name, *args)
     assert out.returncode == 1 and message in out.stderr

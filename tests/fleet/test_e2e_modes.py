@@ -29,7 +29,7 @@ from sandfleet.worker.tools.examples.scenario import (
 from .helpers import fleet_settings_for, keys_under
 from .test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 COMPUTE = """\
 import csv, json
 from collections import defaultdict

@@ -30,7 +30,7 @@ from .helpers import (
     stop_worker,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
+pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
 
 TRIVIAL = '```python\nprint("RESULT: " + str(6 * 7))\n```'
 RANDOM = '```python\nimport random\nprint("RESULT: " + str(random.random()))\n```'
@@ -268,7 +268,7 @@ def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: obje
     r.close()
 
 
-def test_the_replay_command_and_the_python_api_default_to_the_same_concurrency() -> None:
+def test_the_replay_command_and_the_python_api_default_to_the_same_concurrency(docker_engine: object) -> None:
     from sandfleet.worker.cli import replay as command
     from sandfleet.worker.rerun.batch import DEFAULT_REPLAY_CONCURRENCY
 

@@ -38,7 +38,7 @@ from sandfleet.worker.tools.examples.scenario import (
     write_reference_data,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 IN_CI = bool(os.environ.get("CI"))
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))

@@ -24,7 +24,7 @@ from test_flower_browser import AUTH, Fleet, get, running_fleet
 from sandfleet.core.contracts import JobSpec, JobStatus
 from sandfleet.producer.client import Client
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 GOOD = 3
 BAD = 2

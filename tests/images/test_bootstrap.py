@@ -38,7 +38,6 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.docker
 def test_second_run_on_a_ready_host(docker_engine) -> None:
     """The host is ready (deploy/test.sh ran the bootstrap first, or it was set up by hand)."""
     env = {**os.environ, "SANDFLEET_DATA_SCIENCE": "1"}  # as deploy/test.sh ran it: every image is there

@@ -12,7 +12,6 @@ import pytest
 
 from sandfleet.worker.images.build import DATA_SCIENCE_TAG, LABEL_RECIPE, SANDBOX_TAG, plan_images
 
-pytestmark = pytest.mark.docker
 SANDFLEET = str(Path(sys.executable).parent / "sandfleet")
 PROBE = """
 import json, os, pwd, shutil, sys, importlib.util
@@ -114,7 +113,7 @@ def test_if_changed_json(sandbox_image: str) -> None:
     assert all(r["size_bytes"] > 10_000_000 and r["size"].endswith("MB") for r in results)
 
 
-def test_dead_engine_gives_a_clear_error(tmp_path: Path) -> None:
+def test_dead_engine_gives_a_clear_error(docker_engine: object, tmp_path: Path) -> None:
     env = {"DOCKER_HOST": f"unix://{tmp_path}/nonexistent.sock", "PATH": "/usr/local/bin:/usr/bin:/bin"}
     proc = subprocess.run(
         [SANDFLEET, "images", "build", "--if-changed"], capture_output=True, text=True, env=env, timeout=60

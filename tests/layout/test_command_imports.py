@@ -82,7 +82,6 @@ def test_help_loads_no_heavy_package(args: list[str], tmp_path: Path) -> None:
     assert loaded_by(args, tmp_path) == set()
 
 
-@pytest.mark.redis
 @pytest.mark.parametrize(
     ("args", "celery"),
     [(["submit", "what is 2 + 2?"], {"celery", "kombu"}), (["result", "job-that-does-not-exist"], set())],
@@ -97,14 +96,12 @@ def test_producer_commands_load_no_worker_package(
     assert loaded & (WORKER_ONLY | NO_TASKS) == celery
 
 
-@pytest.mark.docker
 def test_sandbox_run_loads_only_pydantic_and_the_docker_sdk(tmp_path: Path, docker_engine: Any) -> None:
     loaded = loaded_by(["sandbox", "run", "--", "true"], tmp_path)
     assert "docker" in loaded  # the command really ran a sandbox
     assert loaded <= {"docker", "requests", "pydantic"}
 
 
-@pytest.mark.docker
 def test_run_without_mcp_servers_loads_no_mcp_sdk(tmp_path: Path, docker_engine: Any) -> None:
     program = tmp_path / "prog.py"
     program.write_text('print("RESULT: 1")\n')

@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.slow,
+]  # by hand: some tests here start their own redis-server or none
 REPO = Path(__file__).resolve().parents[2]
 
 SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
@@ -129,7 +132,7 @@ def test_benchmark_runs_and_prints_its_figures(script: str, docker_engine: Any, 
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
 
 
-def test_every_benchmark_script_has_a_smoke_run() -> None:
+def test_every_benchmark_script_has_a_smoke_run(docker_engine: object) -> None:
     scripts = {p.stem for p in (REPO / "benchmarks").glob("*.py") if not p.stem.startswith("_")}
     # ab.py runs another benchmark against two commits (a worktree and a venv each): a driver, not a figure
     assert scripts - {"kill_workers", "ab"} == set(SMOKE_RUNS)

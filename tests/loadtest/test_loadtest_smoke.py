@@ -18,7 +18,10 @@ import pytest
 
 from sandfleet.fleet.loadtest.phases import PHASES
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.slow,
+]  # by hand: some tests here start their own redis-server or none
 JOBS = 50
 RUN_TIMEOUT_S = 280
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
-
 from sandfleet.core.config import SandboxConfig
 from sandfleet.fleet.loadtest.sampler import LiveContainers
 from sandfleet.worker.sandbox.backends import backend_named
 from sandfleet.worker.sandbox.docker.spec import Owner
-
-pytestmark = pytest.mark.docker
 
 
 def wait_for(predicate: Any, timeout_s: float = 10.0) -> bool:

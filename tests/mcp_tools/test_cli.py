@@ -123,7 +123,6 @@ def test_doctor_and_worker_refuse_a_malformed_config_naming_line_and_field(tmp_p
     assert f"refusing to start: {expected}" in from_env.stderr
 
 
-@pytest.mark.docker
 def test_run_a_program_against_the_mcp_reference_orders(
     docker_engine: object, config: Path, tmp_path: Path
 ) -> None:
@@ -138,7 +137,6 @@ def test_run_a_program_against_the_mcp_reference_orders(
     )
 
 
-@pytest.mark.docker
 def test_ask_with_an_mcp_config_from_the_settings(
     docker_engine: object, config: Path, tmp_path: Path
 ) -> None:

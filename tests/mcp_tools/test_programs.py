@@ -24,8 +24,6 @@ from sandfleet.worker.tools.registry import ToolRegistry
 
 from .helpers import ODD, HttpServer, stdio, third_party
 
-pytestmark = [pytest.mark.docker]
-
 
 def add(a: int, b: int = 0) -> dict:
     """A Python tool beside the MCP ones."""
@@ -281,7 +279,7 @@ def test_names_python_lacks_and_nested_schemas_work_and_are_checked_on_the_host(
     assert len(refused) == 4, "the refused calls are recorded, and none reached the server"
 
 
-def test_the_prompt_shows_mcp_tools_like_python_tools(registry: ToolRegistry) -> None:
+def test_the_prompt_shows_mcp_tools_like_python_tools(docker_engine: object, registry: ToolRegistry) -> None:
     text = registry.subset(["add", "git__git_log", "odd__get_weather_now"]).describe()
     assert text == (
         "add(a: int, b: int = 0) -> dict\n    A Python tool beside the MCP ones.\n"

@@ -28,8 +28,6 @@ from sandfleet.core.contracts import JobStatus
 
 from .helpers import LAB, HttpServer, git, make_repo, stdio, third_party, write_config
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 TIME_QUESTION = "What time is it in UTC when it is noon in Tokyo?"
 COMMIT_QUESTION = "Commit the notes file"
 ALLOW_QUESTION = "Read the git log without being allowed to"

@@ -22,7 +22,7 @@ from sandfleet.fleet.demo import demo_replay_script
 from sandfleet.fleet.loadtest.scrape import format_metrics, scrape, summarize
 from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 BAD_PROGRAM = "```python\nraise ValueError('the data is not there')\n```"
 

@@ -22,7 +22,7 @@ from sandfleet.core.settings import DEFAULT_MODEL_MAX_COMPLETION_TOKENS
 from sandfleet.worker.llm.scripted.script import parse_script
 from sandfleet.worker.llm.scripted.server import ReplayServer
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 GOOD = "```python\nprint('RESULT: 42')\n```"
 BAD = "```python\nraise ValueError('not yet')\n```"

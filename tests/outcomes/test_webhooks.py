@@ -30,7 +30,7 @@ from sandfleet.core.webhook_signing import (
     verify_signature,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SECRET = "test-webhook-secret"
 SCRIPT = {

@@ -14,7 +14,7 @@ from sandfleet.fleet.local import LocalFleet
 
 from .harness import containers_of, final_state_events, running_on, sleeper_script, wait_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 LIMIT_S = 90.0
 

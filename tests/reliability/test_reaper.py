@@ -23,7 +23,10 @@ from sandfleet.fleet.local import LocalFleet
 
 from .harness import note_figure, wait_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.redis,
+    pytest.mark.slow,
+]  # by hand: some tests here start their own redis-server or none
 
 LABEL_RUN = "sandfleet.test.run"
 LABEL_NAME = "sandfleet.test.owner"

@@ -19,7 +19,7 @@ from sandfleet.fleet.local import LocalFleet
 
 from .harness import final_state_events, note_figure, outcome_of, running_on, sleeper_script, wait_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 JOBS = 6
 

@@ -14,7 +14,7 @@ from sandfleet.producer.client import Client
 
 from .harness import outcome_of, sleeper_script
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 
 def test_records_live_in_the_results_redis_and_jobs_run_through_the_broker(

@@ -72,7 +72,6 @@ def test_a_final_record_is_acknowledged_by_the_replica(sentinel_redis: SentinelR
 
 
 @pytest.mark.slow
-@pytest.mark.docker
 def test_the_primary_killed_mid_batch_loses_no_job_and_runs_none_twice(
     sentinel_redis: SentinelRedis, make_fleet: Callable[..., LocalFleet]
 ) -> None:

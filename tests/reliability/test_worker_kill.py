@@ -22,7 +22,7 @@ from .harness import (
     wait_for,
 )
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 KILLS = 3
 JOB_SLEEP_S = 8.0

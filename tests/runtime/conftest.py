@@ -25,9 +25,8 @@ from .helpers import BACKENDS, BRIDGE_TOOLS, TEST_LABEL, TEST_LABELS, skip_or_fa
 _ENGINE_USED: list[bool] = []  # set once a test reaches the engine: only then is the check worth a CLI call
 
 
-def require_backend(request: pytest.FixtureRequest, backend: str) -> None:
-    """The engine (and runsc for gvisor) and the sandbox image, or skip locally / fail in CI."""
-    info = request.getfixturevalue("docker_engine")
+def require_backend(info: Any, backend: str) -> None:
+    """The engine's ``info`` has runsc (for gvisor) and the sandbox image, or skip locally / fail in CI."""
     if backend == "gvisor" and "runsc" not in info.runtimes:
         skip_or_fail("runsc is not registered")
     if DEFAULT_IMAGE not in info.images:
@@ -35,8 +34,8 @@ def require_backend(request: pytest.FixtureRequest, backend: str) -> None:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    require_backend(request, request.param)
+def backend(request: pytest.FixtureRequest, docker_engine: Any) -> str:
+    require_backend(docker_engine, request.param)
     return request.param
 
 
@@ -77,10 +76,10 @@ def no_runtime_test_containers() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def pool(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[Any]:
+def pool(request: pytest.FixtureRequest, docker_engine: Any, docker_client: Any) -> Iterator[Any]:
     from sandfleet.worker.sandbox.pool import SandboxPool
 
-    require_backend(request, "docker")
+    require_backend(docker_engine, "docker")
     labels = {**TEST_LABELS, f"{TEST_LABEL}.module": request.module.__name__}
     with SandboxPool(pool_size=1, max_live=4, labels=labels) as shared:
         yield shared

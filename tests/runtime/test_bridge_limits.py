@@ -13,8 +13,6 @@ from sandfleet_testing import FIND_BRIDGE_FDS
 from . import bridge_tools
 from .helpers import program
 
-pytestmark = [pytest.mark.docker]
-
 # Program-side helpers for speaking the protocol by hand: find the bridge pipes through /proc (the stub
 # pops SANDFLEET_BRIDGE_FDS from the environment), frame a request, read a reply.
 RAW = (

@@ -13,8 +13,6 @@ from sandfleet.worker.program.bridge import CallRequest, PolicyDecision
 from . import bridge_tools
 from .helpers import program
 
-pytestmark = [pytest.mark.docker]
-
 VALUES: list[Any] = [
     [1, [2, [3, []]], {"a": None}],
     {"nested": {"list": [1.5, "x"], "empty": {}}, "": 0},

@@ -16,8 +16,6 @@ from sandfleet.core.config import CodeActionSettings, SandboxConfig
 
 from .helpers import TEST_LABEL, TEST_LABELS, labelled, wait_until
 
-pytestmark = [pytest.mark.docker]
-
 TRIVIAL = "print('RESULT: 1')\n"
 SETTINGS = CodeActionSettings(exec_timeout=20)
 

@@ -13,8 +13,6 @@ from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE
 
 from .helpers import sandfleet
 
-pytestmark = [pytest.mark.docker]
-
 ORDERS_MODULE = "sandfleet.worker.tools.examples.orders"
 EXPECTED = {"North America": 108664.0, "LATAM": 81328.0, "EMEA": 77689.0, "APAC": 65023.0}
 
@@ -27,7 +25,7 @@ def orders_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return folder
 
 
-def test_expected_answer_is_the_scenarios() -> None:
+def test_expected_answer_is_the_scenarios(docker_engine: object) -> None:
     assert REFERENCE_ANSWER == EXPECTED
 
 
@@ -55,7 +53,7 @@ def test_reference_program_gives_the_exact_totals(backend: str, orders_dir: Path
     assert len(call.result) == 500
 
 
-def test_reference_program_through_the_cli(orders_dir: Path, tmp_path: Path) -> None:
+def test_reference_program_through_the_cli(docker_engine: object, orders_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "prog.py"
     path.write_text(REFERENCE_PROGRAM)
 
@@ -66,7 +64,7 @@ def test_reference_program_through_the_cli(orders_dir: Path, tmp_path: Path) -> 
     assert list(json.loads(done.stdout)) == list(EXPECTED)
 
 
-def test_cli_json_gives_the_whole_run(orders_dir: Path, tmp_path: Path) -> None:
+def test_cli_json_gives_the_whole_run(docker_engine: object, orders_dir: Path, tmp_path: Path) -> None:
     path = tmp_path / "prog.py"
     path.write_text(REFERENCE_PROGRAM)
 

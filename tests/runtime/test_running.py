@@ -8,8 +8,6 @@ import pytest
 
 from .helpers import container_gone, program
 
-pytestmark = [pytest.mark.docker]
-
 
 def test_timeout_kills_children_and_grandchildren(backend: str, run: Any, docker_client: Any) -> None:
     source = program("""

@@ -17,9 +17,8 @@ from sandfleet.core.config import DEFAULT_IMAGE, SandboxConfig
 from .helpers import BACKENDS, TEST_LABELS, skip_or_fail
 
 
-def require_backend(request: pytest.FixtureRequest, backend: str) -> None:
-    """The engine (and runsc for gvisor) and the sandbox image, or skip locally / fail in CI."""
-    info = request.getfixturevalue("docker_engine")  # session-scoped: usable from module fixtures
+def require_backend(info: Any, backend: str) -> None:
+    """The engine's ``info`` has runsc (for gvisor) and the sandbox image, or skip locally / fail in CI."""
     if backend == "gvisor" and "runsc" not in info.runtimes:
         skip_or_fail("runsc is not registered")
     if DEFAULT_IMAGE not in info.images:
@@ -27,24 +26,24 @@ def require_backend(request: pytest.FixtureRequest, backend: str) -> None:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
+def backend(request: pytest.FixtureRequest, docker_engine: Any) -> str:
     """ "docker" (runc) or "gvisor" (runsc): a test taking it runs under both."""
-    require_backend(request, request.param)
+    require_backend(docker_engine, request.param)
     return request.param
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
-def shared_session(request: pytest.FixtureRequest) -> Iterator[Any]:
+def shared_session(request: pytest.FixtureRequest, docker_engine: Any) -> Iterator[Any]:
     """One default sandbox per backend, shared by the tests of a module that need no fresh one."""
     from sandfleet.worker.sandbox.manager import SandboxManager
 
-    require_backend(request, request.param)
+    require_backend(docker_engine, request.param)
     with SandboxManager(SandboxConfig(backend=request.param)) as manager:
         yield manager.create_session(labels=TEST_LABELS)
 
 
 @pytest.fixture
-def open_session() -> Iterator[Callable[..., Any]]:
+def open_session(docker_engine: Any) -> Iterator[Callable[..., Any]]:
     """``open_session(backend, **options)`` -> a fresh session, closed when the test ends."""
     from sandfleet.worker.sandbox.manager import SandboxManager
 

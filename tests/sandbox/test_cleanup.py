@@ -9,11 +9,7 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
-
 from .helpers import REPO, TEST_LABELS, container_exists, sandfleet
-
-pytestmark = pytest.mark.docker
 
 # Opens a session, says which container it got, and waits to be killed.
 CRASHING_OWNER = f"""

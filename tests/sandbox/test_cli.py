@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from .helpers import run_cli
-
-pytestmark = pytest.mark.docker
 
 
 def test_run_json_prints_the_result(backend: str) -> None:

@@ -14,8 +14,6 @@ from sandfleet.core.errors import SandboxError
 
 from .helpers import REPO, TEST_LABELS, owned_by, run_cli, sandfleet
 
-pytestmark = pytest.mark.docker
-
 NO_DAEMON = "unix:///tmp/sandfleet-no-daemon.sock"
 VALID_OPTIONS = (
     "valid options are: backend, image, cpu_limit, memory_limit, disk_limit, pids_limit, network, persistent, "
@@ -95,7 +93,7 @@ def test_stopped_daemon_fails_closed(docker_engine: Any) -> None:
     assert left == []  # and on the real engine, nothing was started by that process
 
 
-def test_stopped_daemon_raises_the_transient_error() -> None:
+def test_stopped_daemon_raises_the_transient_error(docker_engine: object) -> None:
     program = (
         "from sandfleet.core.errors import SandboxUnavailableError, TransientError\n"
         "from sandfleet.worker.sandbox.manager import SandboxManager\n"
@@ -118,7 +116,7 @@ def test_stopped_daemon_raises_the_transient_error() -> None:
     assert done.stdout.rstrip().endswith(". Make sure Docker is installed and running.")
 
 
-def test_without_the_docker_sdk_the_install_hint() -> None:
+def test_without_the_docker_sdk_the_install_hint(docker_engine: object) -> None:
     program = (
         "import sys\n"
         "sys.modules['docker'] = None\n"  # `import docker` now raises: as if it were not installed

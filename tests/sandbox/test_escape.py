@@ -20,8 +20,6 @@ import pytest
 
 from sandfleet.core.config import DEFAULT_IMAGE
 
-pytestmark = pytest.mark.docker
-
 SECRET = "sk-test-leak"
 ESCAPE_PROGRAM = r"""
 import json, os, socket, sys

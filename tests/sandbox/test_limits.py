@@ -15,10 +15,6 @@ import threading
 import time
 from typing import Any
 
-import pytest
-
-pytestmark = pytest.mark.docker
-
 MiB = 1024**2
 LIST_PROCESSES = [
     "python3",

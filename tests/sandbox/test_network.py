@@ -30,8 +30,6 @@ from sandfleet.core.config import SandboxConfig
 
 from .helpers import TEST_LABELS, skip_or_fail
 
-pytestmark = pytest.mark.docker
-
 ALLOWED_PORT, BLOCKED_PORT = 80, 8080
 FETCH = """
 import json, sys, urllib.request

@@ -16,7 +16,6 @@ from sandfleet.worker.sandbox.backends import backend_named
 
 from .helpers import TEST_LABELS
 
-pytestmark = pytest.mark.docker
 SCRIPT = "/workspace/job/program.py"
 ARGV = ["python3", "-s", SCRIPT]
 
@@ -99,7 +98,9 @@ def test_an_uncaught_exception_shows_only_the_programs_frames(backend: str) -> N
 @pytest.mark.parametrize(
     "env", [{"PYTHONPATH": "/workspace/lib"}, {"PYTHONUNBUFFERED": "1"}, {"LANG": "C"}, {"PATH": "/bin"}]
 )
-def test_an_environment_that_changes_how_python_starts_gets_a_new_interpreter(env: dict[str, str]) -> None:
+def test_an_environment_that_changes_how_python_starts_gets_a_new_interpreter(
+    docker_engine: object, env: dict[str, str]
+) -> None:
     sandbox = backend_named().start(SandboxConfig(env=env), labels=TEST_LABELS)
     try:
         sandbox.write_file(SCRIPT, b"import os; print(os.environ.get('PYTHONPATH'))")
@@ -110,7 +111,7 @@ def test_an_environment_that_changes_how_python_starts_gets_a_new_interpreter(en
     assert not done.forked
 
 
-def test_other_variables_keep_the_program_in_place() -> None:
+def test_other_variables_keep_the_program_in_place(docker_engine: object) -> None:
     sandbox = backend_named().start(
         SandboxConfig(env={"GREETING": "hi", "PYTHON_VERSION": "x"}), labels=TEST_LABELS
     )

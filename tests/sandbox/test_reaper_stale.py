@@ -9,8 +9,6 @@ import pytest
 from sandfleet.worker.sandbox.docker import reaper
 from sandfleet.worker.sandbox.docker.spec import Owner
 
-pytestmark = pytest.mark.docker
-
 
 def test_a_created_but_never_started_sandbox_of_a_live_owner_is_removed_once_stale(
     docker_engine: Any, monkeypatch: pytest.MonkeyPatch

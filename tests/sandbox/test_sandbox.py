@@ -13,7 +13,6 @@ from sandfleet.core.errors import SandboxError
 
 from .helpers import RUNTIME_OF, TEST_LABELS, container_exists, sandfleet
 
-pytestmark = pytest.mark.docker
 MiB = 1024**2
 
 
@@ -146,7 +145,7 @@ def test_cli_inspect_reports_every_setting_and_the_effective_uid(backend: str) -
     assert not container_exists(report["Id"])  # inspect removes its sandbox
 
 
-def test_cli_inspect_reports_a_bridged_network_as_it_is() -> None:
+def test_cli_inspect_reports_a_bridged_network_as_it_is(docker_engine: object) -> None:
     done = sandfleet("sandbox", "inspect", "-o", "network=full", "--json")
     assert done.returncode == 0, done.stderr
     network = json.loads(done.stdout)["Network"]

@@ -36,8 +36,7 @@ def security_results_file() -> Iterator[None]:
     write_results()
 
 
-def require_runtime(request: pytest.FixtureRequest, runtime: str) -> None:
-    info = request.getfixturevalue("docker_engine")
+def require_runtime(info: Any, runtime: str) -> None:
     if runtime not in info.runtimes:
         skip_or_fail(f"{runtime} is not registered")
     if DEFAULT_IMAGE not in info.images:
@@ -45,8 +44,8 @@ def require_runtime(request: pytest.FixtureRequest, runtime: str) -> None:
 
 
 @pytest.fixture(params=RUNTIMES)
-def runtime(request: pytest.FixtureRequest) -> str:
-    require_runtime(request, request.param)
+def runtime(request: pytest.FixtureRequest, docker_engine: Any) -> str:
+    require_runtime(docker_engine, request.param)
     return request.param
 
 
@@ -62,10 +61,10 @@ def docker_client(docker_engine: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def pool(request: pytest.FixtureRequest, docker_client: Any) -> Iterator[Any]:
+def pool(request: pytest.FixtureRequest, docker_engine: Any, docker_client: Any) -> Iterator[Any]:
     from sandfleet.worker.sandbox.pool import SandboxPool
 
-    require_runtime(request, "runc")
+    require_runtime(docker_engine, "runc")
     labels = {**TEST_LABELS, "sandfleet.test.module": request.module.__name__}
     with SandboxPool(pool_size=1, max_live=6, labels=labels) as shared:
         yield shared

@@ -309,7 +309,6 @@ PROBE = program(
 )
 
 
-@pytest.mark.docker
 def test_neither_redis_nor_flower_is_reachable_from_a_sandbox(
     runtime: str, run: Callable[..., Any], protected_redis: Listener, flower: int
 ) -> None:

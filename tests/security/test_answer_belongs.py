@@ -47,7 +47,7 @@ from sandfleet.producer.client import BatchHandle, Client, JobHandle
 
 from .helpers import record
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.timeout(600)]
 
 JOB_TIMEOUT_S = 240.0
 ASKED = "What is six times seven?"

@@ -40,8 +40,6 @@ from sandfleet.producer.client import Client
 
 from .helpers import record
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 JOB_TIMEOUT_S = 120.0
 TOOL_BUDGET_PROGRAM = """from sandfleet_tools import load_orders
 load_orders()

@@ -25,8 +25,6 @@ from sandfleet_testing import FIND_BRIDGE_FDS
 
 from .helpers import program, record, vm_hwm_kib
 
-pytestmark = [pytest.mark.docker]
-
 RUNTIME = "runc"
 EXAMPLE_TOOLS = [
     "sandfleet.worker.tools.examples.orders",

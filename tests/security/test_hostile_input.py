@@ -28,8 +28,6 @@ from sandfleet.core.queue import queue_name
 
 from .helpers import record
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 JOB_TIMEOUT_S = 90.0
 AVAILABLE = "get_order, list_products, load_orders"
 SLOW_RUN_S = 3.0

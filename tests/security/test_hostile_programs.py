@@ -32,8 +32,6 @@ from sandfleet.worker.sandbox.container import AGENT_KILLED
 
 from .helpers import REPO, free_port, percentile, program, record, vm_hwm_kib
 
-pytestmark = [pytest.mark.docker]
-
 SECRET = "sk-sandfleet-fake-worker-secret-4242"
 
 PRELUDE = program(

@@ -42,8 +42,6 @@ from sandfleet.core.signing import WorkerKey
 from .helpers import record, skip_or_fail
 from .test_hostile_input import ContainerWatch
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 JOB_TIMEOUT_S = 120.0
 BACKENDS = ("docker", "gvisor")
 RUNTIME_OF = {"docker": "runc", "gvisor": "runsc"}

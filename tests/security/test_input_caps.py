@@ -35,7 +35,7 @@ from sandfleet.core.settings import Settings
 
 from .helpers import program, record
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
+pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
 
 HOSTILE = SERVERS / "hostile.py"
 NESTED = "nested more than 64 deep (the JSON nesting cap, MAX_JSON_DEPTH)"
@@ -368,7 +368,7 @@ def hostile_sessions() -> Iterator[Any]:
         yield started
 
 
-def test_the_watch_sees_a_thread_that_holds_the_gil() -> None:
+def test_the_watch_sees_a_thread_that_holds_the_gil(docker_engine: object) -> None:
     """The control: Python's own re on the same pattern holds the GIL, and the watch sees it."""
     with PaceWatch() as watch:
         held = threading.Thread(target=re.search, args=("^(a+)+$", "a" * 23 + "b"))
@@ -463,7 +463,7 @@ def test_unique_objects_are_checked_in_one_pass_not_pairwise(
 
 
 def test_a_record_a_reader_could_not_read_is_written_as_a_record_limit_error_and_the_job_ends(
-    redis_server: str, tmp_path: Path
+    docker_engine: object, redis_server: str, tmp_path: Path
 ) -> None:
     from fleet.helpers import TEST_WORKER, fleet_settings_for, keys_under, start_job
 
@@ -507,7 +507,7 @@ def test_a_record_a_reader_could_not_read_is_written_as_a_record_limit_error_and
 
 
 def test_a_planted_record_no_reader_can_parse_breaks_no_listing_and_is_refused_by_name(
-    redis_server: str, tmp_path: Path
+    docker_engine: object, redis_server: str, tmp_path: Path
 ) -> None:
     """Whoever can write Redis (or a worker from before the caps) leaves a record nested past what
     pydantic reads (200): ``jobs`` still lists every job, ``result`` refuses that one (exit 4)."""

@@ -22,8 +22,6 @@ from sandfleet_testing import FIND_BRIDGE_FDS
 
 from .helpers import program, record, vm_hwm_kib
 
-pytestmark = [pytest.mark.docker]
-
 RUNTIME = "runc"
 SECRET = "lab-secret-9d2e"
 

@@ -22,8 +22,6 @@ from typing import Any
 import pytest
 import redis
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
-
 JOB_TIMEOUT_S = 90.0
 SECRET = "SECRET-MARKER-d41c8e"
 NOT_IN_FOLDER = (

@@ -43,7 +43,7 @@ from sandfleet.core.signing import KeyInfo, WorkerKey
 from .helpers import BACKEND_OF, record
 from .test_hostile_input import ContainerWatch
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 JOB_TIMEOUT_S = 120.0
 INVENTED = "refund-INVENTED-by-the-attacker"

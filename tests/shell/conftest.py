@@ -53,8 +53,8 @@ def gone(container_id: str, timeout_s: float = 10.0) -> bool:
 
 
 @pytest.fixture(params=["docker", "gvisor"])
-def backend(request: pytest.FixtureRequest) -> str:
-    info = request.getfixturevalue("gvisor" if request.param == "gvisor" else "docker_engine")
+def backend(request: pytest.FixtureRequest, docker_engine: Any) -> str:
+    info = request.getfixturevalue("gvisor") if request.param == "gvisor" else docker_engine
     if DEFAULT_IMAGE not in info.images:
         skip_or_fail(f"image {DEFAULT_IMAGE} is missing; build it with `sandfleet images build`")
     return str(request.param)

@@ -19,7 +19,6 @@ from sandfleet.worker.engine.shell.tools import ShellTools
 
 from .conftest import shell_settings
 
-pytestmark = [pytest.mark.docker]
 DEBIAN_WHEELS = Path("/usr/share/python-wheels")  # python3-pip-whl, which python3-venv brings
 
 

@@ -17,7 +17,6 @@ from sandfleet.worker.engine.shell.tools import ShellTools
 
 from .conftest import gone, shell_settings
 
-pytestmark = [pytest.mark.docker]
 OpenTools = Callable[..., ShellTools]
 # Every process of the sandbox but init, the agent and this lister (and a bash around it), by name
 # (Python: `ps` is not in the image, and coreutils' ls fails under this gVisor).

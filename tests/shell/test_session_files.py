@@ -16,7 +16,6 @@ import pytest
 
 from sandfleet.worker.engine.shell.tools import ShellTools
 
-pytestmark = [pytest.mark.docker]
 OpenTools = Callable[..., ShellTools]
 
 ESCAPES = {  # what sandbox_exec makes, for each path the file tools are then asked for

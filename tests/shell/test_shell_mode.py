@@ -38,7 +38,6 @@ from sandfleet.worker.tools.registry import ToolRegistry
 
 from .conftest import gone, session_containers, shell_settings
 
-pytestmark = [pytest.mark.docker]
 COMPUTE = """\
 import csv, json
 from collections import defaultdict
