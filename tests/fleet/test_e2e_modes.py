@@ -5,18 +5,28 @@ the audit chain and ``sandfleet jobs``."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
 import redis
 
 from sandfleet.core.contracts import AuditKind, JobStatus
+from sandfleet.core.webhook_signing import (
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    TIMESTAMP_HEADER,
+    verify_signature,
+)
 from sandfleet.fleet.demo import REFERENCE_CHAT_TOTALS, demo_replay_script
 from sandfleet.producer.client import Client
 from sandfleet.worker.tools.examples.scenario import (
@@ -68,10 +78,54 @@ def shell_rule() -> dict[str, Any]:
     }
 
 
+WEBHOOK_SECRET = "modes-webhook-secret"
+
+
+class Receiver:
+    """A real HTTP server on 127.0.0.1 keeping each POST's path, headers and body."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, dict[str, str], bytes]] = []
+        posts, lock = self.posts, threading.Lock()
+        self._lock = lock
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with lock:
+                    posts.append((self.path, dict(self.headers), body))
+                self.send_response(204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, name="webhooks", daemon=True).start()
+
+    def post_to(self, path: str, timeout_s: float = 30.0) -> tuple[dict[str, str], bytes]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                found = [(headers, body) for where, headers, body in self.posts if where == path]
+            if found:
+                assert len(found) == 1, f"{len(found)} POSTs to {path}"
+                return found[0]
+            time.sleep(0.1)
+        pytest.fail(f"no webhook POST to {path} within {timeout_s:g} s")
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
 @dataclass
 class ModesFleet:
     worker: FleetWorker
     model: str  # replay:FILE, the script the worker's replay model answers from
+    receiver: Receiver
 
     @property
     def client(self) -> Client:
@@ -87,18 +141,23 @@ def fleet(
     script = demo_replay_script()
     script["rules"].insert(0, shell_rule())
     settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders")
+    receiver = Receiver()
+    env = {"SANDFLEET_WEBHOOK_SECRET": WEBHOOK_SECRET, "SANDFLEET_POLICY_WEBHOOK_HOSTS": "127.0.0.1"}
+    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", env=env)
     (worker.scripts_dir / "modes.json").write_text(json.dumps(script))
-    yield ModesFleet(worker, f"replay:{worker.scripts_dir / 'modes.json'}")
+    yield ModesFleet(worker, f"replay:{worker.scripts_dir / 'modes.json'}", receiver)
     stop_worker(worker)
+    receiver.close()
     r = redis.Redis.from_url(redis_server, decode_responses=True)
     if leftovers := keys_under(r, settings.key_prefix):
         r.delete(*leftovers)
     r.close()
 
 
-def submit(fleet: ModesFleet, mode: str) -> Any:
-    return fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=fleet.model, mode=mode)
+def submit(fleet: ModesFleet, mode: str, **more: Any) -> Any:
+    return fleet.client.submit(
+        REFERENCE_QUESTION, tools=["load_orders"], model=fleet.model, mode=mode, **more
+    )
 
 
 def test_a_chat_job_through_the_fleet(fleet: ModesFleet) -> None:
@@ -173,3 +232,21 @@ def test_a_bad_mode_is_refused_before_anything_is_enqueued(fleet: ModesFleet) ->
     with pytest.raises(InvalidSpecError, match="mode: Input should be 'code-action', 'shell' or 'chat'"):
         fleet.client.submit("q", mode="agent")
     assert len(fleet.client.jobs(limit=1000)) == len(before)
+
+
+@pytest.mark.parametrize("mode", ["code-action", "shell", "chat"])
+def test_a_completion_webhook_in_every_mode(fleet: ModesFleet, mode: str) -> None:
+    """One signed POST per job whatever its mode, its body the job's own outcome, committed in the chain."""
+    job = submit(fleet, mode, webhook=f"{fleet.receiver.url}/{mode}")
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    headers, body = fleet.receiver.post_to(f"/{mode}")
+    verify_signature(
+        WEBHOOK_SECRET, headers[SIGNATURE_HEADER], headers[TIMESTAMP_HEADER], body, now=time.time()
+    )
+    sent = json.loads(body)
+    assert headers[DELIVERY_HEADER] == job.job_id and sent["job_id"] == job.job_id
+    assert sent["status"] == "succeeded" and sent["result"] == result.result
+    committed = {e.data["body_sha256"] for e in job.audit() if e.kind == AuditKind.WEBHOOK}
+    assert hashlib.sha256(body).hexdigest() in committed
+    assert job.verify_audit() == (True, None)
