@@ -26,8 +26,16 @@ Each section is what `sandfleet COMMAND --help` prints.
 
 def sections(command: click.Command, path: list[str], parent: click.Context | None = None) -> list[str]:
     """One Markdown section for ``command`` and, for a group, one for each of its subcommands."""
+    # The command's own context settings (the root's -h/--help, inherited below it), as when it runs:
+    # click caches a command's help option the first time it is asked, so any other context would make
+    # the text depend on what rendered the command first.
     ctx = click.Context(
-        command, info_name=path[-1], parent=parent, terminal_width=HELP_WIDTH, max_content_width=HELP_WIDTH
+        command,
+        info_name=path[-1],
+        parent=parent,
+        terminal_width=HELP_WIDTH,
+        max_content_width=HELP_WIDTH,
+        **command.context_settings,
     )
     level = "#" * min(len(path) + 1, 4)
     out = [f"{level} `{' '.join(path)}`\n\n```text\n{command.get_help(ctx)}\n```\n"]
