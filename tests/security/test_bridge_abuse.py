@@ -372,7 +372,9 @@ def test_a_flood_of_calls_is_capped_and_another_program_keeps_its_latency(
     [flooded] = flood_result
     assert flooded.ok, (flooded.failure(), flooded.stderr)
     sent, refused, last = flooded.result
-    assert sent == 50 and refused > 1000, flooded.result
+    # The program kept calling after the cap: every further call was refused (how many fit in the
+    # flood's seconds depends on the host's load, so only "more refused than sent" is asserted).
+    assert sent == 50 and refused > sent, flooded.result
     assert last == "ToolBudgetExceededError: tool-call budget of 50 exceeded"
     assert len(outbox(data_dir)) == 50, "the cap holds on the host: 50 mails, no more"
     assert "tool_calls" in flooded.limits_hit
