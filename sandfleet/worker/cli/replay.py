@@ -50,6 +50,9 @@ def replay(
     The sandbox has no network, and gets only what this machine's SANDFLEET_POLICY_* settings allow: a
     recorded sandbox beyond them (sudo, a writable root, a runtime, env, limits) is refused, named.
 
+    Shell and chat jobs have no final program: they are verified, not re-run (skipped, with the reason),
+    as are jobs that did not succeed.
+
     Exit 0 when every replayable job matched; 1 on a difference, a record its chain does not prove, a
     replay refused by the local policy, or one that could not run; 3 when some jobs have not ended.
     """
@@ -92,7 +95,7 @@ def replay(
             echo_json(outcome.to_json())
         else:
             echo(outcome.describe())
-        sys.exit(0 if outcome.matches else (3 if outcome.state == ReplayState.MISSING else 1))
+        sys.exit(report.exit_status())  # as for a batch: a job with nothing to re-run is not a failure
     for outcome in report.outcomes:
         if as_json:
             echo_json(outcome.to_json())

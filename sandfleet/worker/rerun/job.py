@@ -10,6 +10,10 @@ it writes under /workspace/out/ must be the artifacts the record lists, byte for
 when the evidence carries the digests of the stored artifacts, bytes changed at rest make the record
 unverified before anything runs.
 
+Shell and chat jobs have no final program: a chat job's answer is its model's reply, a shell job's
+commands ran in a session sandbox destroyed with it. They are verified and skipped, saying so, as are
+jobs that did not succeed; neither is a failure of the replay (exit 0 when nothing else failed).
+
 A replay runs under the policy of the machine running it (sandfleet/worker/sandbox/policy.py ``replay_sandbox``),
 never under the one the record says its worker had: always with network ``none`` (the answers come
 from the record), and a recorded sandbox beyond the local policy (sudo, a writable root, a runtime,
@@ -23,7 +27,15 @@ from enum import StrEnum
 from typing import Any
 
 from sandfleet.core.chain import canonical_json, sha256_hex
-from sandfleet.core.contracts import ArtifactInfo, AuditEvent, AuditKind, JobStatus, ToolCallRecord
+from sandfleet.core.contracts import (
+    ArtifactInfo,
+    AuditEvent,
+    AuditKind,
+    JobMode,
+    JobResult,
+    JobStatus,
+    ToolCallRecord,
+)
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.core.records import JobRecord
 from sandfleet.core.settings import Settings
@@ -42,7 +54,7 @@ class ReplayState(StrEnum):
     MATCH = "match"  # the replay printed the served, sealed RESULT
     DIFFERENT = "different"  # it printed something else (or nothing)
     UNVERIFIED = "unverified"  # record and chain disagree: not replayed
-    SKIPPED = "skipped"  # nothing to reproduce: the job did not succeed, or has no final program
+    SKIPPED = "skipped"  # nothing to reproduce: the job did not succeed, or has no program (shell, chat)
     MISSING = "missing"  # no record, or the job has not ended
     FAILED = "failed"  # the replay itself could not run (no engine, no image): nothing was compared
     REFUSED = "refused"  # the recorded sandbox is beyond this machine's policy: not replayed
@@ -132,7 +144,7 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings
         why = f"the record cannot be read: {record.unreadable or 'no spec or result'}"
         return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, reason=why)
     if result.status != JobStatus.SUCCEEDED or not result.final_program:
-        why = f"the job {result.status.value} with no RESULT to reproduce"
+        why = _nothing_to_rerun(result, spec.mode)
         return ReplayOutcome(evidence.job_id, ReplayState.SKIPPED, verdict, served=result.result, reason=why)
     try:
         config = replay_sandbox(spec.sandbox, settings)
@@ -178,6 +190,21 @@ def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings
     if problem:
         return ReplayOutcome(**{**outcome.__dict__, "state": ReplayState.DIFFERENT, "reason": problem})
     return outcome
+
+
+# Why a succeeded job of a tool-calling mode is not re-run: it has no final program, and what it did
+# cannot be done again without its model (chat) or its session sandbox (shell, destroyed with the job).
+_NO_PROGRAM = {
+    JobMode.CHAT: "its answer is the model's reply to the recorded tool results",
+    JobMode.SHELL: "its commands ran in a session sandbox destroyed with the job",
+}
+
+
+def _nothing_to_rerun(result: JobResult, mode: JobMode) -> str:
+    """Why a verified job is skipped: it did not succeed, or its mode runs no final program."""
+    if result.status == JobStatus.SUCCEEDED and mode in _NO_PROGRAM:
+        return f"a {mode.value} job has no program to re-run ({_NO_PROGRAM[mode]}): verified only"
+    return f"the job {result.status.value} with no RESULT to reproduce"
 
 
 def _caps_for(listed: list[ArtifactInfo]) -> ArtifactCaps:
