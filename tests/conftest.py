@@ -12,6 +12,11 @@ Fixtures:
     owned_targets    session: addresses this run owns, counted and listened on (owned_targets.py): the
                      only targets of hostile network tests, so a failed refusal arrives here, never out
     skip_or_fail     function: skip (locally) or fail (in CI) with a reason
+    fleet_worker     function: ``start(name, **options) -> FleetWorker``, real ``sandfleet worker``s on
+                     ``redis_server`` (sandfleet_testing.workers.WorkerFactory: model, tools, folder,
+                     env, approvers, metrics); after the test each is stopped, its containers removed,
+                     its keys deleted and its folder (under tmp_path) removed
+    module_fleet_worker  module: the same, for the module fixtures that share workers between tests
 
 At the end of the session, any container labelled ``sandfleet.role`` that still exists fails the run
 (listed at the end, exit status 1; under pytest-xdist checked once, after every worker has finished). On an engine shared with other people's
@@ -36,6 +41,7 @@ from pathlib import Path
 
 import pytest
 from sandfleet_testing import skip_or_fail
+from sandfleet_testing.workers import WorkerFactory
 
 from sandfleet.fleet.local_redis import NO_PERSISTENCE, RedisServer, free_port  # noqa: F401 - shared with tests
 
@@ -138,6 +144,37 @@ def gvisor(docker_engine):  # -> EngineInfo
     if "runsc" not in docker_engine.runtimes:
         skip_or_fail("runsc is not registered")
     return docker_engine
+
+
+# ---- workers ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fleet_worker(redis_server: str, docker_engine: object, tmp_path: Path) -> Iterator[WorkerFactory]:
+    """Start workers for one test: ``fleet_worker("name", tools=..., script=..., env=...)``."""
+
+    def new_folder(name: str) -> Path:
+        folder = tmp_path / f"{name}-{len(start.folders)}"
+        folder.mkdir()
+        return folder
+
+    start = WorkerFactory(redis_server, new_folder)
+    try:
+        yield start
+    finally:
+        start.close()
+
+
+@pytest.fixture(scope="module")
+def module_fleet_worker(
+    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerFactory]:
+    """Start workers shared by a module's tests (stopped and cleaned after its last test)."""
+    start = WorkerFactory(redis_server, tmp_path_factory.mktemp)
+    try:
+        yield start
+    finally:
+        start.close()
 
 
 @pytest.fixture(scope="session")

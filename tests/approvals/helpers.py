@@ -1,18 +1,81 @@
-"""What the approval tests share: programs as the model writes them, the replay script, the ledger."""
+"""What the approval tests share: programs as the model writes them, the replay script, the ledger,
+the worker that gates the test tools, the ``sandfleet`` command of an approver."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sandfleet_testing.workers import APPROVERS, SANDFLEET, FleetWorker, WorkerFactory
+from sandfleet_testing.workers import JOB_TIMEOUT_S as JOB_TIMEOUT_S  # the approval tests wait this long
+
+from sandfleet.core.approvals import ApprovalStatus
 
 HERE = Path(__file__).resolve().parent
 TOOLS = str(HERE / "gated_tools.py")
 DECISION_TIMEOUT_S = 60.0
+WEBHOOK_SECRET = "s3cret-for-tests"
+
+
+@dataclass
+class Webhook:
+    url: str
+    posts: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+
+
+def approval_env(webhook_url: str = "", **more: str) -> dict[str, str]:
+    """The operator policy of the approval tests' workers: ``issue_refund`` gated, grace 1 s,
+    ``password`` redacted, no warm containers; ``more`` overrides or adds settings."""
+    env = {
+        "SANDFLEET_APPROVAL_TOOLS": "issue_refund",
+        "SANDFLEET_APPROVAL_GRACE_S": "1",
+        "SANDFLEET_APPROVAL_REDACT": "password",
+        "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",  # no warm containers: every live one belongs to a run
+    }
+    if webhook_url:
+        env |= {
+            "SANDFLEET_APPROVAL_WEBHOOK_URL": webhook_url,
+            "SANDFLEET_APPROVAL_WEBHOOK_SECRET": WEBHOOK_SECRET,
+        }
+    return env | more
+
+
+def gated_worker(start: WorkerFactory, name: str, env: dict[str, str], **options: Any) -> FleetWorker:
+    """A worker (of ``start``, a ``fleet_worker`` fixture) serving the gated test tools with the
+    approvals replay script (``FleetWorker.model``), trusting the approvers ana and bo (its approvers
+    file, unless ``env`` names another, even ""), its client signing with ana's key."""
+    return start(name, tools=TOOLS, script=write_script, approvers=APPROVERS, env=env, **options)
+
+
+def sandfleet(worker: FleetWorker, *args: str) -> subprocess.CompletedProcess[str]:
+    """A ``sandfleet`` command of ``worker``'s fleet, signing as its client does (ana's key)."""
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SANDFLEET_REDIS_URL": worker.settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": worker.settings.key_prefix,
+        "SANDFLEET_APPROVER_KEY": worker.settings.approver_key,
+    }
+    return subprocess.run([SANDFLEET, *args], capture_output=True, text=True, env=env, timeout=120)
+
+
+def own_containers(worker: FleetWorker) -> list[str]:
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=sandfleet.owner={worker.worker.owner_label}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.split()
+
+
+def pending_of(worker: FleetWorker, job_id: str) -> list:
+    return [r for r in worker.client.approvals(job_id=job_id) if r.status == ApprovalStatus.PENDING]
 
 
 def program(body: str) -> str:

@@ -4,10 +4,9 @@ the replay model over HTTP. The test tools write every real execution to a ledge
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pytest
-from fleet.helpers import SANDFLEET, FleetWorker
+from sandfleet_testing.workers import FleetWorker
 
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.approvers import ApproversFile, load_approver_key
@@ -15,34 +14,9 @@ from sandfleet.core.contracts import JobStatus
 from sandfleet.core.decisions import SignedDecision
 from sandfleet.core.errors import ApprovalDecidedError, ApprovalNotFoundError, ApprovalWithdrawnError
 
-from .helpers import approval_events, ledger, wait_for
+from .helpers import JOB_TIMEOUT_S, approval_events, ledger, own_containers, pending_of, sandfleet, wait_for
 
 pytestmark = [pytest.mark.slow]
-JOB_TIMEOUT_S = 120.0
-
-
-def sandfleet(worker: FleetWorker, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "SANDFLEET_REDIS_URL": worker.settings.redis_url,
-        "SANDFLEET_KEY_PREFIX": worker.settings.key_prefix,
-        "SANDFLEET_APPROVER_KEY": worker.settings.approver_key,  # ana's (tests/approvals/conftest.py)
-    }
-    return subprocess.run([SANDFLEET, *args], capture_output=True, text=True, env=env, timeout=120)
-
-
-def own_containers(worker: FleetWorker) -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=sandfleet.owner={worker.worker.owner_label}"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    return out.stdout.split()
-
-
-def pending_of(worker: FleetWorker, job_id: str) -> list:
-    return [r for r in worker.client.approvals(job_id=job_id) if r.status == ApprovalStatus.PENDING]
 
 
 def test_an_approved_call_runs_once_after_the_job_was_suspended_without_a_container(
@@ -79,7 +53,7 @@ def test_an_approved_call_runs_once_after_the_job_was_suspended_without_a_contai
     assert decided.status == ApprovalStatus.EXECUTED and decided.decided_by == "ana" and decided.decided_at
 
     # Who approved is proven: ana's key signed exactly this job, request and call; the chain holds it.
-    ana = load_approver_key(approval_fleet.approvers.keys["ana"])  # type: ignore[attr-defined]
+    ana = load_approver_key(approval_fleet.approvers.keys["ana"])
     [approval] = [e for e in job.audit() if e.kind == "approval" and e.data["event"] == "approved"]
     assert approval.data["by"] == "ana" and approval.data["key_id"] == ana.key_id and approval.data["signed"]
     signed = SignedDecision.model_validate(approval.data["decision"])
@@ -88,9 +62,7 @@ def test_an_approved_call_runs_once_after_the_job_was_suspended_without_a_contai
     assert (
         ApproversFile(approval_fleet.approvers.file)
         .ring()
-        .check(  # type: ignore[attr-defined]
-            ana.key_id, signed.decision.message(), signed.signature
-        )
+        .check(ana.key_id, signed.decision.message(), signed.signature)
         is None
     )  # an auditor re-checks it with the approvers file alone
 
@@ -135,7 +107,7 @@ def test_a_denial_raises_tool_denied_error_in_the_program_with_the_reason(
     job = client.submit("Refund order two", tools=["issue_refund"], model=approval_fleet.model)
     wait_for(lambda: pending_of(approval_fleet, job.job_id), what="the request")
     [request] = pending_of(approval_fleet, job.job_id)
-    bo_key = str(approval_fleet.approvers.keys["bo"])  # type: ignore[attr-defined]
+    bo_key = str(approval_fleet.approvers.keys["bo"])
     denied = sandfleet(
         approval_fleet, "approvals", "deny", request.id, "--reason", "duplicate refund", "--key", bo_key
     )

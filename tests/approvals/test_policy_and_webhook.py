@@ -7,15 +7,22 @@ import hashlib
 import json
 
 import pytest
-from fleet.helpers import FleetWorker
+from sandfleet_testing.workers import FleetWorker
 
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.contracts import JobStatus
 from sandfleet.worker.approval.webhook import SIGNATURE_HEADER, TIMESTAMP_HEADER, signature
 
-from .conftest import WEBHOOK_SECRET, Webhook
-from .helpers import ledger, wait_for
-from .test_decisions import JOB_TIMEOUT_S, own_containers, pending_of, sandfleet
+from .helpers import (
+    JOB_TIMEOUT_S,
+    WEBHOOK_SECRET,
+    Webhook,
+    ledger,
+    own_containers,
+    pending_of,
+    sandfleet,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow]
 

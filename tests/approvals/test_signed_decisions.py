@@ -9,13 +9,12 @@ allowed (accepted, recorded as unsigned; a signature that does not hold is still
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from fleet.helpers import FleetWorker
+from sandfleet_testing.workers import FleetWorker, WorkerFactory
 
 from sandfleet.core.approvals import ApprovalRequest
 from sandfleet.core.approvers import load_approver_key, make_approver_key
@@ -23,25 +22,17 @@ from sandfleet.core.contracts import JobStatus
 from sandfleet.core.decisions import sign_decision
 from sandfleet.core.redis_keys import FleetKeys
 
-from .conftest import approval_env, cleanup, fleet_with
-from .helpers import ledger, wait_for
-from .test_decisions import JOB_TIMEOUT_S, pending_of, sandfleet
+from .helpers import JOB_TIMEOUT_S, approval_env, gated_worker, ledger, pending_of, sandfleet, wait_for
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 OTHER_CALL_SHA256 = "ab" * 32
 
 
 @pytest.fixture(scope="module")
-def guarded(
-    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
-) -> Iterator[FleetWorker]:
+def guarded(module_fleet_worker: WorkerFactory) -> FleetWorker:
     """A worker whose gated calls wait in their program (grace 30 s) while the attacker writes."""
-    folder = tmp_path_factory.mktemp("guarded")
-    worker = fleet_with(
-        redis_server, folder, approval_env(SANDFLEET_APPROVAL_GRACE_S="30", SANDFLEET_APPROVAL_TIMEOUT_S="90")
-    )
-    yield worker
-    cleanup(worker, redis_server)
+    env = approval_env(SANDFLEET_APPROVAL_GRACE_S="30", SANDFLEET_APPROVAL_TIMEOUT_S="90")
+    return gated_worker(module_fleet_worker, "guarded", env)
 
 
 def waiting(fleet: FleetWorker) -> tuple[Any, ApprovalRequest]:
@@ -94,7 +85,7 @@ def test_a_decision_signed_by_a_key_the_approvers_file_does_not_list_is_refused(
     job, request = waiting(guarded)
     guarded.client.approve(request.id, key=mallory, by="ana")  # claims to be ana
     problem = refused(guarded, job, request, before)
-    approvers_file = guarded.approvers.file  # type: ignore[attr-defined]
+    approvers_file = guarded.approvers.file
     assert problem == (
         f"decision for job {job.job_id} request {request.id} is signed by key {mallory.key_id}, which is "
         f"not in the approvers file {approvers_file}: refused"
@@ -139,7 +130,7 @@ def test_a_decision_replayed_from_another_request_is_refused(guarded: FleetWorke
 def test_a_denial_edited_into_an_approval_after_it_was_signed_is_refused(guarded: FleetWorker) -> None:
     before = refunds(guarded)
     job, request = waiting(guarded)
-    ana = load_approver_key(guarded.approvers.keys["ana"])  # type: ignore[attr-defined]
+    ana = load_approver_key(guarded.approvers.keys["ana"])
     denial = sign_decision(
         ana,
         job_id=job.job_id,
@@ -158,8 +149,8 @@ def test_a_denial_edited_into_an_approval_after_it_was_signed_is_refused(guarded
 
 def test_a_decision_signed_by_a_revoked_key_is_refused_with_no_restart(guarded: FleetWorker) -> None:
     """The operator revokes bo with the real command; the running worker reads the file again."""
-    approvers_file = guarded.approvers.file  # type: ignore[attr-defined]
-    bo = load_approver_key(guarded.approvers.keys["bo"])  # type: ignore[attr-defined]
+    approvers_file = guarded.approvers.file
+    bo = load_approver_key(guarded.approvers.keys["bo"])
     revoked = sandfleet(guarded, "approvers", "revoke", "bo", "--file", str(approvers_file))
     assert revoked.returncode == 0 and f"{bo.key_id}  revoked  bo" in revoked.stdout, revoked.stderr
     before = refunds(guarded)
@@ -192,42 +183,36 @@ def test_an_unsigned_approval_of_a_suspended_job_is_refused_when_it_resumes(
 
 
 def test_without_an_approvers_file_a_job_naming_a_gated_tool_is_refused_before_it_starts(
-    redis_server: str, tmp_path: Path, docker_engine: object
+    fleet_worker: WorkerFactory,
 ) -> None:
-    worker = fleet_with(redis_server, tmp_path, approval_env(SANDFLEET_APPROVERS_FILE=""))
-    try:
-        job = worker.client.submit("Refund order two", tools=["issue_refund"], model=worker.model)
-        result = job.result(timeout=JOB_TIMEOUT_S)
-        assert result.status == JobStatus.REFUSED and result.error is not None
-        assert "issue_refund need a person's approval, and this worker accepts no decision" in (
-            result.error.message
-        )
-        assert "SANDFLEET_APPROVERS_FILE" in result.error.message
-        assert not [e for e in job.audit() if e.kind in ("model_call", "sandbox_run")]  # nothing ran
-        assert worker.client.approvals(job_id=job.job_id) == []
-    finally:
-        cleanup(worker, redis_server)
+    worker = gated_worker(fleet_worker, "no-approvers", approval_env(SANDFLEET_APPROVERS_FILE=""))
+    job = worker.client.submit("Refund order two", tools=["issue_refund"], model=worker.model)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.REFUSED and result.error is not None
+    assert "issue_refund need a person's approval, and this worker accepts no decision" in (
+        result.error.message
+    )
+    assert "SANDFLEET_APPROVERS_FILE" in result.error.message
+    assert not [e for e in job.audit() if e.kind in ("model_call", "sandbox_run")]  # nothing ran
+    assert worker.client.approvals(job_id=job.job_id) == []
 
 
 def test_unsigned_decisions_allowed_are_accepted_as_unsigned_and_a_bad_signature_is_still_refused(
-    redis_server: str, tmp_path: Path, docker_engine: object
+    fleet_worker: WorkerFactory,
 ) -> None:
     env = approval_env(
         SANDFLEET_APPROVERS_FILE="", SANDFLEET_APPROVAL_ALLOW_UNSIGNED="true", SANDFLEET_APPROVAL_GRACE_S="30"
     )
-    worker = fleet_with(redis_server, tmp_path, env)
-    try:
-        client, before = worker.client, refunds(worker)
-        job, request = waiting(worker)
-        client.approve(request.id, unsigned=True, by="old-approver")
-        assert job.result(timeout=JOB_TIMEOUT_S).result == {"refund": "refund-O-2-10"}
-        [approval] = [e.data for e in job.audit() if e.kind == "approval" and e.data["event"] == "approved"]
-        assert approval["by"] == "old-approver" and approval["signed"] is False
-        assert approval["decision"] is None and refunds(worker) == before + 1
+    worker = gated_worker(fleet_worker, "unsigned", env)
+    client, before = worker.client, refunds(worker)
+    job, request = waiting(worker)
+    client.approve(request.id, unsigned=True, by="old-approver")
+    assert job.result(timeout=JOB_TIMEOUT_S).result == {"refund": "refund-O-2-10"}
+    [approval] = [e.data for e in job.audit() if e.kind == "approval" and e.data["event"] == "approved"]
+    assert approval["by"] == "old-approver" and approval["signed"] is False
+    assert approval["decision"] is None and refunds(worker) == before + 1
 
-        job, request = waiting(worker)
-        client.approve(request.id)  # signed with ana's key, which this worker cannot check
-        problem = refused(worker, job, request, before + 1)
-        assert "is signed by key" in problem and "this worker has no approvers file" in problem
-    finally:
-        cleanup(worker, redis_server)
+    job, request = waiting(worker)
+    client.approve(request.id)  # signed with ana's key, which this worker cannot check
+    problem = refused(worker, job, request, before + 1)
+    assert "is signed by key" in problem and "this worker has no approvers file" in problem

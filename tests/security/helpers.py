@@ -10,6 +10,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import socket
+import subprocess
 import threading
 import time
 import uuid
@@ -119,3 +121,46 @@ def percentile(values: list[float], q: float) -> float:
         return float("nan")
     k = max(0, min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1))))
     return ordered[k]
+
+
+class ContainerWatch:
+    """``docker events`` for containers created with one owner label (None: every Sandfleet
+    container, to be told apart by ``created(owner_pid=...)``), collected on a thread."""
+
+    def __init__(self, owner_label: str | None) -> None:
+        label = f"sandfleet.owner={owner_label}" if owner_label is not None else "sandfleet.role"
+        cmd = [
+            "docker", "events", "--format", "{{json .}}",
+            "--filter", "type=container", "--filter", "event=create", "--filter", f"label={label}",
+        ]  # fmt: skip
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.events: list[dict[str, Any]] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        time.sleep(0.5)  # docker events only reports what happens after it subscribed
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.events.append(json.loads(line))
+
+    def created(self, owner_pid: int | None = None) -> list[str]:
+        """Ids of the containers created (by the process ``owner_pid`` of this host, if given)."""
+        return [e["Actor"]["ID"] for e in self.created_events(owner_pid)]
+
+    def created_events(self, owner_pid: int | None = None) -> list[dict[str, Any]]:
+        if owner_pid is None:
+            return list(self.events)
+        prefix = f"{socket.gethostname()}:{owner_pid}:"
+        return [
+            e
+            for e in list(self.events)
+            if e["Actor"]["Attributes"].get("sandfleet.owner", "").startswith(prefix)
+        ]
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+        self._reader.join(timeout=5)
+        if self.process.stdout is not None:
+            self.process.stdout.close()

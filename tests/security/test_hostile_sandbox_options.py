@@ -39,8 +39,7 @@ from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import WorkerKey
 
-from .helpers import record, skip_or_fail
-from .test_hostile_input import ContainerWatch
+from .helpers import ContainerWatch, record, skip_or_fail
 
 JOB_TIMEOUT_S = 120.0
 BACKENDS = ("docker", "gvisor")

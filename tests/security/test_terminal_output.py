@@ -25,7 +25,6 @@ from pathlib import Path
 
 import pytest
 import redis
-from approvals.conftest import make_approvers
 from approvals.helpers import wait_for
 from fleet.helpers import (
     JOB_TIMEOUT_S,
@@ -36,6 +35,7 @@ from fleet.helpers import (
     start_worker,
     stop_worker,
 )
+from sandfleet_testing.approvers import make_approvers
 
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.contracts import JobStatus

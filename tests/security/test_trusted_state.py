@@ -25,14 +25,12 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
-from approvals.conftest import approval_env, cleanup, fleet_with
-from approvals.helpers import ledger, wait_for
-from fleet.helpers import SANDFLEET, FleetWorker
+from approvals.helpers import approval_env, gated_worker, ledger, wait_for
+from sandfleet_testing.workers import SANDFLEET, FleetWorker, WorkerFactory
 
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.chain import canonical_json, link_hash, record_commitment, sha256_hex, signed_message
@@ -40,8 +38,7 @@ from sandfleet.core.contracts import AuditEvent, AuditKind, JobStatus
 from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.signing import KeyInfo, WorkerKey
 
-from .helpers import BACKEND_OF, record
-from .test_hostile_input import ContainerWatch
+from .helpers import BACKEND_OF, ContainerWatch, record
 
 pytestmark = [pytest.mark.slow]
 
@@ -56,42 +53,29 @@ PLANTED_PROGRAM = (
 
 
 @pytest.fixture(scope="module")
-def gated(
-    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
-) -> Iterator[FleetWorker]:
+def gated(module_fleet_worker: WorkerFactory) -> FleetWorker:
     """A worker gating issue_refund (grace 1 s), verifying with the fleet's register (not pinned)."""
-    folder = tmp_path_factory.mktemp("trusted-state")
-    worker = fleet_with(redis_server, folder, approval_env())
-    yield worker
-    cleanup(worker, redis_server)
+    return gated_worker(module_fleet_worker, "trusted-state", approval_env())
 
 
 @pytest.fixture(scope="module")
-def patient(
-    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
-) -> Iterator[FleetWorker]:
+def patient(module_fleet_worker: WorkerFactory) -> FleetWorker:
     """A worker whose programs wait up to 60 s for a decision (grace), in their running sandbox."""
-    folder = tmp_path_factory.mktemp("trusted-state-patient")
     env = approval_env(SANDFLEET_APPROVAL_GRACE_S="60", SANDFLEET_APPROVAL_TIMEOUT_S="90")
-    worker = fleet_with(redis_server, folder, env)
-    yield worker
-    cleanup(worker, redis_server)
+    return gated_worker(module_fleet_worker, "trusted-state-patient", env)
 
 
 @pytest.fixture(scope="module")
-def pinned(
-    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
-) -> Iterator[FleetWorker]:
+def pinned(module_fleet_worker: WorkerFactory, tmp_path_factory: pytest.TempPathFactory) -> FleetWorker:
     """The same, started with ``SANDFLEET_TRUSTED_KEYS``: the key set exported once it registered."""
-    folder = tmp_path_factory.mktemp("trusted-state-pinned")
-    keys_file = folder / "fleet-keys.json"
+    keys_file = tmp_path_factory.mktemp("trusted-state-pinned-keys") / "fleet-keys.json"
     keys_file.write_text(json.dumps({"format": "sandfleet-keys/1", "fleet": "-", "keys": []}))
-    worker = fleet_with(redis_server, folder, approval_env(SANDFLEET_TRUSTED_KEYS=str(keys_file)))
+    env = approval_env(SANDFLEET_TRUSTED_KEYS=str(keys_file))
+    worker = gated_worker(module_fleet_worker, "trusted-state-pinned", env)
     exported = cli(worker, "keys", "export", "--out", str(keys_file))  # as the operator does
     assert exported.returncode == 0, exported.stderr
     assert [k["worker"] for k in json.loads(keys_file.read_text())["keys"]] == [worker.worker.name]
-    yield worker
-    cleanup(worker, redis_server)
+    return worker
 
 
 def cli(worker: FleetWorker, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -116,7 +100,7 @@ def suspended_refund(worker: FleetWorker, runtime: str) -> tuple[Any, str]:
     job = worker.client.submit(
         "Refund order one",
         tools=["lookup_order", "issue_refund"],
-        model=worker.model,  # type: ignore[attr-defined]
+        model=worker.model,
         sandbox={"backend": BACKEND_OF[runtime]},
     )
     wait_for(lambda: job.status() == JobStatus.AWAITING_APPROVAL, JOB_TIMEOUT_S, "the job to be suspended")
@@ -203,7 +187,7 @@ def test_an_invented_outcome_written_while_the_call_waits_in_its_program_is_not_
     job = client.submit(
         "Refund order one",
         tools=["lookup_order", "issue_refund"],
-        model=patient.model,  # type: ignore[attr-defined]
+        model=patient.model,
         sandbox={"backend": BACKEND_OF[runtime]},
     )
     [request] = wait_for(lambda: client.approvals(job_id=job.job_id), JOB_TIMEOUT_S, "the request")
@@ -337,7 +321,7 @@ def test_a_public_key_swapped_under_a_genuine_key_id_is_flagged_refused_and_stop
     gated: FleetWorker,
 ) -> None:
     client = gated.client
-    job = client.submit("Look up order five", tools=["lookup_order"], model=gated.model)  # type: ignore[attr-defined]
+    job = client.submit("Look up order five", tools=["lookup_order"], model=gated.model)
     genuine = job.result(timeout=JOB_TIMEOUT_S)
     assert genuine.status == JobStatus.SUCCEEDED, genuine.error
     r, keys = attacker_redis(gated)

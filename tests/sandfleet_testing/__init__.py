@@ -1,5 +1,11 @@
-"""Helpers shared by several test packages (importable as ``sandfleet_testing``: pytest puts this
-folder on sys.path for the root conftest.py). Fixtures stay in the conftest files."""
+"""Helpers shared by several test packages (importable as ``sandfleet_testing``: pytest puts tests/ on
+sys.path for the root conftest.py). Fixtures stay in the conftest files.
+
+- this module: skip-or-fail, program sources, container checks;
+- ``sandfleet_testing.workers``: real ``sandfleet worker`` processes (``FleetWorker``, ``start_worker``,
+  ``WorkerFactory``, the one behind the ``fleet_worker`` fixtures) and their cleanup;
+- ``sandfleet_testing.approvers``: approver key pairs and the approvers file a gating worker trusts.
+"""
 
 from __future__ import annotations
 
