@@ -53,6 +53,7 @@ DEFAULT_ARTIFACT_MAX_JOB_BYTES = 64 * 1024**2
 DEFAULT_ARTIFACT_MAX_FILES = 100
 ARTIFACT_STORES = ("redis", "filesystem")
 DEFAULT_APPROVAL_TIMEOUT_S = 3600.0  # a request nobody decides is denied after an hour
+DEFAULT_APPROVAL_WORKSPACE_MAX_BYTES = 32 * 1024**2  # a suspended shell job's /workspace archive
 DEFAULT_APPROVAL_GRACE_S = 3.0  # how long a program waits for a decision before its job is suspended
 DEFAULT_MODEL_MAX_COMPLETION_TOKENS = 4096  # per model reply, when the job sets none
 DEFAULT_POLICY_MAX_COMPLETION_TOKENS = 32_768
@@ -380,6 +381,12 @@ class Settings(BaseSettings):
         DEFAULT_APPROVAL_GRACE_S,
         ge=0,
         description="seconds a program waits for a decision before its container is destroyed and the job suspended",
+    )
+    approval_workspace_max_bytes: Annotated[int, BeforeValidator(parse_size)] = Field(
+        DEFAULT_APPROVAL_WORKSPACE_MAX_BYTES,
+        ge=0,
+        description="the largest /workspace archive a shell job waiting for a decision may save (bytes; "
+        "32M; larger: the job fails, no container is kept)",
     )
     approval_redact: CommaList = Field(
         default_factory=list,

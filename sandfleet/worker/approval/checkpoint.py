@@ -1,6 +1,14 @@
-"""A suspended code-action job's engine state, so that it resumes where it stopped without its
-container, its worker or a model call: the attempt, its program, the conversation, the earlier
-attempts, the usage, and every call the program had completed (served again from these records).
+"""A suspended job's engine state, so that it resumes where it stopped without its container, its
+worker or a model call.
+
+- code-action: the attempt, its program, the conversation, the earlier attempts, the usage, and every
+  call the program had completed, the approved ones included (served again from these records, so a
+  job suspended twice never runs a call twice);
+- shell and chat (``loop``, :class:`LoopState`): the conversation up to the model's reply that asked
+  for the gated call, every turn and function call made so far (with their results: they are never
+  made again), the calls of that reply still to serve (the gated one first), the wall time used and,
+  for shell, the session's ``/workspace`` saved as an archive in the artifact store
+  (:class:`WorkspaceArchive`: its SHA-256 is here, so the signed chain commits to it too).
 
 Stored as JSON beside the record (``{p}:job:{id}:checkpoint``), where whoever can write Redis can
 change it; its SHA-256 is in the chain's signed ``awaiting_approval`` state event, and the resuming
@@ -19,10 +27,54 @@ from sandfleet.core.contracts import (
     AuditEvent,
     AuditKind,
     JobStatus,
+    Limit,
     TokenUsage,
     ToolCallRecord,
+    TurnRecord,
 )
 from sandfleet.core.errors import UntrustedStateError
+
+
+class PendingCall(BaseModel):
+    """A function call of the suspended reply not answered yet (the gated one first)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    call_id: str
+    name: str
+    arguments: str
+    announced: bool = Field(False, description="its function_call event is in the chain already")
+
+
+class WorkspaceArchive(BaseModel):
+    """A shell session's /workspace, saved as a tar archive in the artifact store while the job waits."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    size: int = Field(ge=0)
+    files: int = Field(0, ge=0)
+    skipped: list[str] = Field(default_factory=list, description="entries not saved (links, devices)")
+
+
+class LoopState(BaseModel):
+    """Where a shell or chat job's tool-calling loop stopped for a decision."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    mode: str
+    turn: int = Field(ge=1, description="the turn whose reply asked for the gated call")
+    pending: list[PendingCall]
+    turns: list[TurnRecord] = Field(default_factory=list, description="every turn and call so far")
+    tool_calls: int = Field(0, ge=0, description="calls counted before the first pending one")
+    usage: TokenUsage = Field(default_factory=TokenUsage)
+    model_s: float = 0.0
+    tool_s: float = 0.0
+    limits_hit: list[Limit] = Field(default_factory=list)
+    budget_refused: bool = False
+    sent: int = Field(0, ge=0, description="messages already shown in a model_call event")
+    elapsed_s: float = Field(0.0, ge=0, description="wall time used (the wait for a person not counted)")
+    workspace: WorkspaceArchive | None = None
 
 
 class Checkpoint(BaseModel):
@@ -39,6 +91,7 @@ class Checkpoint(BaseModel):
     calls: list[ToolCallRecord] = Field(default_factory=list, description="completed calls of the attempt")
     waiting_for: list[str] = Field(default_factory=list, description="approval request ids")
     suspensions: int = 1
+    loop: LoopState | None = Field(None, description="shell and chat: where the tool loop stopped")
 
     def digest(self) -> str:
         return sha256_hex(self.model_dump_json())

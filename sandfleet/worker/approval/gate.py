@@ -205,12 +205,16 @@ class RunGate:
         args: list[Any],
         kwargs: dict[str, Any],
         closed: threading.Event,
+        occurrence: int | None = None,
     ) -> Admission:
-        """Find or make the call's request and wait (at most the grace) for what to do with it."""
+        """Find or make the call's request and wait (at most the grace) for what to do with it.
+        ``occurrence``: the call's own number in the job, where it has one that a resumed run keeps
+        (a tool loop's call number); by default the count of this same call in the run so far."""
         sha = call_sha256(call_key)
         with self._lock:
-            occurrence = self._occurrences.get(sha, 0) + 1
-            self._occurrences[sha] = occurrence
+            if occurrence is None:
+                occurrence = self._occurrences.get(sha, 0) + 1
+                self._occurrences[sha] = occurrence
             rid = request_id(self.job_id, self.attempt, sha, occurrence)
             self._tools[rid] = (tool, sha)
         settings = self.service.settings

@@ -46,11 +46,10 @@ def admit(start: JobStart, check: ModeCheck[T], *, sandbox: bool = True) -> Admi
     """The job admitted, or its refusal record. ``sandbox``: the mode runs containers (preflight them)."""
     spec, services = start.spec, start.services
     try:
-        if spec.mode.uses_tool_loop:
-            refuse_gated_tools(spec, services)
         config = spec.sandbox_config
         check_sandbox_policy(config, services.settings)
         allowed = services.registry.subset(spec.tools)
+        check_approvals_possible(spec, allowed, services)
         prepared = check(config, allowed)
         model = services.job_model(spec, start.job_id, start.base_url)
         if sandbox:
@@ -60,24 +59,18 @@ def admit(start: JobStart, check: ModeCheck[T], *, sandbox: bool = True) -> Admi
     return Admitted(config, allowed, model, prepared)
 
 
-def refuse_gated_tools(spec: JobSpec, services: EngineServices) -> None:
-    """Fail closed: the tool-calling loop has no suspension point (yet), so its jobs cannot name tools
-    that need a person's approval."""
-    gated = gated_tools(spec, services)
-    if gated:
-        raise InvalidSpecError(
-            f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval, which "
-            f"only code-action jobs support; {spec.mode.value} jobs cannot name them"
-        )
-
-
-def gated_tools(spec: JobSpec, services: EngineServices) -> list[str]:
-    """The job's tools that need approval under the worker's and the job's patterns (read-only
-    tools, MCP resource readers, never do)."""
+def check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: EngineServices) -> None:
+    """Fail closed, in every mode: a job whose tools need approval runs only where approvals can be
+    asked (a fleet) and a decision could be accepted (an approvers file, or unsigned decisions
+    allowed). Read-only tools (MCP resource readers) are never gated."""
     patterns = approval_patterns(services.settings.approval_tools, spec.approval_tools)
-    registry = services.registry
-    return [
-        name
-        for name in spec.tools
-        if is_gated(name, patterns) and not (name in registry and registry.get(name).read_only)
-    ]
+    gated = [t.name for t in allowed if is_gated(t.name, patterns) and not t.read_only]
+    if not gated:
+        return
+    tools = f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval"
+    if services.approvals is None:
+        raise InvalidSpecError(
+            f"{tools}, which needs the fleet (Redis and a worker); this process has no approval service"
+        )
+    if problem := services.approvals.decisions_problem():
+        raise InvalidSpecError(f"{tools}, and {problem}")

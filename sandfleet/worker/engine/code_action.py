@@ -38,9 +38,8 @@ from sandfleet.core.contracts import (
     TokenUsage,
     ToolCallRecord,
 )
-from sandfleet.core.errors import InvalidSpecError, ModelError, SandboxError, UntrustedStateError
+from sandfleet.core.errors import ModelError, SandboxError, UntrustedStateError
 from sandfleet.worker.approval.checkpoint import Checkpoint, JobSuspended
-from sandfleet.worker.approval.policy import approval_patterns, is_gated
 from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.extract import extract_program
 from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
@@ -81,11 +80,9 @@ def run_job(
 
 
 def _code_action_checks(start: JobStart, config: SandboxConfig, allowed: ToolRegistry) -> ArtifactCaps:
-    """Code-action's own admission: the artifact caps within the operator's, approvals only where
-    they can be asked."""
-    caps = ArtifactCaps.for_job(start.services.settings, start.spec.artifacts)
-    _check_approvals_possible(start.spec, allowed, start.services)
-    return caps
+    """Code-action's own admission: the artifact caps within the operator's (whether approvals can be
+    asked is checked for every mode, by ``admit``)."""
+    return ArtifactCaps.for_job(start.services.settings, start.spec.artifacts)
 
 
 class CodeActionRun:
@@ -358,22 +355,6 @@ class CodeActionRun:
             artifacts_skipped=skipped,
             limits_hit=(limits_hit or []) + ([Limit.ARTIFACTS] if cap_hit else []),
         )
-
-
-def _check_approvals_possible(spec: JobSpec, allowed: ToolRegistry, services: EngineServices) -> None:
-    """Fail closed: a job whose tools need approval runs only where approvals can be asked (a fleet)
-    and a decision could be accepted (an approvers file, or unsigned decisions allowed)."""
-    patterns = approval_patterns(services.settings.approval_tools, spec.approval_tools)
-    gated = [t.name for t in allowed if is_gated(t.name, patterns) and not t.read_only]
-    if not gated:
-        return
-    tools = f"tool{'s' if len(gated) > 1 else ''} {', '.join(gated)} need a person's approval"
-    if services.approvals is None:
-        raise InvalidSpecError(
-            f"{tools}, which needs the fleet (Redis and a worker); this process has no approval service"
-        )
-    if problem := services.approvals.decisions_problem():
-        raise InvalidSpecError(f"{tools}, and {problem}")
 
 
 def _account(phase: dict[str, float], run: RunResult) -> None:

@@ -77,6 +77,14 @@ class FunctionTable:
     def call(self, name: str, arguments: str, seq: int) -> CallOutcome:
         """Run one call as the model asked for it. Never raises for what the call or the tool does."""
         began = time.perf_counter()
+        prepared = self.prepare(name, arguments, seq)
+        if isinstance(prepared, CallOutcome):
+            return prepared
+        return self.run(name, *prepared, began=began)
+
+    def prepare(self, name: str, arguments: str, seq: int) -> CallOutcome | tuple[list[Any], dict[str, Any]]:
+        """The call's ``(args, kwargs)`` once its tool, its arguments and the operator's policy allow
+        it; else the outcome saying why not (nothing has run)."""
         if name not in self.registry:
             allowed = ", ".join(self.registry.names()) or "none"
             return CallOutcome(
@@ -95,6 +103,13 @@ class FunctionTable:
                 return CallOutcome(
                     False, error_type="PermissionError", error=f"call to {name} denied by policy{reason}"
                 )
+        return args, kwargs
+
+    def run(
+        self, name: str, args: list[Any], kwargs: dict[str, Any], *, began: float | None = None
+    ) -> CallOutcome:
+        """Run a prepared call's tool; its value, or its error for the model."""
+        began = time.perf_counter() if began is None else began
         try:
             value = self.registry.call(name, args, kwargs)
         except Exception as e:  # the tool's own error (or a bad call's TypeError) goes back to the model

@@ -43,8 +43,10 @@ from sandfleet.core.contracts import (
 )
 from sandfleet.core.errors import JsonLimitError, ModelError, ModelUnavailableError
 from sandfleet.core.redaction import redact_arguments_text
+from sandfleet.worker.approval.checkpoint import LoopState, PendingCall
 from sandfleet.worker.engine.clip import clip_text
 from sandfleet.worker.engine.functions import CallOutcome, FunctionTable
+from sandfleet.worker.engine.loop_gate import LoopGate, LoopSuspended, outcome_of
 from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.llm.client import ModelClient, ModelReply
 from sandfleet.worker.program.bridge import BUDGET_ERROR
@@ -98,6 +100,8 @@ class ToolLoop:
         clock: seconds, monotonic (injectable for tests of the caps).
         redact: argument fields shown as ``***`` in the audit and the records (the function runs
             with them; sandfleet/core/redaction.py).
+        gate: the job's approval gate (loop_gate.py), asked before each call of a gated tool; a call
+            still undecided after the grace stops the loop with :class:`LoopSuspended`.
     """
 
     def __init__(
@@ -110,7 +114,12 @@ class ToolLoop:
         request_timeout_s: float,
         clock: Callable[[], float] = time.monotonic,
         redact: tuple[str, ...] = (),
+        gate: LoopGate | None = None,
     ) -> None:
+        self.gate = gate
+        self._deadline = 0.0
+        self._sent = 0  # of the conversation, for a checkpoint: messages shown in model_call events
+        self._budget_refused = False
         self.model = model
         self.functions = functions
         self.caps = caps
@@ -119,13 +128,33 @@ class ToolLoop:
         self.clock = clock
         self.redact = redact
 
-    def run(self, messages: list[dict[str, Any]], *, deadline: float | None = None) -> LoopOutcome:
-        """Talk to the model until it answers or a cap ends the job. ``messages`` grows as it goes."""
+    def run(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        deadline: float | None = None,
+        resume: LoopState | None = None,
+    ) -> LoopOutcome:
+        """Talk to the model until it answers or a cap ends the job. ``messages`` grows as it goes.
+        ``resume``: where a suspended loop stopped (``messages`` are its conversation): the calls of
+        that reply still to serve are served first, the approved one through the gate, then the loop
+        goes on with the next turn; nothing made before is made again.
+
+        Raises:
+            LoopSuspended: a gated call is still undecided after the grace (its state resumes it).
+        """
         deadline = self.clock() + self.caps.wall_timeout if deadline is None else deadline
+        self._deadline = deadline
         out = LoopOutcome(status=JobStatus.RUNNING)
         sent = 0  # messages already shown in an earlier model_call event
         budget_refused = False
-        for number in range(1, self.caps.max_turns + 1):
+        first = 1
+        if resume is not None:
+            out, sent, budget_refused = self._resumed(resume, messages, deadline)
+            if out.status != JobStatus.RUNNING:
+                return out
+            first = resume.turn + 1
+        for number in range(first, self.caps.max_turns + 1):
             left = deadline - self.clock()
             if left <= 0:
                 return self._wall_time(out)
@@ -141,7 +170,7 @@ class ToolLoop:
                     return self._wall_time(out)
                 raise
             turn = self._account(out, number, reply, messages[sent:])
-            sent = len(messages) + 1
+            sent = self._sent = len(messages) + 1
             assistant = _assistant_message(reply, number)
             messages.append(assistant)
             ids = [call["id"] for call in assistant.get("tool_calls", [])]
@@ -171,14 +200,33 @@ class ToolLoop:
                     Limit.TOKENS,
                 )  # fmt: skip
             calls = list(zip(reply.tool_calls, ids, strict=True))
+            self._budget_refused = budget_refused
             budget_refused = self._serve_calls(out, turn, calls, messages, deadline) or budget_refused
             if budget_refused and Limit.TOOL_CALLS not in out.limits_hit:
                 out.limits_hit.append(Limit.TOOL_CALLS)
+            if out.status != JobStatus.RUNNING:  # a call found state the chain does not commit to
+                return out
             if self.clock() >= deadline:
                 return self._wall_time(out)
         raise AssertionError("unreachable: the last turn returns")  # pragma: no cover
 
     # -- steps ----------------------------------------------------------------------------------
+
+    def _resumed(
+        self, resume: LoopState, messages: list[dict[str, Any]], deadline: float
+    ) -> tuple[LoopOutcome, int, bool]:
+        """Serve the suspended reply's calls still to serve (the approved one through the gate): the
+        outcome so far (ended, when a call or the wall time ended the job), ``sent``, ``budget_refused``."""
+        out, sent, budget_refused = _restored(resume), resume.sent, resume.budget_refused
+        self._sent, self._budget_refused = sent, budget_refused
+        pending = [(p, p.call_id) for p in resume.pending]
+        served = self._serve_calls(out, out.turns[-1], pending, messages, deadline, resumed=True)
+        budget_refused = served or budget_refused
+        if budget_refused and Limit.TOOL_CALLS not in out.limits_hit:
+            out.limits_hit.append(Limit.TOOL_CALLS)
+        if out.status == JobStatus.RUNNING and self.clock() >= deadline:
+            self._wall_time(out)
+        return out, sent, budget_refused
 
     def _serve_calls(
         self,
@@ -187,11 +235,21 @@ class ToolLoop:
         calls: list[tuple[Any, str]],
         messages: list[dict[str, Any]],
         deadline: float,
+        *,
+        resumed: bool = False,
     ) -> bool:
-        """Run the calls of one reply (each counts), in order; True when the budget refused one."""
+        """Run the calls of one reply (each counts), in order; True when the budget refused one.
+        ``resumed``: the first call was announced (its function_call event) before a suspension.
+
+        Raises:
+            LoopSuspended: a gated call waits for a person past the grace (the calls from it on
+                are in the state, the gated one first).
+        """
         budget_refused = False
-        for call, call_id in calls:
-            if self.clock() >= deadline:
+        for index, (call, call_id) in enumerate(calls):
+            if out.status != JobStatus.RUNNING:
+                outcome = CallOutcome(False, error_type=NOT_RUN, error="not run: the job ended")
+            elif self.clock() >= deadline:
                 outcome = CallOutcome(False, error_type=NOT_RUN, error="the job ran out of wall time")
             elif out.tool_calls >= self.caps.max_tool_calls:
                 budget_refused = True
@@ -204,8 +262,43 @@ class ToolLoop:
             else:
                 outcome = None
             out.tool_calls += 1
-            self._call(out, turn, call_id, call.name, call.arguments, messages, outcome)
+            announced = resumed and index == 0
+            try:
+                self._call(out, turn, call_id, call.name, call.arguments, messages, outcome, announced)
+            except _Waiting as waiting:
+                out.tool_calls -= 1
+                raise self._suspended(out, turn, calls[index:], messages, waiting.request_id) from None
         return budget_refused
+
+    def _suspended(
+        self,
+        out: LoopOutcome,
+        turn: TurnRecord,
+        rest: list[tuple[Any, str]],
+        messages: list[dict[str, Any]],
+        request_id: str,
+    ) -> LoopSuspended:
+        """The loop's state at a gated call that waits: everything so far, the calls still to serve."""
+        pending = [
+            PendingCall(call_id=call_id, name=call.name, arguments=call.arguments, announced=i == 0)
+            for i, (call, call_id) in enumerate(rest)
+        ]
+        used = self.caps.wall_timeout - (self._deadline - self.clock())
+        state = LoopState(
+            mode="",  # the mode fills it in
+            turn=turn.number,
+            pending=pending,
+            turns=[t.model_copy(deep=True) for t in out.turns],
+            tool_calls=out.tool_calls,
+            model_s=out.model_s,
+            tool_s=out.tool_s,
+            limits_hit=list(out.limits_hit),
+            budget_refused=self._budget_refused,
+            sent=self._sent,
+            usage=out.usage,
+            elapsed_s=max(0.0, used),
+        )
+        return LoopSuspended(state, list(messages), request_id)
 
     def _account(
         self, out: LoopOutcome, number: int, reply: ModelReply, new_messages: list[dict[str, Any]]
@@ -236,19 +329,26 @@ class ToolLoop:
         arguments: str,
         messages: list[dict[str, Any]],
         outcome: CallOutcome | None,
+        announced: bool = False,
     ) -> None:
-        """Run one call (unless ``outcome`` already says it may not run), record it, answer the model."""
+        """Run one call (unless ``outcome`` already says it may not run), record it, answer the model.
+        ``announced``: its function_call event was written before the job was suspended.
+
+        Raises:
+            _Waiting: the call is gated and nobody decided within the grace.
+        """
         seq = out.tool_calls
         shown_arguments, hidden = redact_arguments_text(arguments, self.redact)
         digest = _text_sha256(arguments) if hidden else None
         redaction = {"redacted": hidden, "arguments_sha256": digest} if hidden else {}
-        self.audit.emit(
-            AuditKind.FUNCTION_CALL,
-            {"seq": seq, "call_id": call_id, "tool": name, "arguments": shown_arguments, **redaction},
-            turn.number,
-        )
+        if not announced:
+            self.audit.emit(
+                AuditKind.FUNCTION_CALL,
+                {"seq": seq, "call_id": call_id, "tool": name, "arguments": shown_arguments, **redaction},
+                turn.number,
+            )
         if outcome is None:
-            outcome = self.functions.call(name, arguments, seq)
+            outcome = self._run_call(out, turn, seq, name, arguments)
         out.tool_s += outcome.duration_s
         text = outcome.text()
         shown, size = clip_text(text, self.caps.max_result_bytes)
@@ -275,6 +375,39 @@ class ToolLoop:
             turn.number,
         )
         messages.append({"role": "tool", "tool_call_id": call_id, "content": shown})
+
+    def _run_call(
+        self, out: LoopOutcome, turn: TurnRecord, seq: int, name: str, arguments: str
+    ) -> CallOutcome:
+        """Run one call, through the approval gate when its tool is gated."""
+        if self.gate is None or not self.gate.gates(name):
+            return self.functions.call(name, arguments, seq)
+        began = time.perf_counter()
+        prepared = self.functions.prepare(name, arguments, seq)
+        if isinstance(prepared, CallOutcome):
+            return prepared
+        args, kwargs = prepared
+        admission = self.gate.admit(
+            turn=turn.number,
+            seq=seq,
+            name=name,
+            arguments=arguments,
+            args=args,
+            kwargs=kwargs,
+            reply=turn.reply,
+        )
+        if isinstance(admission, CallOutcome):
+            return admission
+        if admission.kind == "run":
+            outcome = self.functions.run(name, args, kwargs, began=began)
+            self.gate.executed(admission.request_id, outcome)
+            return outcome
+        if admission.kind == "suspend":
+            raise _Waiting(admission.request_id)
+        if admission.kind == "untrusted":  # a stored outcome the chain does not commit to: nothing served
+            self._stop(out, JobStatus.FAILED, ErrorKind.UNTRUSTED_STATE, admission.message)
+            return CallOutcome(False, error_type=NOT_RUN, error=f"not run: {admission.message}")
+        return outcome_of(admission)  # served (the approved call ran once already) or denied
 
     def _not_run(
         self,
@@ -317,6 +450,27 @@ class ToolLoop:
         if limit is not None and limit not in out.limits_hit:
             out.limits_hit.append(limit)
         return out
+
+
+class _Waiting(Exception):
+    """A gated call nobody decided within the grace (the loop turns it into LoopSuspended)."""
+
+    def __init__(self, request_id: str) -> None:
+        super().__init__(request_id)
+        self.request_id = request_id
+
+
+def _restored(state: LoopState) -> LoopOutcome:
+    """The outcome so far of a suspended loop, from its state."""
+    return LoopOutcome(
+        status=JobStatus.RUNNING,
+        turns=[t.model_copy(deep=True) for t in state.turns],
+        usage=state.usage,
+        limits_hit=list(state.limits_hit),
+        tool_calls=state.tool_calls,
+        model_s=state.model_s,
+        tool_s=state.tool_s,
+    )
 
 
 def _text_sha256(text: str) -> str:

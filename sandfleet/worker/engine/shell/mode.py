@@ -11,6 +11,12 @@ whatever is under it when the loop ends (answered, failed, timed out) is collect
 is destroyed, under the job's artifact caps, then stored and audited (program/artifacts.py). A job
 cancelled while it runs keeps none: the cancel destroys its session at once, as it destroys a running
 program's sandbox; so does a session that ended early (a cap, its container died).
+
+A call of a gated tool waits for a person as a program's does (engine/loop_gate.py): after the grace
+the session's /workspace is saved as an archive in the artifact store (shell/workspace.py), the
+session destroyed, and the job suspended with its loop's checkpoint, which holds the archive's SHA-256.
+On resume (any worker) a fresh session is made, the archive is used only if its SHA-256 is the
+verified checkpoint's, and is restored file by file (checked names, no links) before the loop goes on.
 """
 
 from __future__ import annotations
@@ -20,17 +26,21 @@ import time
 
 from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
-from sandfleet.core.contracts import AuditKind, ErrorKind, JobResult, JobSpec
-from sandfleet.core.errors import InvalidSpecError, SandboxError
+from sandfleet.core.contracts import AuditKind, ErrorInfo, ErrorKind, JobResult, JobSpec, JobStatus
+from sandfleet.core.errors import InvalidSpecError, SandboxError, UntrustedStateError
 from sandfleet.core.settings import Settings
+from sandfleet.worker.approval.checkpoint import Checkpoint, WorkspaceArchive
 from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
+from sandfleet.worker.engine.loop_gate import LoopSuspended
+from sandfleet.worker.engine.loop_resume import loop_gate, note_resumed, resume_point, suspension, untrusted
 from sandfleet.worker.engine.outcome import failed_before_loop, loop_result
 from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
 from sandfleet.worker.engine.schemas import function_tools
 from sandfleet.worker.engine.services import EngineServices
-from sandfleet.worker.engine.shell.session import SessionSandbox
+from sandfleet.worker.engine.shell.session import SessionGoneError, SessionSandbox
 from sandfleet.worker.engine.shell.tools import SHELL_TOOL_NAMES, ShellTools
+from sandfleet.worker.engine.shell.workspace import WorkspaceError, restore_workspace, save_workspace
 from sandfleet.worker.engine.toolloop import LoopOutcome, ToolLoop
 from sandfleet.worker.program.artifacts import ArtifactCaps, out_dir
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -45,21 +55,22 @@ def run_shell_job(
     Raises:
         SandboxUnavailableError: no engine (the job is retried).
         ModelUnavailableError: the model endpoint failed with a retryable error (the job is retried).
+        JobSuspended: a gated call waits for a person (its /workspace saved, the session destroyed).
     """
     start = JobStart(spec, job_id, services, audit, base_url)
     admitted = admit(start, functools.partial(_shell_checks, services.settings, spec))
     if isinstance(admitted, JobResult):
         return admitted
+    resume = resume_point(start)  # a suspended job's verified checkpoint: before any sandbox
+    if isinstance(resume, JobResult):
+        return resume
     caps = spec.tool_loop
-    deadline = time.monotonic() + caps.wall_timeout
+    left = max(0.0, caps.wall_timeout - (resume.loop.elapsed_s if resume and resume.loop else 0.0))
+    deadline = time.monotonic() + left
     config = admitted.config
     try:
         session = services.sessions.open(
-            config,
-            job_id=job_id,
-            lifetime_s=min(config.timeout, caps.wall_timeout),
-            idle_s=caps.idle_timeout,
-            wait_s=caps.wall_timeout,
+            config, job_id=job_id, lifetime_s=min(config.timeout, left), idle_s=caps.idle_timeout, wait_s=left
         )
     except SandboxError as e:
         message = f"the session sandbox could not be made: {e}"
@@ -76,10 +87,21 @@ def run_shell_job(
         },
     )
     files = admitted.prepared
+    collected, collect_s = None, 0.0
     try:
+        if resume is not None:
+            refused = _restore(start, session, resume)
+            if refused is not None:
+                return refused
         if files.enabled:
             session.make_folders([out_dir(config.workdir)])
-        outcome = _converse(start, admitted, session, deadline)
+        try:
+            outcome = _converse(start, admitted, session, deadline, resume)
+        except LoopSuspended as e:  # a gated call waits: save /workspace, then no container is kept
+            saved = _save(start, session, e)
+            if not isinstance(saved, LoopOutcome):
+                raise suspension(start, e, resume, saved) from None
+            outcome = saved
         began = time.perf_counter()
         collected = session.collect(files)  # before the session goes, whatever the loop's outcome
         collect_s = time.perf_counter() - began
@@ -94,6 +116,82 @@ def run_shell_job(
         timings={"session_start_s": session.container.start_s, "artifacts_s": collect_s},
         collected=collected,
     )
+
+
+def _restore(start: JobStart, session: SessionSandbox, resume: Checkpoint) -> JobResult | None:
+    """Put the suspended job's /workspace back into the fresh session; its untrusted_state record when
+    the saved archive is not the one the verified checkpoint names (or breaks a rule)."""
+    note_resumed(start, resume)
+    loop = resume.loop
+    assert loop is not None
+    if loop.workspace is None:
+        return untrusted(start, "the suspended shell job's checkpoint names no saved /workspace; not resumed")
+    began = time.perf_counter()
+    try:
+        contents = restore_workspace(
+            session,
+            loop.workspace,
+            start.services.artifacts,
+            start.job_id,
+            max_bytes=start.services.settings.approval_workspace_max_bytes,
+        )
+    except UntrustedStateError as e:
+        return untrusted(start, str(e))
+    start.audit.emit(
+        AuditKind.SESSION,
+        {
+            "event": "restored",
+            "workspace_sha256": loop.workspace.sha256,
+            "bytes": loop.workspace.size,
+            "files": len(contents.files),
+            "folders": len(contents.folders),
+            "skipped": contents.skipped,
+            "restore_s": round(time.perf_counter() - began, 4),
+        },
+        resume.number,
+    )
+    return None
+
+
+def _save(
+    start: JobStart, session: SessionSandbox, suspended: LoopSuspended
+) -> WorkspaceArchive | LoopOutcome:
+    """The session's /workspace saved for the wait (its ``saved`` event); when it cannot be, the loop's
+    outcome ending the job failed, saying why (no container is kept for a person's decision)."""
+    began = time.perf_counter()
+    try:
+        saved = save_workspace(
+            session,
+            start.services.artifacts,
+            start.job_id,
+            max_bytes=start.services.settings.approval_workspace_max_bytes,
+        )
+    except (WorkspaceError, SessionGoneError) as e:
+        state = suspended.state
+        message = f"the job waits for a person's approval, but its /workspace cannot be saved meanwhile: {e}"
+        return LoopOutcome(
+            status=JobStatus.FAILED,
+            error=ErrorInfo(kind=ErrorKind.SANDBOX, message=message),
+            turns=state.turns,
+            usage=state.usage,
+            limits_hit=list(state.limits_hit),
+            tool_calls=state.tool_calls,
+            model_s=state.model_s,
+            tool_s=state.tool_s,
+        )
+    start.audit.emit(
+        AuditKind.SESSION,
+        {
+            "event": "saved",
+            "workspace_sha256": saved.sha256,
+            "bytes": saved.size,
+            "files": saved.files,
+            "skipped": saved.skipped,
+            "save_s": round(time.perf_counter() - began, 4),
+        },
+        suspended.state.turn,
+    )
+    return saved
 
 
 def _shell_checks(
@@ -116,7 +214,11 @@ def _no_clash(allowed: ToolRegistry) -> None:
 
 
 def _converse(
-    start: JobStart, admitted: Admitted[ArtifactCaps], session: SessionSandbox, deadline: float
+    start: JobStart,
+    admitted: Admitted[ArtifactCaps],
+    session: SessionSandbox,
+    deadline: float,
+    resume: Checkpoint | None = None,
 ) -> LoopOutcome:
     """The tool-calling loop of the job over its tools and the session's five."""
     services, spec, config, caps = start.services, start.spec, admitted.config, start.spec.tool_loop
@@ -141,7 +243,9 @@ def _converse(
         data_science=config.image == DATA_SCIENCE_IMAGE,
         network=config.network,
     )
-    messages = first_messages(spec.question, spec.history, system)
+    messages = (
+        list(resume.messages) if resume is not None else first_messages(spec.question, spec.history, system)
+    )
     loop = ToolLoop(
         admitted.model,
         functions,
@@ -149,5 +253,8 @@ def _converse(
         start.audit,
         request_timeout_s=services.settings.model_request_timeout_s,
         redact=tuple(services.settings.approval_redact),
+        gate=loop_gate(
+            start, admitted.allowed
+        ),  # the job's tools only: the five sandbox tools are never gated
     )
-    return loop.run(messages, deadline=deadline)
+    return loop.run(messages, deadline=deadline, resume=resume.loop if resume is not None else None)

@@ -192,6 +192,34 @@ class SessionSandbox:
         except SessionGoneError as e:
             log.info("session sandbox %s: folders not made: %s", self.container.id[:12], e)
 
+    def read_file(self, path: str, *, max_bytes: int) -> bytes:
+        """A file's bytes (at most ``max_bytes``: more raises SandboxError), e.g. the saved workspace.
+
+        Raises:
+            SessionGoneError: the session had ended.
+            SandboxError: the file is missing or larger than ``max_bytes``.
+        """
+        with self._busy():
+            return self.container.read_file(path, max_bytes=max_bytes)
+
+    def restore_files(self, folders: list[str], files: dict[str, tuple[bytes, int]]) -> None:
+        """Make ``folders`` and write ``files`` (absolute path -> bytes, mode) through the agent, as the
+        sandbox's user: a suspended job's workspace put back (shell/workspace.py checked every name).
+
+        Raises:
+            SessionGoneError: the session had ended or died.
+            SandboxError: the agent refused a write.
+        """
+        if folders:
+            self.execute(["true"], timeout_s=HELPER_TIMEOUT_S, max_output=1024, tail=0, mkdirs=folders)
+        with self._busy():
+            plain = {path: body for path, (body, mode) in files.items() if mode == 0o644}
+            if plain:
+                self.container.put_files(plain)
+            for path, (body, mode) in files.items():
+                if mode != 0o644:
+                    self.container.write_file(path, body, mode)
+
     def collect(self, caps: ArtifactCaps) -> Collection:
         """The files the job left under /workspace/out/, by code-action's collection (same caps,
         checks and hashing), taken before the session is destroyed. A session already gone (a cap,

@@ -1,0 +1,176 @@
+"""A suspended shell job's saved /workspace, attacked: archives whoever can write Redis (or the model,
+through what it left in its workspace) could hand a resuming worker. No Docker: the archive is read on
+the host in memory and restored through a stand-in session that records what it was asked to write."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from typing import Any
+
+import pytest
+
+from sandfleet.core.artifacts import MemoryArtifactStore
+from sandfleet.core.errors import UntrustedStateError
+from sandfleet.worker.approval.checkpoint import WorkspaceArchive
+from sandfleet.worker.engine.shell.workspace import WorkspaceError, read_archive, restore_workspace, safe_name
+
+CAP = 1024 * 1024
+
+
+def tar_of(*members: tuple[str, Any], fmt: int = tarfile.PAX_FORMAT) -> bytes:
+    """A tar archive of ``(name, what)``: bytes (a file), "dir", ("sym", target), ("hard", target),
+    "fifo", "chr", or a TarInfo to add as it is."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=fmt) as tar:
+        for name, what in members:
+            info = tarfile.TarInfo(name)
+            data = None
+            if isinstance(what, bytes):
+                info.size, data = len(what), io.BytesIO(what)
+            elif what == "dir":
+                info.type = tarfile.DIRTYPE
+            elif isinstance(what, tuple) and what[0] == "sym":
+                info.type, info.linkname = tarfile.SYMTYPE, what[1]
+            elif isinstance(what, tuple) and what[0] == "hard":
+                info.type, info.linkname = tarfile.LNKTYPE, what[1]
+            elif what == "fifo":
+                info.type = tarfile.FIFOTYPE
+            elif what == "chr":
+                info.type, info.devmajor, info.devminor = tarfile.CHRTYPE, 1, 3
+            tar.addfile(info, data)
+    return buffer.getvalue()
+
+
+class FakeSession:
+    """What restore_workspace writes, recorded instead of sent to a sandbox."""
+
+    class _Container:
+        class config:  # stands in for SandboxConfig
+            workdir = "/workspace"
+
+    container = _Container()
+
+    def __init__(self) -> None:
+        self.folders: list[str] = []
+        self.files: dict[str, tuple[bytes, int]] = {}
+
+    def restore_files(self, folders: list[str], files: dict[str, tuple[bytes, int]]) -> None:
+        self.folders += folders
+        self.files.update(files)
+
+
+def stored(data: bytes, job_id: str = "job-1") -> tuple[MemoryArtifactStore, WorkspaceArchive]:
+    store = MemoryArtifactStore()
+    digest = hashlib.sha256(data).hexdigest()
+    store.put(job_id, digest, data)
+    return store, WorkspaceArchive(sha256=digest, size=len(data))
+
+
+def test_a_plain_workspace_is_restored_file_by_file_under_workspace_only() -> None:
+    data = tar_of(
+        (".", "dir"),
+        ("./notes", "dir"),
+        ("./notes/a.txt", b"hello"),
+        ("./run.sh", b"#!/bin/sh\n"),
+        ("./out", "dir"),
+    )
+    store, archive = stored(data)
+    session = FakeSession()
+    contents = restore_workspace(session, archive, store, "job-1", max_bytes=CAP)  # type: ignore[arg-type]
+    assert session.folders == ["/workspace/notes", "/workspace/out"]
+    assert session.files["/workspace/notes/a.txt"][0] == b"hello"
+    assert set(session.files) == {"/workspace/notes/a.txt", "/workspace/run.sh"}
+    assert all(path.startswith("/workspace/") for path in [*session.folders, *session.files])
+    assert contents.skipped == []
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("/etc/passwd", "absolute"),
+        ("../outside.txt", "'..'"),
+        ("./notes/../../outside.txt", "'..'"),
+        ("a/" * 40 + "deep.txt", "deeper"),
+        ("x" * 2000, "longer"),
+    ],
+)
+def test_a_name_out_of_the_workspace_refuses_the_whole_archive(name: str, why: str) -> None:
+    data = tar_of(("./fine.txt", b"ok"), (name, b"planted"))
+    with pytest.raises(WorkspaceError, match=why):
+        read_archive(data, max_bytes=CAP)
+    store, archive = stored(data)
+    session = FakeSession()
+    with pytest.raises(UntrustedStateError, match="refused"):
+        restore_workspace(session, archive, store, "job-1", max_bytes=CAP)  # type: ignore[arg-type]
+    assert session.files == {} and session.folders == []  # nothing of it written, not even fine.txt
+
+
+def test_links_devices_and_fifos_are_never_made_and_are_named_as_skipped() -> None:
+    data = tar_of(
+        ("./passwd", ("sym", "/etc/passwd")),
+        ("./up", ("sym", "../..")),
+        ("./inside", ("sym", "notes")),
+        ("./hard", ("hard", "/etc/shadow")),
+        ("./null", "chr"),
+        ("./pipe", "fifo"),
+        ("./up/escape.txt", b"written through a link?"),  # the link is not made: this lands in /workspace/up/
+    )
+    contents = read_archive(data, max_bytes=CAP)
+    assert sorted(contents.skipped) == sorted(
+        [
+            "passwd (link: not restored)",
+            "up (link: not restored)",
+            "inside (link: not restored)",
+            "hard (link: not restored)",
+            "null (special file: not restored)",
+            "pipe (special file: not restored)",
+        ]
+    )
+    assert list(contents.files) == ["up/escape.txt"]  # a plain file in a plain folder of the workspace
+
+
+def test_size_and_entry_caps_hold_and_compressed_or_broken_archives_are_refused() -> None:
+    big = tar_of(("./a.bin", b"a" * 600), ("./b.bin", b"b" * 600))
+    with pytest.raises(WorkspaceError, match="more than the cap of 1000"):
+        read_archive(big, max_bytes=1000)  # refused before it is parsed
+    assert len(read_archive(big, max_bytes=len(big)).files) == 2
+    cut = big[:1100]  # a header promising 600 bytes the archive does not hold
+    with pytest.raises(WorkspaceError, match=r"not a plain tar|not its header's"):
+        read_archive(cut, max_bytes=CAP)
+    many = tar_of(*[(f"./f{i}", b"") for i in range(30)])
+    with pytest.raises(WorkspaceError, match="more than 20 entries"):
+        read_archive(many, max_bytes=CAP, max_entries=20)
+    gz = io.BytesIO()
+    with tarfile.open(fileobj=gz, mode="w:gz") as tar:
+        info = tarfile.TarInfo("./bomb")
+        info.size = 100_000
+        tar.addfile(info, io.BytesIO(b"\0" * 100_000))
+    with pytest.raises(WorkspaceError, match="not a plain tar"):
+        read_archive(gz.getvalue(), max_bytes=CAP)
+    with pytest.raises(WorkspaceError, match="not a plain tar"):
+        read_archive(b"not a tar archive at all" * 40, max_bytes=CAP)
+
+
+def test_a_name_twice_or_a_file_under_a_file_refuses_the_archive() -> None:
+    with pytest.raises(WorkspaceError, match="twice"):
+        read_archive(tar_of(("./a", b"1"), ("./a", b"2")), max_bytes=CAP)
+    with pytest.raises(WorkspaceError, match="which is a file"):
+        read_archive(tar_of(("./a", b"1"), ("./a/b", b"2")), max_bytes=CAP)
+    assert safe_name("./") is None and safe_name("./x/./y") == "x/y"
+    with pytest.raises(WorkspaceError, match="NUL"):
+        safe_name("a\0b")
+
+
+def test_a_planted_or_missing_archive_is_never_restored() -> None:
+    genuine = tar_of(("./a.txt", b"mine"))
+    store, archive = stored(genuine)
+    planted = tar_of(("./a.txt", b"planted by whoever can write Redis"))
+    store.put("job-1", archive.sha256, planted)  # other bytes under the committed digest's key
+    session = FakeSession()
+    with pytest.raises(UntrustedStateError, match="was changed"):
+        restore_workspace(session, archive, store, "job-1", max_bytes=CAP)  # type: ignore[arg-type]
+    with pytest.raises(UntrustedStateError, match="missing"):
+        restore_workspace(session, archive, MemoryArtifactStore(), "job-1", max_bytes=CAP)  # type: ignore[arg-type]
+    assert session.files == {}
