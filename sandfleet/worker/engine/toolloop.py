@@ -136,9 +136,8 @@ class ToolLoop:
         resume: LoopState | None = None,
     ) -> LoopOutcome:
         """Talk to the model until it answers or a cap ends the job. ``messages`` grows as it goes.
-        ``resume``: where a suspended loop stopped (``messages`` are its conversation): the calls of
-        that reply still to serve are served first, the approved one through the gate, then the loop
-        goes on with the next turn; nothing made before is made again.
+        ``resume``: where a suspended loop stopped: its reply's calls still to serve go first (the
+        approved one through the gate), then the next turn; nothing made before is made again.
 
         Raises:
             LoopSuspended: a gated call is still undecided after the grace (its state resumes it).
