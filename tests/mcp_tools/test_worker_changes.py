@@ -130,7 +130,7 @@ def fleet(
     )
     (worker.scripts_dir / "script.json").write_text(json.dumps(script()))
     worker.model = f"replay:{worker.scripts_dir / 'script.json'}"  # type: ignore[attr-defined]
-    worker.metrics_url = f"http://127.0.0.1:{port}/metrics"  # type: ignore[attr-defined]
+    worker.metrics_url = f"http://127.0.0.1:{port}/metrics"
     yield worker
     stop_worker(worker)
     r = redis.Redis.from_url(redis_server, decode_responses=True)

@@ -77,6 +77,10 @@ class FleetWorker:
             raise AttributeError("this worker serves no metrics: start it with metrics=True")
         return self.worker.metrics_url
 
+    @metrics_url.setter
+    def metrics_url(self, url: str) -> None:
+        self.worker.metrics_url = url
+
     @property
     def approvers(self) -> Approvers:
         """The approvers it trusts (started with ``approvers=``)."""
