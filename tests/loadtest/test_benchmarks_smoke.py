@@ -80,8 +80,13 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     ),
     "cancel": (["--rounds", "2", "--busy", "1"], r"cancel -> container gone: +median +[\d.]+ ms"),
     "approvals": (
-        ["--jobs", "3", "--concurrency", "4", "--sandboxes", "2"],
-        r"jobs succeeded 3/3[\s\S]*decision-to-running p50 \d+ ms[\s\S]*"
+        ["--jobs", "3", "--concurrency", "4", "--sandboxes", "2", "--loop-jobs", "2"],
+        r"jobs succeeded 3/3[\s\S]*"
+        r"shell jobs \(n=2\)  containers held while waiting 0 [\s\S]*succeeded 2/2[\s\S]*"
+        r"chat  jobs \(n=2\)  containers held while waiting 0 [\s\S]*succeeded 2/2[\s\S]*"
+        r"loop modes: containers held while waiting shell 0, chat 0 \(target 0\); decision-to-running p50 "
+        r"shell \d+ ms \(to the session restored \d+ ms[\s\S]*chat \d+ ms[\s\S]*"
+        r"decision-to-running p50 \d+ ms[\s\S]*"
         r"decision-to-running p50 signed \d+ ms, unsigned \d+ ms",
     ),
     "artifacts": (
