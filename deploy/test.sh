@@ -36,7 +36,9 @@ fi
 # Docker-free), then every test that needs the engine. Both in parallel (pytest-xdist): most of a
 # Docker-bound test's time is spent waiting for containers, workers and timeouts, not on the cores.
 # --dist loadscope keeps each module in one process, so a module's fixtures (a fleet, say) start once
-# and its tests never race each other for a port or a listing. (Not loadgroup: pytest-xdist 3.8 marks
+# and its tests never race each other for a port or a listing. The longest module goes first and the benchmark smoke
+# module is split by test (tests/sandfleet_testing/scheduling.py; its record of durations is refreshed
+# from artifacts/junit-docker.xml). (Not loadgroup: pytest-xdist 3.8 marks
 # groups by rewriting an item's node id, which pytest 9 no longer reads, so its groups never formed.)
 step "pytest -m 'not docker' with no Docker engine reachable ($DOCKER_FREE_PROCESSES processes)"
 status=0
@@ -45,7 +47,7 @@ DOCKER_HOST=unix:///nonexistent/docker.sock "$VENV/bin/pytest" -q -m "not docker
 
 step "pytest -m docker ($TEST_PROCESSES processes)"
 "$VENV/bin/pytest" -q -m docker -p no:cacheprovider -n "$TEST_PROCESSES" --dist loadscope --durations=25 \
-  "${COVERAGE[@]}" --cov-append || status=$?
+  --junitxml=artifacts/junit-docker.xml "${COVERAGE[@]}" --cov-append || status=$?
 
 "$VENV/bin/coverage" report --format=total >/dev/null 2>&1 \
   && step "branch coverage of sandfleet (test processes; worker subprocesses not counted): $("$VENV/bin/coverage" report --format=total)%"

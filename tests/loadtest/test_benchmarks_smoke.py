@@ -40,21 +40,21 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     "engine_overhead": (["--jobs", "10"], r"overhead share of total"),
     "cpu_per_job": (["--jobs", "6", "--rounds", "1", "--runs", "2"], r"runtime / raw churn throughput: \d"),
     "fleet_vs_churn": (
-        ["--jobs", "8", "--rounds", "2"],
+        ["--jobs", "4", "--rounds", "1"],
         r"raw disabled \(network_disabled=True\): [\d.]+ jobs/s -> fleet/raw \d+\.\d\d[\s\S]*"
         r"raw none \(network_mode=\"none\"\): [\d.]+ jobs/s -> fleet/raw \d+\.\d\d",
     ),
-    "job_latency": (["--jobs", "5", "--pause", "0.2"], r"5 sequential trivial jobs"),
+    "job_latency": (["--jobs", "3", "--pause", "0.2"], r"3 sequential trivial jobs"),
     "jobs_in_flight": (
-        ["--jobs", "20", "--latency", "0.5", "--churn-runs", "8"],
-        r"20/20 succeeded[\s\S]*wall / bound: \d+\.\d\d",
+        ["--jobs", "10", "--latency", "0.3", "--churn-runs", "4"],
+        r"10/10 succeeded[\s\S]*wall / bound: \d+\.\d\d",
     ),
     "several_workers": (
-        ["--jobs", "30", "--workers", "2", "--latency", "0.5"],
+        ["--jobs", "12", "--workers", "2", "--latency", "0.3"],
         r"broker queue left: 0, unacked left: 0\nevery job: one final record, one done signal, "
         r"one final audit event; none lost",
     ),
-    "runc_vs_runsc": (["--jobs", "6"], r"runsc / runc cost per job"),
+    "runc_vs_runsc": (["--jobs", "3"], r"runsc / runc cost per job"),
     "replay_batch": (
         ["--jobs", "6", "--per-job", "2"],
         r"replay --batch vs one replay per job: \d+\.\dx faster[\s\S]*events/s[\s\S]*"
@@ -105,7 +105,7 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"ASCII job id +\d+ chars: +[\d.]+ us per call[\s\S]*json_text +[\d.]+ us: ratio \d+\.\d\d",
     ),
     "metrics_overhead": (
-        ["--rounds", "1", "--jobs", "4"],
+        ["--rounds", "1", "--jobs", "2"],
         r"ratio on/off \d+\.\d{3}[\s\S]*jobs not succeeded: 0[\s\S]*metrics work per job: [\d.]+ us",
     ),
     "webhook_outbox": (
