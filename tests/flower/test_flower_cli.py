@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from sandfleet.cli import main
 from sandfleet.worker.cli import flower as flower_cli
 
 
@@ -59,7 +60,9 @@ def run_cli(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatc
     """Run the command with Flower itself replaced by a recorder; (exit code, output, recorded argv)."""
     started: list = []
     monkeypatch.setattr(flower_cli, "run_flower", lambda settings, argv: started.append(argv) or 0)
-    result = CliRunner().invoke(flower_cli.flower, args, env=env)
+    # Through the root command, as a user runs it: a subcommand invoked alone would cache click's help
+    # option without the root's -h, and docs/cli.md rendered later in this process would drift.
+    result = CliRunner().invoke(main, ["flower", *args], env=env)
     return result.exit_code, result.output, started
 
 

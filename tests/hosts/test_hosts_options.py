@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
+from sandfleet.cli import main
 from sandfleet.fleet import netns
-from sandfleet.fleet.loadtest.cli import loadtest
 
 
 @pytest.mark.parametrize(
@@ -23,7 +23,7 @@ from sandfleet.fleet.loadtest.cli import loadtest
 )
 def test_bad_hosts_options_are_refused_before_anything_starts(args: list[str], message: str) -> None:
     before = netns.namespaces()
-    result = CliRunner().invoke(loadtest, [*args, "--jobs", "1"])
+    result = CliRunner().invoke(main, ["loadtest", *args, "--jobs", "1"])  # as typed (see test_flower_cli)
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert netns.namespaces() == before
