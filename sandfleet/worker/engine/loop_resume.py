@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import logging
 
-from sandfleet.core.contracts import AuditKind, ErrorInfo, ErrorKind, JobResult, JobStatus
+from sandfleet.core.contracts import AuditKind, ErrorKind, JobResult
 from sandfleet.core.errors import UntrustedStateError
 from sandfleet.worker.approval.checkpoint import Checkpoint, JobSuspended, WorkspaceArchive
 from sandfleet.worker.engine.job_start import JobStart
 from sandfleet.worker.engine.loop_gate import LoopGate, LoopSuspended
+from sandfleet.worker.engine.outcome import failed_before_loop
 from sandfleet.worker.tools.registry import ToolRegistry
 
 log = logging.getLogger("sandfleet.engine")
@@ -23,15 +24,7 @@ log = logging.getLogger("sandfleet.engine")
 def untrusted(start: JobStart, message: str) -> JobResult:
     """The record of a job whose state read back is not what its chain commits to."""
     log.warning("job %s: %s", start.job_id, message)
-    start.audit.emit(AuditKind.ERROR, {"kind": ErrorKind.UNTRUSTED_STATE.value, "message": message})
-    return JobResult(
-        job_id=start.job_id,
-        status=JobStatus.FAILED,
-        model=start.model_name,
-        mode=start.spec.mode,
-        error=ErrorInfo(kind=ErrorKind.UNTRUSTED_STATE, message=message),
-        timings={"total_s": start.total_s()},
-    )
+    return failed_before_loop(start, ErrorKind.UNTRUSTED_STATE, message)
 
 
 def resume_point(start: JobStart) -> Checkpoint | JobResult | None:
