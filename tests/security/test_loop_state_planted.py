@@ -315,3 +315,24 @@ def test_an_invented_outcome_written_while_a_loop_call_waits_is_not_served_to_th
         True,
         result.error.message[:300],
     )
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_deleted_loop_checkpoint_does_not_restart_the_job_from_its_first_call(
+    gated: FleetWorker, mode: str
+) -> None:
+    """The checkpoint removed while the job waits: the chain says the job was suspended, so the
+    resuming worker does not start it afresh (which would make every call before the gated one again)."""
+    before = len(ledger(gated.data_dir))
+    job, rid, order = suspended(gated, mode, "deleted")
+    r, keys = attacker_redis(gated)
+    try:
+        assert r.delete(keys.checkpoint(job.job_id)) == 1
+        gated.client.approve(rid)
+        result = job.result(timeout=JOB_TIMEOUT_S)
+    finally:
+        r.close()
+    assert result.status == JobStatus.FAILED and result.error is not None, result
+    assert result.error.kind == "untrusted_state", result.error
+    assert "checkpoint" in result.error.message, result.error.message
+    nothing_ran(gated, job, mode, order, before)
