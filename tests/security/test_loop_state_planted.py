@@ -15,6 +15,9 @@ real execution to a ledger, so a test proves what never ran.
 - The approval request set to ``executed`` with an invented ``outcome`` (while the job is suspended,
   and while the call waits in its grace): no signed ``executed`` event commits to it, so the model is
   never given it; the job ends ``untrusted_state`` and the lie is in no event.
+- The checkpoint deleted: the chain says the job was suspended, so it is not started afresh (which
+  made every call before the gated one again, and ran the approved one: found here, fixed in
+  ``ApprovalService.resume_point``).
 """
 
 from __future__ import annotations
