@@ -1,5 +1,7 @@
 """The mode x feature table of docs/modes.md ("Every feature in every mode", issue 26 point 7) has no
-empty cell, and every test a cell names exists: a feature added in one mode shows up as a gap here."""
+empty cell, and every test a cell names exists: a feature added in one mode shows up as a gap here.
+README.md's compact copy has the same rows and columns, no empty cell, each cell a link to the detailed
+table, and says "n/a" exactly where docs/modes.md says the feature does not apply."""
 
 from __future__ import annotations
 
@@ -8,7 +10,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 MODES_DOC = REPO / "docs" / "modes.md"
+README = REPO / "README.md"
 HEADING = "#### Every feature in every mode"
+README_HEADING = "## Every feature in every mode"
+DETAILED = "docs/modes.md#every-feature-in-every-mode"
 MODES = ["code-action", "shell", "chat"]
 FEATURES = [
     "gated tool",
@@ -23,10 +28,10 @@ LABEL = re.compile(r"\[([A-Z]\d)\]")
 NAMED_TEST = re.compile(r"`([\w/]+\.py)::(test_\w+)(?:\[[^\]]*\])?`|`::(test_\w+)(?:\[[^\]]*\])?`")
 
 
-def section() -> str:
-    text = MODES_DOC.read_text()
-    assert HEADING in text, f"{MODES_DOC} lost its section {HEADING!r}"
-    body = text.split(HEADING, 1)[1]
+def section(doc: Path = MODES_DOC, heading: str = HEADING) -> str:
+    text = doc.read_text()
+    assert heading in text, f"{doc} lost its section {heading!r}"
+    body = text.split(heading, 1)[1]
     return body.split("\n####", 1)[0].split("\n## ", 1)[0]
 
 
@@ -79,4 +84,21 @@ def test_every_label_lists_tests_that_exist() -> None:
             assert source.is_file(), f"{label}: no file tests/{path}"
             assert re.search(rf"^def {name}\(", source.read_text(), re.M), (
                 f"{label}: no {name} in tests/{path}"
+            )
+
+
+def test_the_readmes_table_has_the_same_rows_and_columns_every_cell_filled_and_linked() -> None:
+    header, rule, *rows = table(section(README, README_HEADING))
+    assert header == ["feature", *MODES] and set(rule) == {"---"}
+    assert [row[0] for row in rows] == FEATURES, "README.md's rows differ from docs/modes.md's"
+    detailed = {row[0].split(" (")[0]: row[1:] for row in table(section())[2:]}
+    for row in rows:
+        assert len(row) == 1 + len(MODES), row
+        for mode, cell, full in zip(MODES, row[1:], detailed[row[0]], strict=True):
+            assert cell, f"README.md: {row[0]} x {mode}: empty"
+            assert re.fullmatch(rf"\[[^\]]+\]\({re.escape(DETAILED)}\)", cell), (
+                f"README.md: {row[0]} x {mode}: {cell!r} is not a link to {DETAILED}"
+            )
+            assert cell.startswith("[n/a") == full.startswith("does not apply"), (
+                f"{row[0]} x {mode}: README.md says {cell!r}, docs/modes.md {full[:60]!r}"
             )

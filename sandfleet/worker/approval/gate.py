@@ -58,7 +58,7 @@ from sandfleet.core.records import RecordReader
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyRing
 from sandfleet.worker.approval import webhook
-from sandfleet.worker.approval.checkpoint import Checkpoint
+from sandfleet.worker.approval.checkpoint import Checkpoint, CheckpointMismatchError
 from sandfleet.worker.approval.policy import approval_patterns, is_gated, named_arguments, redact
 from sandfleet.worker.approval.trust import EXECUTED, VerifiedState
 
@@ -135,13 +135,21 @@ class ApprovalService:
         return RunGate(self, job_id=job_id, spec=spec, attempt=attempt, program=program, audit=audit)
 
     def resume_point(self, job_id: str) -> Checkpoint | None:
-        """The suspended job's checkpoint, checked against its verified chain; None when there is none.
+        """The suspended job's checkpoint, checked against its verified chain; None when there is none
+        and the job never was suspended.
 
         Raises:
-            UntrustedStateError: the chain does not verify, or does not commit to this checkpoint.
+            UntrustedStateError: the chain does not verify, or does not commit to this checkpoint, or
+                says the job was suspended while no checkpoint is stored.
         """
         raw = self.store.checkpoint(job_id)
         if raw is None:
+            if self.verified.was_suspended(job_id):
+                raise CheckpointMismatchError(
+                    "the suspended job's checkpoint is missing (deleted, or its worker died while "
+                    "suspending it) though its audit chain says it waited for a decision; not started "
+                    "afresh, which would make its calls again"
+                )
             return None
         return self.verified.checkpoint(job_id, raw)
 

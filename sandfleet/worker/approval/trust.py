@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sandfleet.core.approvals import ApprovalRequest, outcome_sha256
-from sandfleet.core.contracts import AuditEvent, AuditKind
+from sandfleet.core.contracts import AuditEvent, AuditKind, JobStatus
 from sandfleet.core.errors import UntrustedStateError
 from sandfleet.core.records import RecordReader
 from sandfleet.core.signing import KeyRing
@@ -32,6 +32,7 @@ from sandfleet.core.verify import verify_job
 from sandfleet.worker.approval.checkpoint import Checkpoint, load_checkpoint
 
 EXECUTED = "executed"  # the approval event that commits to an executed call's outcome
+AWAITING = JobStatus.AWAITING_APPROVAL.value
 
 
 class VerifiedState:
@@ -55,6 +56,18 @@ class VerifiedState:
                 f"{what} is not used: the job's audit chain does not verify ({'; '.join(verdict.problems)})"
             )
         return [AuditEvent.model_validate_json(entry.event) for entry in evidence.entries]
+
+    def was_suspended(self, job_id: str) -> bool:
+        """Whether the job's chain holds an ``awaiting_approval`` state event after entry 0. Read without
+        verifying: a yes only ever refuses (a job whose checkpoint is gone is not started afresh, which
+        would make its calls again), so a planted event can deny, never grant."""
+        for entry in self._reader.evidence(job_id).entries[1:]:
+            if AWAITING not in entry.event:  # most events: no parse
+                continue
+            event = AuditEvent.model_validate_json(entry.event)
+            if event.kind == AuditKind.STATE and event.data.get("status") == AWAITING:
+                return True
+        return False
 
     def checkpoint(self, job_id: str, raw: str) -> Checkpoint:
         """The suspended job's checkpoint ``raw``, if a signed event of its verified chain commits to it.
