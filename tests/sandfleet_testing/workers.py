@@ -85,6 +85,11 @@ class FleetWorker:
         self.worker.metrics_url = url
 
     @property
+    def owner_label(self) -> str:
+        """The ``sandfleet.owner`` label of its containers (``host:pid:start ticks``)."""
+        return self.worker.owner_label
+
+    @property
     def approvers(self) -> Approvers:
         """The approvers it trusts (started with ``approvers=``)."""
         if self.trusted_approvers is None:
