@@ -50,11 +50,11 @@ class Fleet:
 
     settings: Settings
     env: dict[str, str]
-    start_worker: WorkerFactory
+    start_with: WorkerFactory  # fleet_worker
     workers: list[FleetWorker] = field(default_factory=list)
 
     def start(self, name: str, **env: str) -> FleetWorker:
-        worker = self.start_worker(name, settings=self.settings, env={**self.env, **env})
+        worker = self.start_with(name, settings=self.settings, env={**self.env, **env})
         self.workers.append(worker)
         return worker
 
