@@ -17,13 +17,11 @@ from typing import Any
 import pytest
 from sandbox.helpers import BACKENDS
 from sandfleet_testing import skip_or_fail
+from sandfleet_testing.wheels import DEBIAN_WHEELS, publish
 from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory
-from shell.test_install import DEBIAN_WHEELS
 
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.core.settings import Settings
-
-from .test_private_mirror import publish
 
 FETCH = """\
 import json, urllib.request
