@@ -13,8 +13,7 @@ patient_fleet    module: the same policy, grace 10 s (a call waits in its progra
 quick_fleet      module: grace 1 s, requests time out at 3 s (a suspended job times out: the sweep)
 webhook          module: a ThreadingHTTPServer on 127.0.0.1 that keeps every POST (headers, body)
 
-``fleet_with`` and ``cleanup`` remain for modules that start a gating worker by hand; new tests use
-``gated_worker(fleet_worker, name, env)``.
+A test that needs a gating worker of its own calls ``gated_worker(fleet_worker, name, env)``.
 """
 
 from __future__ import annotations
@@ -22,20 +21,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from typing import Any
 
 import pytest
 from sandfleet_testing.approvers import Approvers as Approvers
-from sandfleet_testing.approvers import make_approvers
-from sandfleet_testing.workers import FleetWorker, WorkerFactory, clean_up, fleet_settings_for, start_worker
+from sandfleet_testing.workers import FleetWorker, WorkerFactory
 
-from sandfleet.core.settings import Settings
-
-from .helpers import TOOLS, gated_worker, write_script
 from .helpers import WEBHOOK_SECRET as WEBHOOK_SECRET
 from .helpers import Webhook as Webhook
 from .helpers import approval_env as approval_env
+from .helpers import gated_worker
 
 
 @pytest.fixture(scope="module")
@@ -59,31 +53,6 @@ def webhook() -> Iterator[Webhook]:
     yield hook
     server.shutdown()
     server.server_close()
-
-
-def fleet_with(
-    redis_url: str, folder: Path, env: dict[str, str], settings: Settings | None = None, **kw: Any
-) -> FleetWorker:
-    """A worker of a new fleet, or of the fleet of ``settings`` (its key prefix), trusting the
-    approvers of ``folder`` (unless ``env`` names another approvers file); stop it with ``cleanup``."""
-    approvers = make_approvers(folder)
-    settings = settings or fleet_settings_for(
-        redis_url, worker_state_dir=str(folder / "worker-state"), approver_key=str(approvers.keys["ana"])
-    )
-    return start_worker(
-        settings,
-        folder,
-        tools=TOOLS,
-        env=env,
-        script=write_script,
-        approvers=approvers,
-        **kw,
-    )
-
-
-def cleanup(worker: FleetWorker, redis_url: str) -> None:
-    """Stop a worker of ``fleet_with`` (its containers removed) and delete its keys."""
-    clean_up(worker)
 
 
 @pytest.fixture(scope="module")

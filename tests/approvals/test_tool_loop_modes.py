@@ -6,19 +6,25 @@ from __future__ import annotations
 
 import json
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from fleet.helpers import FleetWorker
+from sandfleet_testing.workers import FleetWorker, WorkerFactory
 
 from sandfleet.core.contracts import JobStatus
 
-from .conftest import approval_env, cleanup, fleet_with
-from .helpers import ledger, program, wait_for
-from .test_decisions import JOB_TIMEOUT_S, own_containers, pending_of
+from .helpers import (
+    JOB_TIMEOUT_S,
+    approval_env,
+    gated_worker,
+    ledger,
+    own_containers,
+    pending_of,
+    program,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -103,13 +109,8 @@ def one_pending(worker: FleetWorker, job: Any, seen: tuple[str, ...] = ()) -> An
 
 
 @pytest.fixture(scope="module")
-def loop_fleet(
-    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
-) -> Iterator[FleetWorker]:
-    folder = tmp_path_factory.mktemp("loop-approvals")
-    worker = fleet_with(redis_server, folder, approval_env())
-    yield worker
-    cleanup(worker, redis_server)
+def loop_fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
+    return gated_worker(module_fleet_worker, "loop-approvals", approval_env())
 
 
 @pytest.mark.parametrize("mode", ["chat", "shell"])
@@ -236,25 +237,20 @@ def test_a_planted_workspace_archive_is_not_restored(loop_fleet: FleetWorker) ->
     client.close()
 
 
-def test_waiting_shell_and_chat_jobs_resume_on_another_worker(
-    redis_server: str, tmp_path: Path, docker_engine: object
-) -> None:
-    first = fleet_with(redis_server, tmp_path, approval_env())
-    try:
-        shell = submit(first, "shell-approve", "shell", ["lookup_order", "issue_refund"])
-        chat = submit(first, "chat-approve", "chat", ["lookup_order", "issue_refund"])
-        requests = [one_pending(first, shell), one_pending(first, chat)]
-        first.fleet.kill(first.worker, signal.SIGTERM)  # gone: it holds nothing of the waiting jobs
-        first.worker.process.wait(timeout=90)
-        second = first.fleet.start_worker(wait=False)
-        for request in requests:
-            first.client.approve(request.id)
-        for job, order in ((shell, "S-1"), (chat, "C-1")):
-            result = job.result(timeout=JOB_TIMEOUT_S)
-            assert result.status == JobStatus.SUCCEEDED, result.error
-            assert job.record().worker == second.name != first.worker.name
-            assert refunds(first, order) == [order]
-        [read] = [c for t in shell.result().turns for c in t.calls if c.tool == "sandbox_read_file"]
-        assert "written before the wait" in json.dumps(read.result)
-    finally:
-        cleanup(first, redis_server)
+def test_waiting_shell_and_chat_jobs_resume_on_another_worker(fleet_worker: WorkerFactory) -> None:
+    first = gated_worker(fleet_worker, "first", approval_env())
+    shell = submit(first, "shell-approve", "shell", ["lookup_order", "issue_refund"])
+    chat = submit(first, "chat-approve", "chat", ["lookup_order", "issue_refund"])
+    requests = [one_pending(first, shell), one_pending(first, chat)]
+    first.fleet.kill(first.worker, signal.SIGTERM)  # gone: it holds nothing of the waiting jobs
+    first.worker.process.wait(timeout=90)
+    second = first.fleet.start_worker(wait=False)
+    for request in requests:
+        first.client.approve(request.id)
+    for job, order in ((shell, "S-1"), (chat, "C-1")):
+        result = job.result(timeout=JOB_TIMEOUT_S)
+        assert result.status == JobStatus.SUCCEEDED, result.error
+        assert job.record().worker == second.name != first.worker.name
+        assert refunds(first, order) == [order]
+    [read] = [c for t in shell.result().turns for c in t.calls if c.tool == "sandbox_read_file"]
+    assert "written before the wait" in json.dumps(read.result)

@@ -7,34 +7,21 @@ filter, and each refusal is in the job's result, its limits and its signed audit
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from fleet.helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
 from sandbox.helpers import BACKENDS
 from sandfleet_testing import skip_or_fail
-from shell.test_install import DEBIAN_WHEELS
+from sandfleet_testing.wheels import DEBIAN_WHEELS, publish
+from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory
 
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.core.settings import Settings
-
-from .test_private_mirror import publish
 
 FETCH = """\
 import json, urllib.request
@@ -95,22 +82,18 @@ def replay_script(service_address: str) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def fleet(
-    egress_env: dict[str, Any], service: Any, redis_server: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[EgressFleet]:
-    folder = tmp_path_factory.mktemp("egress-fleet")
-    settings = fleet_settings_for(redis_server)
-    wheelhouse = pip_wheelhouse(folder / "wheelhouse")  # pip alone: the packages come from the mirror
+    egress_env: dict[str, Any],
+    service: Any,
+    module_fleet_worker: WorkerFactory,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> EgressFleet:
+    wheelhouse = pip_wheelhouse(
+        tmp_path_factory.mktemp("egress-fleet") / "wheelhouse"
+    )  # pip alone: the packages come from the mirror
     publish(service.index, PACKAGE, "2.0", "VALUE = 'sfe2epkg from the mirror'\n")
     env = {**egress_env["env"], "SANDFLEET_WHEELHOUSE_DIR": str(wheelhouse)}
-    worker = start_worker(settings, folder, env=env)
-    script = worker.scripts_dir / "egress.json"
-    script.write_text(json.dumps(replay_script(service.address)))
-    yield EgressFleet(worker, settings, f"replay:{script}")
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    worker = module_fleet_worker("egress-fleet", env=env, script=replay_script(service.address))
+    return EgressFleet(worker, worker.settings, worker.model)
 
 
 def pip_wheelhouse(folder: Path) -> Path:

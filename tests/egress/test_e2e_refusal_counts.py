@@ -12,20 +12,18 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
-from fleet.helpers import JOB_TIMEOUT_S, SANDFLEET, fleet_settings_for, keys_under, start_worker, stop_worker
 from sandbox.helpers import BACKENDS
+from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, WorkerFactory
 
 from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
 from sandfleet.worker.egress.nflog import BURST
 
 from .test_e2e_egress import EgressFleet, audit_verify
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
+pytestmark = [pytest.mark.redis]
 
 FLOOD = 2 * BURST
 PORTS = (22, 80, 443, 8080)
@@ -90,20 +88,12 @@ def replay_script(owned: Any) -> dict[str, Any]:
 def fleet(
     egress_env: dict[str, Any],
     owned_targets: Any,
-    redis_server: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[EgressFleet]:
-    folder = tmp_path_factory.mktemp("egress-counts-fleet")
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, env=egress_env["env"])
-    script = worker.scripts_dir / "counts.json"
-    script.write_text(json.dumps(replay_script(owned_targets)))
-    yield EgressFleet(worker, settings, f"replay:{script}")
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    module_fleet_worker: WorkerFactory,
+) -> EgressFleet:
+    worker = module_fleet_worker(
+        "egress-counts-fleet", env=egress_env["env"], script=replay_script(owned_targets)
+    )
+    return EgressFleet(worker, worker.settings, worker.model)
 
 
 def restricted(backend: str) -> dict[str, Any]:

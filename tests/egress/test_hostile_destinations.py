@@ -21,7 +21,6 @@ ClientHello; Squid resolves the name again for the connection and gets the link-
 
 from __future__ import annotations
 
-import json
 import re
 import socket
 import threading
@@ -30,9 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import redis
-from fleet.helpers import FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
 from sandbox.helpers import BACKENDS
+from sandfleet_testing.workers import FleetWorker, WorkerFactory
 from security.helpers import record
 
 from sandfleet.core.contracts import JobStatus
@@ -204,8 +202,7 @@ def rebind_name(backend: str) -> str:
 def fleet(
     egress_env: dict[str, Any],
     owned_targets: Any,
-    redis_server: str,
-    tmp_path_factory: pytest.TempPathFactory,
+    module_fleet_worker: WorkerFactory,
 ) -> Iterator[DestinationFleet]:
     """A real worker (four sandboxes: both runtimes' jobs at once), the test DNS server's names, and
     listeners on the destination port of every address a name points at."""
@@ -223,20 +220,13 @@ def fleet(
         dns.set_sequence(rebind_name(backend), [owned_targets.private_b], [owned_targets.link_local])
     addresses = {a.removeprefix("::ffff:") for a in names.values()} | set(owned_targets.targets.values())
     listener = PortListener(port, sorted(addresses)).start()
-    folder = tmp_path_factory.mktemp("destinations")
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, env=egress_env["env"], sandboxes=4)
-    script = worker.scripts_dir / "replay.json"  # a job's replay:FILE must be in the worker's folder
-    script.write_text(json.dumps(replay_script(port, sorted(names))))
     try:
-        yield DestinationFleet(worker, f"replay:{script}", names, listener, owned_targets, dns, port)
+        worker = module_fleet_worker(
+            "destinations", env=egress_env["env"], sandboxes=4, script=replay_script(port, sorted(names))
+        )
+        yield DestinationFleet(worker, worker.model, names, listener, owned_targets, dns, port)
     finally:
-        stop_worker(worker)
         listener.stop()
-        r = redis.Redis.from_url(redis_server, decode_responses=True)
-        if leftovers := keys_under(r, settings.key_prefix):
-            r.delete(*leftovers)
-        r.close()
 
 
 @pytest.fixture(scope="module")

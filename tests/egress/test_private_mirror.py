@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sandbox.helpers import BACKENDS
 from sandfleet_testing import skip_or_fail
-from shell.test_install import DEBIAN_WHEELS, make_wheel
+from sandfleet_testing.wheels import DEBIAN_WHEELS, publish
 
 from sandfleet.core.config import SandboxConfig, ToolLoopSettings
 from sandfleet.core.settings import get_settings
@@ -24,13 +24,6 @@ from sandfleet.worker.engine.shell.keeper import SessionKeeper
 from sandfleet.worker.engine.shell.tools import ShellTools
 
 PACKAGE = "sfmirrorpkg"
-
-
-def publish(index: Path, name: str, version: str, source: str) -> Path:
-    """Build a wheel and put it on the mirror (``index/<name>/``)."""
-    folder = index / name
-    folder.mkdir(parents=True, exist_ok=True)
-    return make_wheel(folder, name, version, source)
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,10 @@ this file."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
+from sandfleet_testing.scripts import replay_script  # noqa: F401 - re-exported
 from sandfleet_testing.workers import (  # noqa: F401 - re-exported
     JOB_TIMEOUT_S,
+    ORDERS,
     SANDFLEET,
     FleetWorker,
     WorkerFactory,
@@ -39,20 +38,3 @@ def start_job(store: JobStore, job_id: str) -> RedisAuditSink:
         AuditKind.STATE, {"status": "running", "worker": store.signer.worker, "spec_sha256": spec_digest}
     )
     return sink
-
-
-ORDERS = "sandfleet.worker.tools.examples.orders"  # the example order tools (the reference data's)
-
-
-def replay_script(folder: Path) -> Path:
-    """A script that answers the reference question with the reference program and fails anything else."""
-    from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM
-
-    reply = f"The totals come from the orders tool.\n\n```python\n{REFERENCE_PROGRAM}```\n"
-    script = {
-        "rules": [{"match": "(?i)revenue per region", "responses": [reply]}],
-        "default": ["```python\nprint('RESULT: ' + 'no rule matched')\n```"],
-    }
-    path = folder / "script.json"
-    path.write_text(json.dumps(script))
-    return path

@@ -7,39 +7,21 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.core.priority import queue_length
 from sandfleet.core.queue import queue_name
 
-from .helpers import SANDFLEET, FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
-from .test_e2e_worker import replay_script
+from .helpers import ORDERS, SANDFLEET, FleetWorker, WorkerFactory, keys_under, replay_script
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[FleetWorker]:
-    from sandfleet.worker.tools.examples.scenario import write_reference_data
-
-    folder = tmp_path_factory.mktemp("batch-options")
-    (folder / "data").mkdir()
-    write_reference_data(folder / "data")
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=2)
-    worker.model = f"replay:{replay_script(worker.scripts_dir)}"  # type: ignore[attr-defined]
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+def fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
+    return module_fleet_worker("batch-options", tools=ORDERS, sandboxes=2, script=replay_script)
 
 
 def cli(fleet: FleetWorker, *args: str) -> subprocess.CompletedProcess[str]:
@@ -69,7 +51,7 @@ def test_batch_options_apply_to_every_row_and_a_rows_columns_win(fleet: FleetWor
     )
     out = tmp_path / "results.jsonl"
     done = cli(
-        fleet, "batch", str(rows), "--tools", "load_orders", "--model", fleet.model,  # type: ignore[attr-defined]
+        fleet, "batch", str(rows), "--tools", "load_orders", "--model", fleet.model,
         "-o", "memory_limit=256M", "--exec-timeout", "30", "--max-repairs", "0",
         "--priority", "2", "--metadata", "team=ops", "--out", str(out),
     )  # fmt: skip
@@ -82,7 +64,7 @@ def test_batch_options_apply_to_every_row_and_a_rows_columns_win(fleet: FleetWor
     assert all(r["result"] == REFERENCE_ANSWER for r in results)
     first, second = (r.spec for r in fleet.client.jobs(batch=batch_id))
     assert first is not None and second is not None
-    assert first.tools == second.tools == ["load_orders"] and first.model == second.model == fleet.model  # type: ignore[attr-defined]
+    assert first.tools == second.tools == ["load_orders"] and first.model == second.model == fleet.model
     assert first.sandbox == {"memory_limit": 256 * 1024**2}
     assert second.sandbox == {"memory_limit": 256 * 1024**2, "timeout": 90}  # merged key by key
     assert first.code_action.exec_timeout == second.code_action.exec_timeout == 30
@@ -119,7 +101,7 @@ def test_the_python_api_takes_the_same_defaults(fleet: FleetWorker) -> None:
     batch = client.submit_batch(
         [REFERENCE_QUESTION, {"question": f"{REFERENCE_QUESTION}?", "code_action": {"max_repairs": 1}}],
         tools=["load_orders"],
-        model=fleet.model,  # type: ignore[attr-defined]
+        model=fleet.model,
         code_action={"exec_timeout": 30, "max_repairs": 0},
         priority=4,
     )

@@ -9,17 +9,16 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
 
 from sandfleet.core.cancel import CancelOutcome
 from sandfleet.core.contracts import JobStatus
 from sandfleet.producer.client import Client, JobHandle
 
-from .helpers import SANDFLEET, FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
+from .helpers import SANDFLEET, FleetWorker, WorkerFactory
 
 ENDED_WITHIN_S = 15.0  # generous: the host is shared; benchmarks/cancel.py measures the latency
 
@@ -50,7 +49,7 @@ def worker_containers(fleet: FleetWorker) -> list[str]:
     client = docker.from_env()
     try:
         found = client.api.containers(all=True, filters={"label": "sandfleet.owner"})
-        prefix = f"{os.uname().nodename}:{fleet.worker.process.pid}:"  # type: ignore[attr-defined]
+        prefix = f"{os.uname().nodename}:{fleet.process.pid}:"
         return [
             c["Id"] for c in found if (c.get("Labels") or {}).get("sandfleet.owner", "").startswith(prefix)
         ]
@@ -72,17 +71,8 @@ def assert_cancelled_once(job: JobHandle) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[FleetWorker]:
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, tmp_path_factory.mktemp("cancel-fleet"), concurrency=2, sandboxes=2)
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+def fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
+    return module_fleet_worker("cancel-fleet", concurrency=2, sandboxes=2)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -30,15 +31,7 @@ from sandfleet.core.contracts import JobStatus
 from sandfleet.core.errors import ArtifactIntegrityError
 from sandfleet.core.settings import Settings
 
-from .helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
+from .helpers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 PLOT = """```python
@@ -156,11 +149,10 @@ def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def fleet(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
+    redis_server: str, docker_engine: Any, module_fleet_worker: WorkerFactory
 ) -> Iterator[ArtifactFleet]:
-    if DATA_SCIENCE_IMAGE not in docker_engine.images:  # type: ignore[attr-defined]
+    if DATA_SCIENCE_IMAGE not in docker_engine.images:
         pytest.fail(f"{DATA_SCIENCE_IMAGE} is missing: run deploy/bootstrap.sh with SANDFLEET_DATA_SCIENCE=1")
-    folder = tmp_path_factory.mktemp("artifacts")
     script = {
         "rules": [
             *SHELL_RULES,  # each needs the shell prompt: a code-action job goes on to the rules below
@@ -177,26 +169,18 @@ def fleet(
         ],
         "default": ['```python\nprint("RESULT: 42")\n```'],
     }
-    scripts = folder / "scripts"  # the worker's SANDFLEET_REPLAY_SCRIPTS_DIR
-    scripts.mkdir()
-    (scripts / "script.json").write_text(json.dumps(script))
-    settings = fleet_settings_for(redis_server)
     env = {
         "SANDFLEET_POLICY_IMAGES": f"sandfleet/sandbox:py3.11,{DATA_SCIENCE_IMAGE}",
         "SANDFLEET_ARTIFACT_MAX_FILE_BYTES": "16M",
         "SANDFLEET_POOL_SIZE": "1",  # warm sandboxes: one job's files must not reach the next
     }
-    worker = start_worker(
-        settings, folder / "worker", concurrency=4, sandboxes=2, env=env, replay_scripts_dir=scripts
-    )
+    worker = module_fleet_worker("artifacts", concurrency=4, sandboxes=2, env=env, script=script)
     raw = redis.Redis.from_url(redis_server)
-    yield ArtifactFleet(worker, settings, "replay:script.json", raw)  # relative to the scripts folder
-    stop_worker(worker)
-    text = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(text, settings.key_prefix):
-        text.delete(*leftovers)
-    text.close()
-    raw.close()
+    try:
+        # the script's name relative to the scripts folder (SCRIPT_NAME), as a submitter may give it
+        yield ArtifactFleet(worker, worker.settings, "replay:script.json", raw)
+    finally:
+        raw.close()
 
 
 def png_size(data: bytes) -> tuple[int, int]:

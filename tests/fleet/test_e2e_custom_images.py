@@ -15,13 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.worker.images.build import LABEL_RECIPE, inspect_image
 from sandfleet.worker.images.custom import LABEL_CUSTOM, LABEL_PACKAGES, custom_tag
 
-from .helpers import JOB_TIMEOUT_S, fleet_settings_for, keys_under, start_worker, stop_worker
+from .helpers import JOB_TIMEOUT_S, WorkerFactory
 
 pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
 
@@ -86,41 +85,27 @@ def test_the_image_keeps_the_sandbox_user_and_has_the_package_without_pip(six_im
     assert passwd.stdout.startswith("sandbox:x:10001:10001:")
 
 
-def test_a_job_imports_the_package_in_the_custom_image(
-    six_image: str, redis_server: str, tmp_path: Path
-) -> None:
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(
-        settings,
-        tmp_path / "worker",
-        env={"SANDFLEET_POLICY_IMAGES": "sandfleet/sandbox:py3.11,sandfleet/custom-*:py3.11"},
+def test_a_job_imports_the_package_in_the_custom_image(six_image: str, fleet_worker: WorkerFactory) -> None:
+    worker = fleet_worker(
+        "worker", env={"SANDFLEET_POLICY_IMAGES": "sandfleet/sandbox:py3.11,sandfleet/custom-*:py3.11"}
     )
     script = worker.scripts_dir / "script.json"
     script.write_text(json.dumps({"default": [IMPORT_SIX]}))
-    try:
-        tag = custom_tag(six_image)
-        job = worker.client.submit(
-            "Which six is installed?", model=f"replay:{script}", sandbox={"image": tag}
-        )
-        result = job.result(timeout=JOB_TIMEOUT_S)
-        assert result.status == JobStatus.SUCCEEDED, result.error
-        assert result.result["file"] == "/usr/local/lib/python3.11/dist-packages/six.py"
-        # the same job in the plain sandbox image fails: the package is the custom image's
-        plain = worker.client.submit("Which six is installed?", model=f"replay:{script}").result(
-            timeout=JOB_TIMEOUT_S
-        )
-        assert plain.status == JobStatus.FAILED and "No module named 'six'" in plain.attempts[-1].stderr_tail
-        # an image the policy does not allow is refused before anything runs
-        refused = worker.client.submit(
-            "Which six?", model=f"replay:{script}", sandbox={"image": "sandfleet/other:py3.11"}
-        )
-        assert refused.result(timeout=JOB_TIMEOUT_S).status == JobStatus.REFUSED
-    finally:
-        stop_worker(worker)
-        r = redis.Redis.from_url(redis_server, decode_responses=True)
-        if leftovers := keys_under(r, settings.key_prefix):
-            r.delete(*leftovers)
-        r.close()
+    tag = custom_tag(six_image)
+    job = worker.client.submit("Which six is installed?", model=f"replay:{script}", sandbox={"image": tag})
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, result.error
+    assert result.result["file"] == "/usr/local/lib/python3.11/dist-packages/six.py"
+    # the same job in the plain sandbox image fails: the package is the custom image's
+    plain = worker.client.submit("Which six is installed?", model=f"replay:{script}").result(
+        timeout=JOB_TIMEOUT_S
+    )
+    assert plain.status == JobStatus.FAILED and "No module named 'six'" in plain.attempts[-1].stderr_tail
+    # an image the policy does not allow is refused before anything runs
+    refused = worker.client.submit(
+        "Which six?", model=f"replay:{script}", sandbox={"image": "sandfleet/other:py3.11"}
+    )
+    assert refused.result(timeout=JOB_TIMEOUT_S).status == JobStatus.REFUSED
 
 
 def test_a_package_the_index_does_not_know_fails_with_pips_message_and_tags_nothing(

@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-import redis
 
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.core.webhook_signing import (
@@ -33,11 +32,9 @@ from sandfleet.worker.tools.examples.scenario import (
     REFERENCE_ANSWER,
     REFERENCE_QUESTION,
     generate_orders,
-    write_reference_data,
 )
 
-from .helpers import fleet_settings_for, keys_under
-from .test_e2e_worker import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, start_worker, stop_worker
+from .helpers import JOB_TIMEOUT_S, ORDERS, SANDFLEET, FleetWorker, WorkerFactory
 
 pytestmark = [pytest.mark.slow]
 COMPUTE = """\
@@ -133,25 +130,16 @@ class ModesFleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: Any
-) -> Iterator[ModesFleet]:
-    folder = tmp_path_factory.mktemp("modes")
-    write_reference_data(folder / "data")
+def fleet(module_fleet_worker: WorkerFactory) -> Iterator[ModesFleet]:
     script = demo_replay_script()
     script["rules"].insert(0, shell_rule())
-    settings = fleet_settings_for(redis_server)
     receiver = Receiver()
     env = {"SANDFLEET_WEBHOOK_SECRET": WEBHOOK_SECRET, "SANDFLEET_POLICY_WEBHOOK_HOSTS": "127.0.0.1"}
-    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", env=env)
-    (worker.scripts_dir / "modes.json").write_text(json.dumps(script))
-    yield ModesFleet(worker, f"replay:{worker.scripts_dir / 'modes.json'}", receiver)
-    stop_worker(worker)
-    receiver.close()
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    try:
+        worker = module_fleet_worker("modes", tools=ORDERS, env=env, script=script)
+        yield ModesFleet(worker, worker.model, receiver)
+    finally:
+        receiver.close()
 
 
 def submit(fleet: ModesFleet, mode: str, **more: Any) -> Any:

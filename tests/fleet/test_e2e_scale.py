@@ -9,25 +9,15 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
 from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
 
-from .helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
+from .helpers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory
 
 TRIVIAL = '```python\nprint("RESULT: " + str(6 * 7))\n```'
 
@@ -53,24 +43,12 @@ def script(folder: Path, *, latency: float = 0.0) -> str:
 
 
 @pytest.fixture(scope="module")
-def scale_fleet(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[FleetWorker]:
-    from sandfleet.worker.tools.examples.scenario import write_reference_data
-
-    folder = tmp_path_factory.mktemp("scale-fleet")
-    (folder / "data").mkdir()
-    write_reference_data(folder / "data")
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(
-        settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=4, concurrency=200
+def scale_fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
+    """One worker for the module (its tests submit under their own batches and jobs): the example order
+    tools on the reference data, 4 sandbox slots, 200 jobs at a time."""
+    return module_fleet_worker(
+        "scale-fleet", tools="sandfleet.worker.tools.examples.orders", sandboxes=4, concurrency=200
     )
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
 
 
 def test_batches_of_fifty_from_csv_and_jsonl_write_their_results(

@@ -8,27 +8,16 @@ import csv
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
 
 from sandfleet.core.errors import UnverifiedResultError
 from sandfleet.core.settings import Settings
 from sandfleet.producer.cli.jobs import write_results
 
-from .helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    free_port,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
+from .helpers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory, free_port, stop_worker
 
 pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
 
@@ -70,24 +59,16 @@ def cli(settings: Settings, *args: str, **extra: str) -> subprocess.CompletedPro
 
 
 @pytest.fixture(scope="module")
-def two(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[TwoWorkers]:
+def two(module_fleet_worker: WorkerFactory, tmp_path_factory: pytest.TempPathFactory) -> TwoWorkers:
+    """Two workers of one fleet (one key prefix), sharing one replay scripts folder."""
     folder = tmp_path_factory.mktemp("two-workers")
-    settings = fleet_settings_for(redis_server)
     scripts = folder / "scripts"  # both workers' SANDFLEET_REPLAY_SCRIPTS_DIR
-    workers = [
-        start_worker(settings, folder / f"w{i}", concurrency=4, sandboxes=2, replay_scripts_dir=scripts)
-        for i in range(2)
-    ]
+    first = module_fleet_worker("w0", concurrency=4, sandboxes=2, replay_scripts_dir=scripts)
+    second = module_fleet_worker(
+        "w1", settings=first.settings, concurrency=4, sandboxes=2, replay_scripts_dir=scripts
+    )
     # Each model call takes 0.3 s, so both workers, four jobs at a time each, share the batch.
-    yield TwoWorkers(settings, workers, write_script(scripts, 0.3), folder)
-    for worker in workers:
-        stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    return TwoWorkers(first.settings, [first, second], write_script(scripts, 0.3), folder)
 
 
 @pytest.fixture(scope="module")
@@ -204,14 +185,12 @@ def test_an_exported_bundle_verifies_offline(two: TwoWorkers, batch_id: str, tmp
     assert cli(two.settings, "audit", "--verify-file", str(pinned), **nowhere).returncode == 2  # not a bundle
 
 
-def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: object, tmp_path: Path) -> None:
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(
-        settings, tmp_path / "w", concurrency=2, sandboxes=1, name=f"rotating-{free_port()}"
-    )
+def test_a_running_worker_rotates_its_key(fleet_worker: WorkerFactory, tmp_path: Path) -> None:
+    worker = fleet_worker("w", concurrency=2, sandboxes=1, worker_name=f"rotating-{free_port()}")
+    settings = worker.settings
     model = write_script(worker.scripts_dir, 0.0)
     name = worker.worker.name  # name@host, as the worker signs
-    env = {"SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "w" / "worker-state")}
+    env = {"SANDFLEET_WORKER_STATE_DIR": str(worker.folder / "worker-state")}
     client = worker.client
     try:
 
@@ -262,10 +241,6 @@ def test_a_running_worker_rotates_its_key(redis_server: str, docker_engine: obje
         timeout=60,
     )
     assert restart.returncode != 0 and "refusing to start" in restart.stderr and "revoked" in restart.stderr
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
 
 
 def test_the_replay_command_and_the_python_api_default_to_the_same_concurrency(docker_engine: object) -> None:

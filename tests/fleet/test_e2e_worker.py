@@ -13,40 +13,21 @@ import pickle
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
-import redis
 
 from sandfleet.core.contracts import JobSpec, JobStatus
 from sandfleet.core.queue import TASK_NAME, queue_name
 
-from .helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
+from .helpers import JOB_TIMEOUT_S, ORDERS, SANDFLEET, FleetWorker, WorkerFactory, replay_script
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, tmp_path_factory: pytest.TempPathFactory, docker_engine: object
-) -> Iterator[FleetWorker]:
+def fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
     """A worker with no tools, for the cases decided before the engine runs (a valid job that races
     them does reach the engine, hence the engine)."""
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, tmp_path_factory.mktemp("fleet"))
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    return module_fleet_worker("fleet")
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
@@ -152,46 +133,17 @@ def test_poison_messages_do_not_kill_the_worker(fleet: FleetWorker) -> None:
 
 
 # ---- real jobs: Docker sandboxes, the example tools, the replay model over HTTP ----------------
-def replay_script(folder: Path) -> Path:
-    """A script that answers the reference question with the reference program and fails anything else."""
-    from sandfleet.worker.tools.examples.scenario import REFERENCE_PROGRAM
-
-    reply = f"The totals come from the orders tool.\n\n```python\n{REFERENCE_PROGRAM}```\n"
-    script = {
-        "rules": [{"match": "(?i)revenue per region", "responses": [reply]}],
-        "default": ["```python\nprint('RESULT: ' + 'no rule matched')\n```"],
-    }
-    path = folder / "script.json"
-    path.write_text(json.dumps(script))
-    return path
-
-
 @pytest.fixture(scope="module")
-def engine_fleet(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[FleetWorker]:
+def engine_fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
     """A worker with the example order tools and the reference data, running jobs in Docker."""
     pytest.importorskip("sandfleet.worker.engine", reason="the engine (worker/engine) is not there yet")
-    from sandfleet.worker.tools.examples.scenario import write_reference_data
-
-    folder = tmp_path_factory.mktemp("engine-fleet")
-    (folder / "data").mkdir()
-    write_reference_data(folder / "data")
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=2)
-    worker.model = f"replay:{replay_script(worker.scripts_dir)}"  # type: ignore[attr-defined]
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    return module_fleet_worker("engine-fleet", tools=ORDERS, sandboxes=2, script=replay_script)
 
 
 def test_the_reference_question_through_the_fleet(engine_fleet: FleetWorker) -> None:
     from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
-    job = engine_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=engine_fleet.model)  # type: ignore[attr-defined]
+    job = engine_fleet.client.submit(REFERENCE_QUESTION, tools=["load_orders"], model=engine_fleet.model)
     result = job.result(timeout=JOB_TIMEOUT_S)
     assert result.status == JobStatus.SUCCEEDED, (result.error, engine_fleet.log()[-3000:])
     assert result.result == REFERENCE_ANSWER and list(result.result) == list(REFERENCE_ANSWER)
@@ -215,7 +167,7 @@ def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetW
         "SANDFLEET_REDIS_URL": settings.redis_url,
         "SANDFLEET_KEY_PREFIX": settings.key_prefix,
     }
-    model = engine_fleet.model  # type: ignore[attr-defined]
+    model = engine_fleet.model
     cmd = [SANDFLEET, "submit", REFERENCE_QUESTION, "--tools", "load_orders", "--model", model, "--wait"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
     assert done.returncode == 0, done.stderr
@@ -225,7 +177,7 @@ def test_submit_wait_on_the_command_line_prints_the_payload(engine_fleet: FleetW
 def test_a_batch_through_the_fleet(engine_fleet: FleetWorker) -> None:
     from sandfleet.worker.tools.examples.scenario import REFERENCE_ANSWER, REFERENCE_QUESTION
 
-    model = engine_fleet.model  # type: ignore[attr-defined]
+    model = engine_fleet.model
     specs = [{"question": REFERENCE_QUESTION, "tools": ["load_orders"], "model": model} for _ in range(4)]
     specs.append({"question": "Something else", "model": model})
     batch = engine_fleet.client.submit_batch(specs)

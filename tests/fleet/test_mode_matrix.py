@@ -19,12 +19,10 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
-import redis
 from mcp_tools.helpers import LAB, stdio, write_config
 
 from sandfleet.core.contracts import AuditKind, JobStatus
@@ -34,15 +32,7 @@ from sandfleet.fleet.demo import REFERENCE_CHAT_TOTALS, TOOL_LOOP_PROMPT, demo_r
 from sandfleet.producer.client import Client, JobHandle
 from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION, write_reference_data
 
-from .helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
+from .helpers import JOB_TIMEOUT_S, ORDERS, SANDFLEET, FleetWorker, WorkerFactory
 
 MODES = ("code-action", "shell", "chat")
 TOOL_LOOP_MODES = ("shell", "chat")
@@ -116,28 +106,19 @@ class MatrixFleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[MatrixFleet]:
-    folder = tmp_path_factory.mktemp("matrix")
+def fleet(module_fleet_worker: WorkerFactory, tmp_path_factory: pytest.TempPathFactory) -> MatrixFleet:
+    folder = tmp_path_factory.mktemp("matrix")  # the lab MCP server's reference data and config
     write_reference_data(folder / "data")
     config = write_config(folder, {"lab": stdio(LAB, "--data", str(folder / "data"))})
-    settings = fleet_settings_for(redis_server)
     env = {
         "SANDFLEET_MCP_CONFIG": str(config),
         "SANDFLEET_POLICY_NETWORKS": "none,restricted",
         "SANDFLEET_POLICY_ALLOW_HOSTS": ALLOWED_HOST,
     }
-    worker = start_worker(
-        settings, folder, tools="sandfleet.worker.tools.examples.orders", env=env, concurrency=4, sandboxes=2
+    worker = module_fleet_worker(
+        "matrix", tools=ORDERS, env=env, concurrency=4, sandboxes=2, script=matrix_script()
     )
-    (worker.scripts_dir / "matrix.json").write_text(json.dumps(matrix_script()))
-    yield MatrixFleet(worker, f"replay:{worker.scripts_dir / 'matrix.json'}")
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    return MatrixFleet(worker, worker.model)
 
 
 def cli(fleet: MatrixFleet, *args: str) -> subprocess.CompletedProcess[str]:

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.priority import KOMBU_SEP, broker_priority
@@ -17,7 +15,7 @@ from sandfleet.core.queue import queue_name
 from sandfleet.core.settings import Settings
 from sandfleet.producer.client import Client
 
-from .helpers import FleetWorker, fleet_settings_for, keys_under, start_worker, stop_worker
+from .helpers import FleetWorker, WorkerFactory
 
 BACKLOG = 6
 
@@ -30,15 +28,8 @@ def sleeper(folder: Path, seconds: float) -> str:
 
 
 @pytest.fixture
-def fleet(redis_server: str, docker_engine: object, tmp_path: Path) -> Iterator[FleetWorker]:
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, tmp_path / "fleet", concurrency=1, sandboxes=1)
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+def fleet(fleet_worker: WorkerFactory) -> FleetWorker:
+    return fleet_worker("fleet", concurrency=1, sandboxes=1)
 
 
 def test_a_single_job_overtakes_a_backlog_of_batch_jobs(fleet: FleetWorker) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sandfleet_testing import skip_or_fail
@@ -50,12 +51,12 @@ def git_repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pool(docker_engine: object) -> Iterator[object]:
+def pool(docker_engine: Any) -> Iterator[object]:
     """A sandbox pool for the module's programs (its containers carry this package's label)."""
     from sandfleet.core.config import DEFAULT_IMAGE
     from sandfleet.worker.sandbox.pool import SandboxPool
 
-    if DEFAULT_IMAGE not in docker_engine.images:  # type: ignore[attr-defined]
+    if DEFAULT_IMAGE not in docker_engine.images:
         skip_or_fail(f"image {DEFAULT_IMAGE} is missing; build it with `sandfleet images build`")
     with SandboxPool(pool_size=1, max_live=4, labels={"sandfleet.test": "tests/mcp_tools"}) as shared:
         yield shared

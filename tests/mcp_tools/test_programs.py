@@ -11,6 +11,7 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +23,7 @@ from sandfleet.worker.mcp.config import parse_mcp_config
 from sandfleet.worker.mcp.sessions import McpSessions
 from sandfleet.worker.tools.registry import ToolRegistry
 
-from .helpers import ODD, HttpServer, stdio, third_party
+from .helpers import ODD, HttpServer, make_repo, stdio, third_party
 
 
 def add(a: int, b: int = 0) -> dict:
@@ -31,10 +32,13 @@ def add(a: int, b: int = 0) -> dict:
 
 
 @pytest.fixture(scope="module")
-def sessions(lab_http: HttpServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[McpSessions]:
-    from .helpers import make_repo
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The git repository the git server works on."""
+    return make_repo(tmp_path_factory.mktemp("git") / "repo")
 
-    repo = make_repo(tmp_path_factory.mktemp("git") / "repo")
+
+@pytest.fixture(scope="module")
+def sessions(lab_http: HttpServer, repo: Path) -> Iterator[McpSessions]:
     servers = {
         "time": third_party("mcp-server-time", "--local-timezone", "UTC"),
         "git": third_party("mcp-server-git", "--repository", str(repo)),
@@ -44,7 +48,6 @@ def sessions(lab_http: HttpServer, tmp_path_factory: pytest.TempPathFactory) -> 
     config = parse_mcp_config(json.dumps({"mcpServers": servers}))
     with McpSessions(config) as started:
         assert all(s.up for s in started.status()), started.status()
-        started.repo = repo  # type: ignore[attr-defined]
         yield started
 
 
@@ -69,9 +72,8 @@ def run(
 
 
 def test_the_pypi_servers_tools_are_called_from_a_sandboxed_program(
-    pool: Any, registry: ToolRegistry, sessions: McpSessions
+    pool: Any, registry: ToolRegistry, sessions: McpSessions, repo: Path
 ) -> None:
-    repo = sessions.repo  # type: ignore[attr-defined]
     done = run(
         pool,
         registry,

@@ -9,20 +9,10 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
-from fleet.helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
+from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory, stop_worker
 
 from sandfleet.core.contracts import JobStatus
 
@@ -118,16 +108,22 @@ print("RESULT: " + json.dumps([lab__stats([2, 4])["mean"], time__get_current_tim
 
 
 @pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The git repository the fleet's git server works on, with a file to commit."""
+    made = make_repo(tmp_path_factory.mktemp("mcp-repo") / "repo")
+    (made / "notes.txt").write_text("notes to commit\n")
+    return made
+
+
+@pytest.fixture(scope="module")
 def mcp_fleet(
-    redis_server: str,
-    docker_engine: object,
+    module_fleet_worker: WorkerFactory,
     lab_http: HttpServer,
     lab_data: Path,
+    repo: Path,
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[FleetWorker]:
+) -> FleetWorker:
     folder = tmp_path_factory.mktemp("mcp-fleet")
-    repo = make_repo(folder / "repo")
-    (repo / "notes.txt").write_text("notes to commit\n")
     config = write_config(
         folder,
         {
@@ -138,29 +134,19 @@ def mcp_fleet(
             "down": {"command": str(folder / "no-such-server")},
         },
     )
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(
-        settings,
-        folder,
+    return module_fleet_worker(
+        "mcp-fleet",
+        script=script(repo),
         env={
             "SANDFLEET_MCP_CONFIG": str(config),
             "SANDFLEET_TRANSIENT_RETRIES": "1",
             "SANDFLEET_TRANSIENT_BACKOFF_S": "0.2",
         },
     )
-    (worker.scripts_dir / "script.json").write_text(json.dumps(script(repo)))
-    worker.model = f"replay:{worker.scripts_dir / 'script.json'}"  # type: ignore[attr-defined]
-    worker.repo = repo  # type: ignore[attr-defined]
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
 
 
 def submit(fleet: FleetWorker, question: str, tools: list[str], **options: object) -> tuple[object, object]:
-    job = fleet.client.submit(question, tools=tools, model=fleet.model, **options)  # type: ignore[attr-defined]
+    job = fleet.client.submit(question, tools=tools, model=fleet.model, **options)
     return job, job.result(timeout=JOB_TIMEOUT_S)
 
 
@@ -207,8 +193,7 @@ def test_the_finished_job_replays_from_its_audit_record(mcp_fleet: FleetWorker) 
     assert replayed["match"] is True and replayed["replayed"] == result.result
 
 
-def test_a_side_effecting_mcp_tool_is_not_repeated_by_a_repair(mcp_fleet: FleetWorker) -> None:
-    repo: Path = mcp_fleet.repo  # type: ignore[attr-defined]
+def test_a_side_effecting_mcp_tool_is_not_repeated_by_a_repair(mcp_fleet: FleetWorker, repo: Path) -> None:
     before = git(repo, "rev-list", "--count", "HEAD").strip()
     _job, result = submit(mcp_fleet, COMMIT_QUESTION, ["git__git_add", "git__git_commit"])
     assert result.status == JobStatus.SUCCEEDED, (result.error, mcp_fleet.log()[-3000:])

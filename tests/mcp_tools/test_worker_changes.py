@@ -20,24 +20,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
-from fleet.helpers import (
-    JOB_TIMEOUT_S,
-    SANDFLEET,
-    FleetWorker,
-    fleet_settings_for,
-    free_port,
-    keys_under,
-    start_worker,
-    stop_worker,
-)
+from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.fleet.loadtest.scrape import scrape
 
 from .helpers import CHANGING, ODD, HttpServer, stdio, wait_until, write_config
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis]
+pytestmark = [pytest.mark.redis]
 
 PING_INTERVAL_S = 1.0
 UP = "sandfleet_mcp_server_up{server=flaky}"
@@ -110,37 +100,27 @@ def flaky() -> Iterator[HttpServer]:
 
 @pytest.fixture(scope="module")
 def fleet(
-    redis_server: str, docker_engine: object, flaky: HttpServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[FleetWorker]:
-    folder = tmp_path_factory.mktemp("mcp-changes")
-    config = write_config(folder, {"ch": stdio(CHANGING), "flaky": {"url": flaky.url}})
-    settings = fleet_settings_for(redis_server)
-    port = free_port()
-    worker = start_worker(
-        settings,
-        folder,
+    module_fleet_worker: WorkerFactory, flaky: HttpServer, tmp_path_factory: pytest.TempPathFactory
+) -> FleetWorker:
+    config = write_config(
+        tmp_path_factory.mktemp("mcp-changes"), {"ch": stdio(CHANGING), "flaky": {"url": flaky.url}}
+    )
+    return module_fleet_worker(
+        "mcp-changes",
+        script=script(),
+        metrics=True,
         env={
             "SANDFLEET_MCP_CONFIG": str(config),
             "SANDFLEET_MCP_PING_INTERVAL_S": str(PING_INTERVAL_S),
             "SANDFLEET_MCP_PING_TIMEOUT_S": "5",
-            "SANDFLEET_METRICS_PORT": str(port),
             "SANDFLEET_TRANSIENT_RETRIES": "1",
             "SANDFLEET_TRANSIENT_BACKOFF_S": "0.2",
         },
     )
-    (worker.scripts_dir / "script.json").write_text(json.dumps(script()))
-    worker.model = f"replay:{worker.scripts_dir / 'script.json'}"  # type: ignore[attr-defined]
-    worker.metrics_url = f"http://127.0.0.1:{port}/metrics"
-    yield worker
-    stop_worker(worker)
-    r = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(r, settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
 
 
 def submit(fleet: FleetWorker, question: str, tools: list[str], **options: Any) -> tuple[Any, Any]:
-    job = fleet.client.submit(question, tools=tools, model=fleet.model, **options)  # type: ignore[attr-defined]
+    job = fleet.client.submit(question, tools=tools, model=fleet.model, **options)
     return job, job.result(timeout=JOB_TIMEOUT_S)
 
 
@@ -164,7 +144,7 @@ def flaky_row(fleet: FleetWorker) -> dict[str, Any] | None:
 
 
 def refreshes(fleet: FleetWorker) -> float:
-    return scrape(fleet.metrics_url).get("sandfleet_mcp_list_refreshes_total{server=ch}", 0)  # type: ignore[attr-defined]
+    return scrape(fleet.metrics_url).get("sandfleet_mcp_list_refreshes_total{server=ch}", 0)
 
 
 def test_a_running_job_keeps_its_tools_while_new_jobs_see_the_change(fleet: FleetWorker) -> None:
@@ -173,7 +153,7 @@ def test_a_running_job_keeps_its_tools_while_new_jobs_see_the_change(fleet: Flee
         "Change the tools",
         tools=tools,
         model=fleet.model,
-        code_action={"max_tool_calls": 1000},  # type: ignore[attr-defined]
+        code_action={"max_tool_calls": 1000},
     )
     assert wait_until(lambda: refreshes(fleet) >= 1, 120, 0.2), fleet.log()[-3000:]  # A changed the server
 
@@ -225,14 +205,14 @@ def test_a_stopped_http_server_is_noticed_by_the_ping_shown_down_and_back_up(
     assert first.status == JobStatus.SUCCEEDED, (first.error, fleet.log()[-3000:])
     assert first.result == {"query": "q"}
     assert wait_until(lambda: (flaky_row(fleet) or {}).get("ok") is True, 60, 0.5), doctor_rows(fleet)
-    assert scrape(fleet.metrics_url)[UP] == 1  # type: ignore[attr-defined]
+    assert scrape(fleet.metrics_url)[UP] == 1
 
     flaky.stop()
     assert wait_until(lambda: (flaky_row(fleet) or {}).get("ok") is False, 60, 0.5), doctor_rows(fleet)
     row = flaky_row(fleet)
     assert row is not None and row["detail"].startswith("down for ")
     assert f"cannot connect to {flaky.url}" in row["detail"] and "start the server at" in row["fix"]
-    samples = scrape(fleet.metrics_url)  # type: ignore[attr-defined]
+    samples = scrape(fleet.metrics_url)
     assert samples[UP] == 0 and samples["sandfleet_mcp_server_up{server=ch}"] == 1
     job, down = submit(fleet, "Search the flaky server", ["flaky__search"])
     assert down.status == JobStatus.FAILED and down.error.kind == "tool_server_unavailable"
@@ -241,7 +221,7 @@ def test_a_stopped_http_server_is_noticed_by_the_ping_shown_down_and_back_up(
 
     flaky.start()
     assert wait_until(lambda: (flaky_row(fleet) or {}).get("ok") is True, 60, 0.5), doctor_rows(fleet)
-    assert scrape(fleet.metrics_url)[UP] == 1  # type: ignore[attr-defined]
+    assert scrape(fleet.metrics_url)[UP] == 1
     assert wait_until(lambda: "; last ping " in (flaky_row(fleet) or {}).get("detail", ""), 60, 0.5)
     _job, again = submit(fleet, "Search the flaky server", ["flaky__search"])
     assert again.status == JobStatus.SUCCEEDED, (again.error, fleet.log()[-3000:])

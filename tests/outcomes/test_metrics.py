@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet.helpers import fleet_settings_for, free_port, start_worker, stop_worker
+from sandfleet_testing.workers import ORDERS, FleetWorker, WorkerFactory, fleet_settings_for
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.fleet.demo import demo_replay_script
@@ -28,23 +27,16 @@ BAD_PROGRAM = "```python\nraise ValueError('the data is not there')\n```"
 
 
 @pytest.fixture
-def worker(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[tuple[object, str]]:  # type: ignore[no-untyped-def]
+def worker(redis_server: str, fleet_worker: WorkerFactory, tmp_path: Path) -> tuple[FleetWorker, str]:
     settings = fleet_settings_for(redis_server, worker_state_dir=str(tmp_path / "state"))
     script = demo_replay_script()
     script["rules"].insert(0, {"match": "bad question", "responses": [BAD_PROGRAM]})  # type: ignore[union-attr]
     path = tmp_path / "replay.json"
     path.write_text(json.dumps(script))
-    port = free_port()
-    fleet_worker = start_worker(
-        settings,
-        tmp_path,
-        tools="sandfleet.worker.tools.examples.orders",
-        env={"SANDFLEET_MODEL": f"replay:{path}", "SANDFLEET_METRICS_PORT": str(port)},
+    started = fleet_worker(
+        "worker", settings=settings, tools=ORDERS, metrics=True, env={"SANDFLEET_MODEL": f"replay:{path}"}
     )
-    try:
-        yield fleet_worker, f"http://127.0.0.1:{port}/metrics"
-    finally:
-        stop_worker(fleet_worker)
+    return started, started.metrics_url
 
 
 def test_metrics_match_what_ran(worker) -> None:  # type: ignore[no-untyped-def]

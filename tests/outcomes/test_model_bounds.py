@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from fleet.helpers import fleet_settings_for, start_worker, stop_worker
+from sandfleet_testing.workers import FleetWorker, WorkerFactory, fleet_settings_for
 
 from sandfleet.core.contracts import ErrorKind, JobMode, JobStatus, Limit
 from sandfleet.core.settings import DEFAULT_MODEL_MAX_COMPLETION_TOKENS
@@ -45,18 +45,16 @@ def model_server() -> Iterator[ReplayServer]:
 
 
 @pytest.fixture
-def worker(redis_server: str, docker_engine, tmp_path: Path, model_server: ReplayServer):  # type: ignore[no-untyped-def]
+def worker(
+    redis_server: str, fleet_worker: WorkerFactory, tmp_path: Path, model_server: ReplayServer
+) -> FleetWorker:
     settings = fleet_settings_for(redis_server, worker_state_dir=str(tmp_path / "state"))
     env = {
         "SANDFLEET_MODEL": "openai:replay",
         "SANDFLEET_MODEL_BASE_URL": model_server.base_url,
         "SANDFLEET_TRANSIENT_BACKOFF_S": "0.5",
     }
-    fleet_worker = start_worker(settings, tmp_path, env=env)
-    try:
-        yield fleet_worker
-    finally:
-        stop_worker(fleet_worker)
+    return fleet_worker("worker", settings=settings, env=env)
 
 
 def sent_for(server: ReplayServer, words: str) -> list[dict]:  # type: ignore[type-arg]

@@ -17,12 +17,11 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from fleet.helpers import FleetWorker, fleet_settings_for, free_port, start_worker, stop_worker
+from sandfleet_testing.workers import FleetWorker, WorkerFactory, fleet_settings_for
 
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.core.redis_keys import FleetKeys
@@ -35,10 +34,11 @@ from sandfleet.core.webhook_signing import (
     sign,
     verify_signature,
 )
+from sandfleet.fleet.local_redis import free_port
 
 from .webhook_receiver import OutboxReceiver
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SECRET = "outbox-e2e-secret"
 SCRIPT = {"rules": [{"match": "good question", "responses": ["```python\nprint('RESULT: 42')\n```"]}]}
@@ -46,13 +46,15 @@ SCRIPT = {"rules": [{"match": "good question", "responses": ["```python\nprint('
 
 @dataclass
 class Fleet:
+    """Workers of one fleet (one key prefix), started one after another by the test."""
+
     settings: Settings
-    folder: Path
     env: dict[str, str]
-    workers: list[FleetWorker]
+    start_with: WorkerFactory  # fleet_worker
+    workers: list[FleetWorker] = field(default_factory=list)
 
     def start(self, name: str, **env: str) -> FleetWorker:
-        worker = start_worker(self.settings, self.folder / name, env={**self.env, **env})
+        worker = self.start_with(name, settings=self.settings, env={**self.env, **env})
         self.workers.append(worker)
         return worker
 
@@ -73,7 +75,7 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]:  # type: ignore[no-untyped-def]
+def fleet(redis_server: str, fleet_worker: WorkerFactory, tmp_path: Path) -> Fleet:
     path = tmp_path / "replay.json"
     path.write_text(json.dumps(SCRIPT))
     env = {
@@ -85,12 +87,7 @@ def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[Fleet]: 
         "SANDFLEET_WEBHOOK_BACKOFF_S": "1",
         "SANDFLEET_WEBHOOK_TIMEOUT_S": "2",
     }
-    made = Fleet(fleet_settings_for(redis_server), tmp_path, env, [])
-    try:
-        yield made
-    finally:
-        for worker in made.workers:
-            stop_worker(worker)
+    return Fleet(fleet_settings_for(redis_server), env, fleet_worker)
 
 
 def committed(worker: FleetWorker, job_id: str) -> dict[str, object]:

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import redis
-from fleet.helpers import fleet_settings_for, free_port, start_worker, stop_worker
+from sandfleet_testing.workers import FleetWorker, WorkerFactory, fleet_settings_for
 
 from sandfleet.core.contracts import AuditKind, JobStatus
 from sandfleet.core.webhook_signing import (
@@ -29,6 +26,9 @@ from sandfleet.core.webhook_signing import (
     TIMESTAMP_HEADER,
     verify_signature,
 )
+from sandfleet.fleet.local_redis import free_port
+
+from .webhook_receiver import Receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -41,63 +41,10 @@ SCRIPT = {
 }
 
 
-class Receiver:
-    """A real HTTP server: records each POST (path, headers, body, the job's status in Redis then)."""
-
-    def __init__(self, redis_url: str, prefix: str) -> None:
-        self.posts: list[dict] = []  # type: ignore[type-arg]
-        self.fail_first = {"/jobs": 1}  # answer the first POST to /jobs with 500
-        self._lock = threading.Lock()
-        self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                delivery = self.headers[DELIVERY_HEADER]
-                job_status = None
-                if not delivery.startswith("batch:"):
-                    job_status = receiver._redis.hget(f"{prefix}:job:{delivery}", "status")
-                with receiver._lock:
-                    receiver.posts.append(
-                        {
-                            "path": self.path,
-                            "headers": dict(self.headers),
-                            "body": body,
-                            "job_status": job_status,
-                        }
-                    )
-                    failing = receiver.fail_first.get(self.path, 0) > 0
-                    if failing:
-                        receiver.fail_first[self.path] -= 1
-                self.send_response(500 if failing else 204)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def wait_for(self, count: int, timeout_s: float = 30.0) -> list[dict]:  # type: ignore[type-arg]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            with self._lock:
-                if len(self.posts) >= count:
-                    return list(self.posts)
-            time.sleep(0.1)
-        pytest.fail(f"{len(self.posts)} webhook POSTs arrived, expected {count}")
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self._redis.close()
-
-
 @pytest.fixture
-def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[tuple[object, Receiver]]:  # type: ignore[no-untyped-def]
+def fleet(
+    redis_server: str, fleet_worker: WorkerFactory, tmp_path: Path
+) -> Iterator[tuple[FleetWorker, Receiver]]:
     settings = fleet_settings_for(redis_server, worker_state_dir=str(tmp_path / "state"))
     path = tmp_path / "replay.json"
     path.write_text(json.dumps(SCRIPT))
@@ -110,11 +57,9 @@ def fleet(redis_server: str, docker_engine, tmp_path: Path) -> Iterator[tuple[ob
         "SANDFLEET_WEBHOOK_RETRIES": "2",
         "SANDFLEET_WEBHOOK_TIMEOUT_S": "2",
     }
-    worker = start_worker(settings, tmp_path, env=env)
     try:
-        yield worker, receiver
+        yield fleet_worker("worker", settings=settings, env=env), receiver
     finally:
-        stop_worker(worker)
         receiver.close()
 
 

@@ -1,5 +1,7 @@
-"""A real HTTP webhook receiver for the outbox tests: records every POST (path, headers, body, when).
+"""Real HTTP webhook receivers for the webhook tests.
 
+``Receiver`` records every POST with the job's status in Redis at that moment, and fails the first POST
+to /jobs (a retry must follow). ``OutboxReceiver`` records every POST (path, headers, body, when).
 ``port``: listen there (a port reserved earlier with ``free_port`` and refused until now: a receiver
 that was down comes up). ``hold``: the first POST is answered only once the event is set (a worker
 killed while it waits never learns that its POST arrived).
@@ -13,6 +15,64 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+import redis
+
+from sandfleet.core.webhook_signing import DELIVERY_HEADER
+
+
+class Receiver:
+    """A real HTTP server: records each POST (path, headers, body, the job's status in Redis then)."""
+
+    def __init__(self, redis_url: str, prefix: str) -> None:
+        self.posts: list[dict] = []  # type: ignore[type-arg]
+        self.fail_first = {"/jobs": 1}  # answer the first POST to /jobs with 500
+        self._lock = threading.Lock()
+        self._redis = redis.Redis.from_url(redis_url, decode_responses=True)
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                delivery = self.headers[DELIVERY_HEADER]
+                job_status = None
+                if not delivery.startswith("batch:"):
+                    job_status = receiver._redis.hget(f"{prefix}:job:{delivery}", "status")
+                with receiver._lock:
+                    receiver.posts.append(
+                        {
+                            "path": self.path,
+                            "headers": dict(self.headers),
+                            "body": body,
+                            "job_status": job_status,
+                        }
+                    )
+                    failing = receiver.fail_first.get(self.path, 0) > 0
+                    if failing:
+                        receiver.fail_first[self.path] -= 1
+                self.send_response(500 if failing else 204)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def wait_for(self, count: int, timeout_s: float = 30.0) -> list[dict]:  # type: ignore[type-arg]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if len(self.posts) >= count:
+                    return list(self.posts)
+            time.sleep(0.1)
+        pytest.fail(f"{len(self.posts)} webhook POSTs arrived, expected {count}")
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self._redis.close()
 
 
 class OutboxReceiver:

@@ -30,6 +30,9 @@ from .approvers import APPROVERS, Approvers, make_approvers
 
 JOB_TIMEOUT_S = 120.0
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
+ORDERS = (
+    "sandfleet.worker.tools.examples.orders"  # ``tools=``: the example order tools (the reference data's)
+)
 SCRIPT_NAME = "script.json"  # a script given as JSON is written here, in the worker's scripts folder
 
 # A replay script for the worker's jobs: its JSON (written to ``scripts_dir/script.json``), or a
@@ -80,6 +83,11 @@ class FleetWorker:
     @metrics_url.setter
     def metrics_url(self, url: str) -> None:
         self.worker.metrics_url = url
+
+    @property
+    def owner_label(self) -> str:
+        """The ``sandfleet.owner`` label of its containers (``host:pid:start ticks``)."""
+        return self.worker.owner_label
 
     @property
     def approvers(self) -> Approvers:
@@ -200,7 +208,8 @@ class WorkerFactory:
     Each worker gets a new folder (``new_folder(name)``, removed by ``close``) unless given one, and
     new settings (a fresh key prefix on ``redis_url``) unless given some: pass another worker's
     ``settings`` to start a second worker of its fleet. ``redis_url`` starts it on another Redis (one
-    of ``redis_factory``'s). ``approvers=APPROVERS`` (for any worker that gates tools): key pairs in its
+    of ``redis_factory``'s). ``name`` names its folder; ``worker_name`` is the worker's own name
+    (``NAME@host``, what it signs as; a fresh one when None). ``approvers=APPROVERS`` (for any worker that gates tools): key pairs in its
     folder, their approvers file given to the worker, its client signing with the first one's key.
     Every other option is ``start_worker``'s.
     """
@@ -219,6 +228,7 @@ class WorkerFactory:
         redis_url: str | None = None,
         folder: Path | None = None,
         approvers: tuple[str, ...] = (),
+        worker_name: str | None = None,
         **options: Any,
     ) -> FleetWorker:
         if folder is None:
@@ -233,7 +243,7 @@ class WorkerFactory:
                     "approver_key": str(trusted.keys[approvers[0]]),
                 }
             settings = fleet_settings_for(redis_url or self.redis_url, **overrides)
-        worker = start_worker(settings, folder, approvers=trusted, **options)
+        worker = start_worker(settings, folder, approvers=trusted, name=worker_name, **options)
         self.workers.append(worker)
         return worker
 
@@ -251,6 +261,7 @@ class WorkerFactory:
 __all__ = [
     "APPROVERS",
     "JOB_TIMEOUT_S",
+    "ORDERS",
     "SANDFLEET",
     "Approvers",
     "FleetWorker",

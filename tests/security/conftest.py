@@ -19,15 +19,7 @@ import pytest
 
 from sandfleet.core.config import DEFAULT_IMAGE, CodeActionSettings, SandboxConfig
 
-from .helpers import (
-    BACKEND_OF,
-    RUNTIMES,
-    TEST_LABELS,
-    container_gone,
-    no_process_left,
-    skip_or_fail,
-    write_results,
-)
+from .helpers import BACKEND_OF, RUNTIMES, TEST_LABELS, assert_no_leftovers, skip_or_fail, write_results
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -106,10 +98,3 @@ def run(pool: Any, docker_client: Any) -> Callable[..., Any]:
         return result
 
     return run_one
-
-
-def assert_no_leftovers(docker_client: Any, container_id: str | None) -> None:
-    assert container_id, "the run reported no container id"
-    assert container_gone(docker_client, container_id), f"container {container_id[:12]} still exists"
-    left = no_process_left(container_id)
-    assert not left, f"host processes still serve container {container_id[:12]}: {left}"

@@ -164,3 +164,10 @@ class ContainerWatch:
         self._reader.join(timeout=5)
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+def assert_no_leftovers(docker_client: Any, container_id: str | None) -> None:
+    assert container_id, "the run reported no container id"
+    assert container_gone(docker_client, container_id), f"container {container_id[:12]} still exists"
+    left = no_process_left(container_id)
+    assert not left, f"host processes still serve container {container_id[:12]}: {left}"

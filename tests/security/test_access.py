@@ -9,7 +9,6 @@ connect to both ports on every address of this host a container could route to.
 from __future__ import annotations
 
 import base64
-import json
 import os
 import shutil
 import signal
@@ -27,9 +26,11 @@ from typing import Any
 import pytest
 import redis
 import yaml
+from sandfleet_testing.workers import WorkerFactory, fleet_settings_for, stop_worker
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.errors import QueueUnavailableError
+from sandfleet.core.settings import Settings
 from sandfleet.producer.client import Client
 
 from .helpers import REPO, free_port, program, record, skip_or_fail
@@ -91,9 +92,7 @@ def protected_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listen
         stop(process)
 
 
-def fleet_settings(url: str) -> Any:
-    from fleet.helpers import fleet_settings_for
-
+def fleet_settings(url: str) -> Settings:
     return fleet_settings_for(url)
 
 
@@ -101,24 +100,17 @@ def fleet_settings(url: str) -> Any:
 
 
 def test_a_client_and_a_worker_with_the_password_run_a_job(
-    protected_redis: Listener, docker_engine: Any, tmp_path: Path
+    protected_redis: Listener, fleet_worker: WorkerFactory
 ) -> None:
-    from fleet.helpers import start_worker, stop_worker
-
-    settings = fleet_settings(protected_redis.url())
-    worker = start_worker(settings, tmp_path / "worker", sandboxes=1, concurrency=2)
+    script = {"rules": [], "default": ["```python\nprint('RESULT: ' + str(6 * 7))\n```"]}
+    worker = fleet_worker(
+        "worker", redis_url=protected_redis.url(), sandboxes=1, concurrency=2, script=script
+    )
     try:
-        script = worker.scripts_dir / "script.json"
-        script.write_text(
-            json.dumps({"rules": [], "default": ["```python\nprint('RESULT: ' + str(6 * 7))\n```"]})
-        )
-        job = worker.client.submit({"question": "What is six times seven?", "model": f"replay:{script}"})
+        job = worker.client.submit({"question": "What is six times seven?", "model": worker.model})
         result = job.result(timeout=90)
     finally:
-        stop_worker(worker)
-        r = redis.Redis.from_url(protected_redis.url())
-        r.delete(*(r.keys(f"{settings.key_prefix}*") or ["-"]))
-        r.close()
+        stop_worker(worker)  # its whole log, shutdown included, is read below
     assert result.status == JobStatus.SUCCEEDED and result.result == 42, result.error
     assert PASSWORD not in worker.log(), "the worker's log shows the Redis password"
     record("access: client and worker with the Redis password", "redis", True, "job succeeded")

@@ -34,6 +34,7 @@ from typing import Any
 
 import pytest
 import redis
+from sandfleet_testing.workers import SANDFLEET, WorkerFactory, fleet_settings_for, keys_under
 
 from sandfleet.core.chain import GENESIS_HASH, encode_event, link_hash, spec_commitment
 from sandfleet.core.contracts import AuditEvent, JobSpec, JobStatus
@@ -92,14 +93,8 @@ class Attacked:
 
     def sandfleet(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sandfleet_bin(), *args], env={**self.env, **env}, capture_output=True, text=True, timeout=120
+            [SANDFLEET, *args], env={**self.env, **env}, capture_output=True, text=True, timeout=120
         )
-
-
-def sandfleet_bin() -> str:
-    from fleet.helpers import SANDFLEET
-
-    return SANDFLEET
 
 
 def command_env(settings: Settings) -> dict[str, str]:
@@ -166,10 +161,9 @@ def new_job_ids(r: redis.Redis, keys: FleetKeys, known: set[str], count: int) ->
 
 @pytest.fixture(scope="module")
 def attacked(
-    redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
+    redis_server: str, module_fleet_worker: WorkerFactory, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Attacked]:
-    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
-    from outcomes.test_webhooks import Receiver
+    from outcomes.webhook_receiver import Receiver
 
     folder = tmp_path_factory.mktemp("answer-belongs")
     scripts = folder / "scripts"
@@ -182,7 +176,6 @@ def attacked(
     receiver = Receiver(redis_server, settings.key_prefix)
     client = Client(settings=settings)
     r, keys = client.redis, client.keys
-    worker = None
     started: list[subprocess.Popen[str]] = []
     try:
         # The victim submits, in this process and from the command line; no worker runs yet.
@@ -190,13 +183,13 @@ def attacked(
         batch = client.submit_batch([ASKED, f"{ASKED} (again)", f"{ASKED} (once more)"])
         known = {handle.job_id, *batch.job_ids}
         submitted = subprocess.run(
-            [sandfleet_bin(), "submit", ASKED], env=env, capture_output=True, text=True, timeout=60
+            [SANDFLEET, "submit", ASKED], env=env, capture_output=True, text=True, timeout=60
         )
         assert submitted.returncode == 0, submitted.stderr
         cli_job = submitted.stdout.strip()
         known.add(cli_job)
         waiting = subprocess.Popen(
-            [sandfleet_bin(), "submit", ASKED, "--wait", "--timeout", str(JOB_TIMEOUT_S)],
+            [SANDFLEET, "submit", ASKED, "--wait", "--timeout", str(JOB_TIMEOUT_S)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -210,7 +203,7 @@ def attacked(
         )
         batch_out = folder / "results.jsonl"
         batching = subprocess.Popen(
-            [sandfleet_bin(), "batch", str(rows), "--out", str(batch_out), "--timeout", str(JOB_TIMEOUT_S)],
+            [SANDFLEET, "batch", str(rows), "--out", str(batch_out), "--timeout", str(JOB_TIMEOUT_S)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -225,9 +218,10 @@ def attacked(
         for job_id in rewritten:
             rewrite_queued_spec(r, settings, job_id, OTHER)
 
-        worker = start_worker(
-            settings,
-            folder,
+        worker = module_fleet_worker(
+            "answer-belongs",
+            settings=settings,
+            folder=folder,
             concurrency=8,
             env={
                 "SANDFLEET_MODEL": f"replay:{scripts / 'script.json'}",
@@ -251,9 +245,9 @@ def attacked(
             if process.poll() is None:
                 process.kill()
                 process.communicate()
-        if worker is not None:
-            stop_worker(worker)
         receiver.close()
+        # The jobs were queued before the worker started (or without one, when that failed): their
+        # keys go here; the worker's own, with it (module_fleet_worker).
         if leftovers := keys_under(r, settings.key_prefix):
             r.delete(*leftovers)
         client.close()

@@ -33,10 +33,7 @@ from sandfleet.worker.llm.scripted.server import ReplayServer
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
-from .conftest import assert_no_leftovers
-from .helpers import BACKEND_OF, TEST_LABELS, program, record
-
-pytestmark = [pytest.mark.docker]
+from .helpers import BACKEND_OF, TEST_LABELS, assert_no_leftovers, program, record
 
 PASSWD_MARK = b"root:x:0:0"  # /etc/passwd's first line, in every Debian image
 MODES = ("code-action", "shell")

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 import redis
+from sandfleet_testing.scripts import replay_script
+from sandfleet_testing.workers import ORDERS, SANDFLEET, WorkerFactory, fleet_settings_for
 
 from sandfleet.core.chain import canonical_json, link_hash, record_commitment, signed_message
 from sandfleet.core.errors import UnverifiedResultError
@@ -69,28 +71,27 @@ class TamperFleet:
 
 @pytest.fixture(scope="module")
 def fleet(
-    redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
+    module_fleet_worker: WorkerFactory, redis_server: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TamperFleet]:
-    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
-    from fleet.test_e2e_worker import replay_script
+    from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION
 
-    from sandfleet.worker.tools.examples.scenario import REFERENCE_QUESTION, write_reference_data
+    def tamper_script(scripts_dir: Path) -> Path:
+        """The reference script, and a job over its tool budget and one that writes no program."""
+        path = replay_script(scripts_dir)
+        script = json.loads(path.read_text())
+        script["rules"] += [
+            {"match": "(?i)tool budget", "responses": [f"```python\n{TOOL_BUDGET_PROGRAM}```"]},
+            {"match": "(?i)no program", "responses": ["I would rather not write a program."]},
+        ]
+        path.write_text(json.dumps(script))
+        return path
 
     folder = tmp_path_factory.mktemp("tamper")
-    write_reference_data(folder / "data")
-    script = json.loads(replay_script(folder).read_text())
-    script["rules"] += [
-        {"match": "(?i)tool budget", "responses": [f"```python\n{TOOL_BUDGET_PROGRAM}```"]},
-        {"match": "(?i)no program", "responses": ["I would rather not write a program."]},
-    ]
-    scripts = folder / "scripts"  # the worker's SANDFLEET_REPLAY_SCRIPTS_DIR
-    scripts.mkdir()
-    (scripts / "script.json").write_text(json.dumps(script))
-    model = f"replay:{scripts / 'script.json'}"
     settings = fleet_settings_for(redis_server, worker_state_dir=str(folder / "worker-state"))
-    worker = start_worker(
-        settings, folder, tools="sandfleet.worker.tools.examples.orders", replay_scripts_dir=scripts
+    worker = module_fleet_worker(
+        "tamper", settings=settings, folder=folder, tools=ORDERS, script=tamper_script
     )
+    model = worker.model
     r = redis.Redis.from_url(redis_server, decode_responses=True)
     try:
         client = worker.client
@@ -124,9 +125,6 @@ def fleet(
         yield TamperFleet(settings, client, pinned, r, FleetKeys(settings.key_prefix), jobs, attacker, folder)
         pinned.close()
     finally:
-        stop_worker(worker)
-        if leftovers := keys_under(r, settings.key_prefix):
-            r.delete(*leftovers)
         r.close()
 
 
@@ -445,8 +443,6 @@ def test_two_jobs_records_swapped_are_refused(fleet: TamperFleet, what: str) -> 
 
 # -- the issue's scenario, on the command line ------------------------------------------------------
 def cli(fleet: TamperFleet, *args: str) -> subprocess.CompletedProcess[str]:
-    from fleet.helpers import SANDFLEET
-
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
         "SANDFLEET_REDIS_URL": fleet.settings.redis_url,

@@ -10,14 +10,13 @@ Poison and pickle messages and the crash loop are tested in tests/fleet/test_e2e
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
+from sandfleet_testing.workers import ORDERS, FleetWorker, WorkerFactory, keys_under
 
 from sandfleet.core.contracts import MAX_HISTORY_CHARS, MAX_HISTORY_TURNS, MAX_QUESTION_CHARS, JobStatus
 from sandfleet.core.errors import InvalidSpecError
@@ -32,32 +31,19 @@ SLOW_RUN_S = 3.0
 
 
 @pytest.fixture(scope="module")
-def fleet(redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One worker (example order tools, reference data, default operator policy), its container watch."""
-    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
+def fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
+    """One worker (example order tools, reference data, default operator policy)."""
+    return module_fleet_worker("hostile-input", tools=ORDERS, sandboxes=2, script=replay_script)
 
-    from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
-    from sandfleet.worker.tools.examples.scenario import write_reference_data
 
-    folder = tmp_path_factory.mktemp("hostile-input")
-    (folder / "data").mkdir()
-    write_reference_data(folder / "data")
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder, tools="sandfleet.worker.tools.examples.orders", sandboxes=2)
-    worker.model = f"replay:{replay_script(worker.scripts_dir)}"
-    pid = worker.process.pid  # the thread pool: jobs run in this very process
-    worker.owner_label = Owner(socket.gethostname(), pid, process_start_ticks(pid) or 0).label()
-    watch = ContainerWatch(worker.owner_label)
-    worker.watch = watch
+@pytest.fixture
+def watch(fleet: FleetWorker) -> Iterator[ContainerWatch]:
+    """The containers the worker creates during the test (its jobs run in the worker's process)."""
+    watch = ContainerWatch(fleet.owner_label)
     try:
-        yield worker
+        yield watch
     finally:
         watch.close()
-        stop_worker(worker)
-        r = redis.Redis.from_url(redis_server, decode_responses=True)
-        if leftovers := keys_under(r, settings.key_prefix):
-            r.delete(*leftovers)
-        r.close()
 
 
 def replay_script(folder: Path) -> Path:
@@ -74,8 +60,6 @@ def replay_script(folder: Path) -> Path:
 
 def snapshot(fleet: Any) -> tuple[list[str], int]:
     """The fleet's job keys (every key under the prefix but the worker's own liveness keys) and queue length."""
-    from fleet.helpers import keys_under
-
     r = fleet.client.redis
     keys = [k for k in keys_under(r, fleet.settings.key_prefix) if ":worker" not in k and ":reaper" not in k]
     return keys, queue_length(r, queue_name(fleet.settings))
@@ -198,7 +182,7 @@ WORKER_REFUSES = {
 }
 
 
-def test_the_worker_refuses_before_any_container_starts(fleet: Any) -> None:
+def test_the_worker_refuses_before_any_container_starts(fleet: FleetWorker, watch: ContainerWatch) -> None:
     jobs = {
         case: fleet.client.submit({"question": f"hostile input: {case}", "model": fleet.model, **fields})
         for case, (fields, _expected) in WORKER_REFUSES.items()
@@ -206,7 +190,7 @@ def test_the_worker_refuses_before_any_container_starts(fleet: Any) -> None:
     results = {case: job.result(timeout=JOB_TIMEOUT_S) for case, job in jobs.items()}
     time.sleep(1.0)  # events reach the watch within moments
 
-    created_while_refusing = fleet.watch.created()
+    created_while_refusing = watch.created()
     for case, result in results.items():
         expected = WORKER_REFUSES[case][1]
         assert result.status == JobStatus.REFUSED, (case, result.status, result.error)
@@ -218,9 +202,9 @@ def test_the_worker_refuses_before_any_container_starts(fleet: Any) -> None:
     control = fleet.client.submit({"question": "Something else", "model": fleet.model})
     assert control.result(timeout=JOB_TIMEOUT_S).status == JobStatus.SUCCEEDED, fleet.log()[-3000:]
     deadline = time.monotonic() + 10
-    while not fleet.watch.created() and time.monotonic() < deadline:
+    while not watch.created() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert fleet.watch.created(), "the container watch saw nothing: it would prove nothing either"
+    assert watch.created(), "the container watch saw nothing: it would prove nothing either"
     for case, result in results.items():
         record(
             f"input: {case} (worker)",

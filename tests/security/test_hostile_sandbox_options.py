@@ -27,11 +27,11 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from sandfleet_testing.workers import SANDFLEET, FleetWorker, WorkerFactory
 
 from sandfleet.core.chain import GENESIS_HASH, canonical_json, link_hash, sha256_hex, signed_message
 from sandfleet.core.key_registry import KeyRegistry
@@ -80,7 +80,7 @@ LENIENT_POLICY = {
 
 @dataclass
 class Fleet:
-    worker: Any  # fleet.helpers.FleetWorker
+    worker: FleetWorker
     settings: Settings
     model: str
     watch: ContainerWatch
@@ -91,8 +91,6 @@ class Fleet:
 
 def sandfleet(settings: Settings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``sandfleet ARGS`` as a user runs it: the fleet's Redis and prefix, no other SANDFLEET_ variable."""
-    from fleet.helpers import SANDFLEET
-
     return subprocess.run(
         [SANDFLEET, *args],
         env=cli_env(settings, **env),
@@ -130,40 +128,20 @@ def submitted(fleet: Fleet, *options: str) -> dict[str, Any]:
     return result
 
 
-def start_fleet(redis_url: str, folder: Path, env: dict[str, str] | None = None) -> Fleet:
-    from fleet.helpers import fleet_settings_for, start_worker
-
+def start_fleet(start: WorkerFactory, name: str, env: dict[str, str] | None = None) -> Fleet:
+    """A worker whose replay model answers every job with PROBE, and a watch on its containers."""
     from sandfleet.worker.sandbox.docker.spec import Owner, process_start_ticks
 
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "script.json"
-    script.write_text(json.dumps({"default": [f"```python\n{PROBE}```"]}))
-    settings = fleet_settings_for(redis_url)
     # No warming beyond demand: every container a watch sees is one a job asked for.
-    worker = start_worker(
-        settings,
-        folder,
+    worker = start(
+        name,
         sandboxes=2,
-        env={
-            "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",
-            "SANDFLEET_REPLAY_SCRIPTS_DIR": str(folder),
-            **(env or {}),
-        },
+        script={"default": [f"```python\n{PROBE}```"]},
+        env={"SANDFLEET_POOL_FOLLOWS_DEMAND": "false", **(env or {})},
     )
-    pid = worker.process.pid  # type: ignore[attr-defined]
+    pid = worker.process.pid
     owner = Owner(socket.gethostname(), pid, process_start_ticks(pid) or 0).label()
-    return Fleet(worker, settings, f"replay:{script}", ContainerWatch(owner))
-
-
-def stop_fleet(fleet: Fleet) -> None:
-    from fleet.helpers import keys_under, stop_worker
-
-    fleet.watch.close()
-    stop_worker(fleet.worker)
-    r = redis.Redis.from_url(fleet.settings.redis_url, decode_responses=True)
-    if leftovers := keys_under(r, fleet.settings.key_prefix):
-        r.delete(*leftovers)
-    r.close()
+    return Fleet(worker, worker.settings, worker.model, ContainerWatch(owner))
 
 
 def require_gvisor(docker_engine: Any) -> None:
@@ -172,29 +150,25 @@ def require_gvisor(docker_engine: Any) -> None:
 
 
 @pytest.fixture(scope="module")
-def strict(
-    redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Fleet]:
+def strict(module_fleet_worker: WorkerFactory, docker_engine: Any) -> Iterator[Fleet]:
     """A worker with the default operator policy."""
     require_gvisor(docker_engine)
-    fleet = start_fleet(redis_server, tmp_path_factory.mktemp("strict"))
+    fleet = start_fleet(module_fleet_worker, "strict")
     try:
         yield fleet
     finally:
-        stop_fleet(fleet)
+        fleet.watch.close()
 
 
 @pytest.fixture(scope="module")
-def lenient(
-    redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Fleet]:
+def lenient(module_fleet_worker: WorkerFactory, docker_engine: Any) -> Iterator[Fleet]:
     """A worker whose operator allows sudo, a writable root, full network, GREETING and /data."""
     require_gvisor(docker_engine)
-    fleet = start_fleet(redis_server, tmp_path_factory.mktemp("lenient"), LENIENT_POLICY)
+    fleet = start_fleet(module_fleet_worker, "lenient", LENIENT_POLICY)
     try:
         yield fleet
     finally:
-        stop_fleet(fleet)
+        fleet.watch.close()
 
 
 # ---- a submitter, at the command line ---------------------------------------------------------------
@@ -410,8 +384,6 @@ def replayed(
 ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """``sandfleet replay ARGS --json`` as the auditor runs it (its own policy: ``env``), and the
     containers that replay process created (``docker events``, by its owner label)."""
-    from fleet.helpers import SANDFLEET
-
     watch = ContainerWatch(None)
     try:
         process = subprocess.Popen(

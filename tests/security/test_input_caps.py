@@ -20,14 +20,16 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from mcp_tools.helpers import SERVERS, stdio
+from mcp_tools.helpers import SERVERS, stdio, write_config
 from sandfleet_testing import FIND_BRIDGE_FDS
+from sandfleet_testing.workers import SANDFLEET, FleetWorker, WorkerFactory
 
 from sandfleet.core.contracts import ErrorKind, JobResult, JobStatus
 from sandfleet.core.json_limits import MAX_JSON_DEPTH, MAX_RECORD_DEPTH
@@ -42,6 +44,7 @@ NESTED = "nested more than 64 deep (the JSON nesting cap, MAX_JSON_DEPTH)"
 JOB_TIMEOUT_S = 240.0
 BACKENDS = {"runc": "docker", "runsc": "gvisor"}
 RESULT_DEPTHS_REFUSED = (MAX_JSON_DEPTH + 1, 200, 255, 1000, 100_000)
+READERS_AT_ONCE = 4  # reader commands run side by side (the host has 2 cores; each mostly waits on Redis)
 CATASTROPHIC_INPUT = "a" * 30 + "b"  # Python's re: 1.9 s at 26 characters, doubling per character
 
 
@@ -154,13 +157,11 @@ def replay_script(folder: Path) -> Path:
 @dataclass
 class CapsFleet:
     settings: Settings
-    worker: Any
+    worker: FleetWorker
     model: str
     folder: Path
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        from fleet.helpers import SANDFLEET
-
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
             "SANDFLEET_REDIS_URL": self.settings.redis_url,
@@ -172,37 +173,19 @@ class CapsFleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[CapsFleet]:
-    """One worker: the example order tools, the hostile MCP server, the replay model of CASES."""
-    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
-
-    from sandfleet.worker.tools.examples.scenario import write_reference_data
-
-    folder = tmp_path_factory.mktemp("input-caps")
-    (folder / "data").mkdir()
-    write_reference_data(folder / "data")
-    mcp = folder / "mcp.json"
-    mcp.write_text(json.dumps({"mcpServers": {"hostile": stdio(HOSTILE)}}))
-    script = replay_script(folder)
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(
-        settings,
-        folder,
+def fleet(module_fleet_worker: WorkerFactory, tmp_path_factory: pytest.TempPathFactory) -> CapsFleet:
+    """One worker: the example order tools, the hostile MCP server, the replay model of CASES. Each
+    test submits its own batch, so the tests share it in any order."""
+    mcp = write_config(tmp_path_factory.mktemp("input-caps-mcp"), {"hostile": stdio(HOSTILE)})
+    worker = module_fleet_worker(
+        "input-caps",
         tools="sandfleet.worker.tools.examples.orders",
         sandboxes=2,
         concurrency=4,
-        env={"SANDFLEET_MCP_CONFIG": str(mcp), "SANDFLEET_REPLAY_SCRIPTS_DIR": str(folder)},
+        script=replay_script,
+        env={"SANDFLEET_MCP_CONFIG": str(mcp)},
     )
-    try:
-        yield CapsFleet(settings, worker, f"replay:{script}", folder)
-    finally:
-        stop_worker(worker)
-        r = redis.Redis.from_url(redis_server, decode_responses=True)
-        if leftovers := keys_under(r, settings.key_prefix):
-            r.delete(*leftovers)
-        r.close()
+    return CapsFleet(worker.settings, worker, worker.model, worker.folder)
 
 
 @pytest.mark.parametrize("runtime", ["runc", "runsc"])
@@ -267,30 +250,38 @@ def test_values_past_the_cap_are_refused_every_job_ends_and_every_reader_reads_e
     [call] = chat.turns[0].calls
     assert not call.ok and f"an argument is {NESTED}" in (call.error or ""), call
 
-    # Every reader reads every record.
+    # Every reader reads every record. The readers only read, each a process of its own (about half a
+    # second to start): they run side by side, and are checked once all have answered.
     job_ids = {name: row["job_id"] for name, row in exported.items()}
-    listed = fleet.cli("jobs", "--batch", batch_id)
+    with ThreadPoolExecutor(max_workers=READERS_AT_ONCE) as readers:
+        replaying = readers.submit(fleet.cli, "replay", "--batch", batch_id, "--json")
+        replaying_one = readers.submit(fleet.cli, "replay", job_ids["tool arguments"])
+        listing = readers.submit(fleet.cli, "jobs", "--batch", batch_id)
+        listing_json = readers.submit(fleet.cli, "jobs", "--batch", batch_id, "--json")
+        reading = {
+            name: [readers.submit(fleet.cli, *args) for args in per_job_readers(job_id)]
+            for name, job_id in job_ids.items()
+        }
+    listed = listing.result()
     assert listed.returncode == 0 and len(listed.stdout.splitlines()) == len(CASES), (
         listed.stdout + listed.stderr
     )
-    listed_json = fleet.cli("jobs", "--batch", batch_id, "--json")
+    listed_json = listing_json.result()
     assert listed_json.returncode == 0 and {
         json.loads(line)["job_id"] for line in listed_json.stdout.splitlines()
     } == set(job_ids.values())
-    for name, job_id in job_ids.items():
-        shown = fleet.cli("result", job_id, "--json")
+    for name, futures in reading.items():
+        shown, audited, events = (future.result() for future in futures)
         expected = 0 if by_case[name].status == JobStatus.SUCCEEDED else 1
         assert shown.returncode == expected and json.loads(shown.stdout)["verified"], (
             name,
             shown.stderr[-500:],
         )
-        audited = fleet.cli("audit", job_id, "--verify")
         assert audited.returncode == 0, (name, audited.stdout[-500:], audited.stderr[-500:])
-        events = fleet.cli("audit", job_id, "--json")
         assert events.returncode == 0 and all(json.loads(line) for line in events.stdout.splitlines()), name
-    replayed = fleet.cli("replay", "--batch", batch_id, "--json")
+    replayed = replaying.result()
     assert replayed.returncode == 0, replayed.stdout[-2000:] + replayed.stderr[-2000:]
-    one = fleet.cli("replay", job_ids["tool arguments"])
+    one = replaying_one.result()
     assert one.returncode == 0 and "match" in one.stdout, one.stdout + one.stderr
 
     from sandfleet.core.store import JobStore
@@ -318,6 +309,11 @@ def test_values_past_the_cap_are_refused_every_job_ends_and_every_reader_reads_e
             "readers": "batch --out, jobs, result, audit --verify, replay, replay --batch, Flower, client",
         },
     )
+
+
+def per_job_readers(job_id: str) -> list[tuple[str, ...]]:
+    """The commands that read one job back: its result, its audit chain verified, its events."""
+    return [("result", job_id, "--json"), ("audit", job_id, "--verify"), ("audit", job_id, "--json")]
 
 
 def deep_text(depth: int) -> str:
@@ -511,7 +507,7 @@ def test_a_planted_record_no_reader_can_parse_breaks_no_listing_and_is_refused_b
 ) -> None:
     """Whoever can write Redis (or a worker from before the caps) leaves a record nested past what
     pydantic reads (200): ``jobs`` still lists every job, ``result`` refuses that one (exit 4)."""
-    from fleet.helpers import SANDFLEET, fleet_settings_for, keys_under
+    from fleet.helpers import fleet_settings_for, keys_under
 
     from sandfleet.producer.client import Client
 

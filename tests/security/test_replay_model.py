@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from sandfleet_testing.workers import SANDFLEET, FleetWorker, WorkerFactory
 
 JOB_TIMEOUT_S = 90.0
 SECRET = "SECRET-MARKER-d41c8e"
@@ -34,7 +34,7 @@ SIX_TIMES_SEVEN = {"default": ["```python\nprint('RESULT: ' + str(6 * 7))\n```"]
 
 @dataclass
 class ReplayFleet:
-    worker: Any  # fleet.helpers.FleetWorker
+    worker: FleetWorker
     outside: Path  # a folder beside the scripts folder, holding the secret
 
     @property
@@ -43,39 +43,25 @@ class ReplayFleet:
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ReplayFleet]:
-    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
-
+def fleet(module_fleet_worker: WorkerFactory, tmp_path_factory: pytest.TempPathFactory) -> ReplayFleet:
     folder = tmp_path_factory.mktemp("replay-model")
     outside = folder / "outside"
     outside.mkdir()
     # Invalid YAML: the parser's error quotes the line, which a worker used to put in the job's error.
     (outside / "secret.yaml").write_text(f"password: {SECRET}\n{SECRET}: [unclosed\n")
     (outside / "six.json").write_text(json.dumps(SIX_TIMES_SEVEN))  # a valid script, out of reach
-    settings = fleet_settings_for(redis_server)
-    worker = start_worker(settings, folder / "fleet", sandboxes=1, concurrency=2)
+    worker = module_fleet_worker("replay-model", sandboxes=1, concurrency=2)
     scripts = worker.scripts_dir
     (scripts / "six.json").write_text(json.dumps(SIX_TIMES_SEVEN))
     (scripts / "answer.json").write_text(json.dumps({"default": ["RESULT: 42"]}))
     (scripts / "broken.yaml").write_text(f"{SECRET}: [unclosed\n")
     (scripts / "link.yaml").symlink_to(outside / "secret.yaml")
     (scripts / "link-six.json").symlink_to(outside / "six.json")
-    try:
-        yield ReplayFleet(worker, outside)
-    finally:
-        stop_worker(worker)
-        r = redis.Redis.from_url(redis_server)
-        if leftovers := keys_under(r, settings.key_prefix):
-            r.delete(*leftovers)
-        r.close()
+    return ReplayFleet(worker, outside)
 
 
 def submit(fleet: ReplayFleet, model: str | None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     """``sandfleet submit --wait --json [--model MODEL] QUESTION`` with the fleet's settings only."""
-    from fleet.helpers import SANDFLEET
-
     settings = fleet.worker.settings
     more = ["--model", model] if model is not None else []
     env = {
@@ -195,34 +181,22 @@ def test_distinct_latencies_grow_neither_threads_nor_ports(fleet: ReplayFleet) -
 
 
 def test_a_workers_broken_default_script_is_not_quoted_to_its_jobs(
-    fleet: ReplayFleet, redis_server: str, tmp_path: Path
+    fleet: ReplayFleet, fleet_worker: WorkerFactory
 ) -> None:
     """The operator's SANDFLEET_MODEL may name any file, but its parser's words are the operator's."""
-    from fleet.helpers import fleet_settings_for, keys_under, start_worker, stop_worker
-
-    settings = fleet_settings_for(redis_server)
     env = {"SANDFLEET_MODEL": f"replay:{fleet.outside / 'secret.yaml'}"}
-    worker = start_worker(settings, tmp_path / "fleet", sandboxes=1, concurrency=1, env=env)
-    try:
-        broken = ReplayFleet(worker, fleet.outside)
-        done, result = submit(broken, None)
-        assert done.returncode == 1 and result["status"] == "refused", result
-        message = "this worker's default model (SANDFLEET_MODEL) is unusable; the worker's log says why"
-        assert result["error"]["message"] == message
-        assert SECRET not in done.stdout + done.stderr and SECRET not in stored(broken, result["job_id"])
-        assert SECRET in worker.log()  # the operator reads why
-    finally:
-        stop_worker(worker)
-        r = redis.Redis.from_url(redis_server)
-        if leftovers := keys_under(r, settings.key_prefix):
-            r.delete(*leftovers)
-        r.close()
+    worker = fleet_worker("fleet", sandboxes=1, concurrency=1, env=env)
+    broken = ReplayFleet(worker, fleet.outside)
+    done, result = submit(broken, None)
+    assert done.returncode == 1 and result["status"] == "refused", result
+    message = "this worker's default model (SANDFLEET_MODEL) is unusable; the worker's log says why"
+    assert result["error"]["message"] == message
+    assert SECRET not in done.stdout + done.stderr and SECRET not in stored(broken, result["job_id"])
+    assert SECRET in worker.log()  # the operator reads why
 
 
 def test_sandfleet_ask_names_any_file_its_user_can_read(fleet: ReplayFleet, tmp_path: Path) -> None:
     """``ask`` runs one job in its own process for its own user: the folder rule is a worker's."""
-    from fleet.helpers import SANDFLEET
-
     script = tmp_path / "any.json"  # outside every scripts folder
     script.write_text(json.dumps(SIX_TIMES_SEVEN))
     env = {

@@ -19,23 +19,20 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import redis
 from approvals.helpers import wait_for
-from fleet.helpers import (
+from sandfleet_testing.workers import (
     JOB_TIMEOUT_S,
     SANDFLEET,
     FleetWorker,
+    WorkerFactory,
     fleet_settings_for,
     keys_under,
-    start_worker,
-    stop_worker,
 )
-from sandfleet_testing.approvers import make_approvers
 
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.contracts import JobStatus
@@ -156,10 +153,7 @@ def assert_escaped(case: str, done: subprocess.CompletedProcess[bytes], exit_cod
 
 
 @pytest.fixture(scope="module")
-def fleet(
-    redis_server: str, docker_engine: object, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[HostileFleet]:
-    folder = tmp_path_factory.mktemp("terminal")
+def fleet(module_fleet_worker: WorkerFactory) -> HostileFleet:
     rules = {
         "(?i)^hostile result": RESULT_PROGRAM,
         "(?i)^hostile refund": REFUND_PROGRAM,
@@ -170,24 +164,19 @@ def fleet(
         "rules": [{"match": m, "responses": [fenced(p)]} for m, p in rules.items()],
         "default": [fenced('print("RESULT: 0")\n')],
     }
-    approvers = make_approvers(folder)  # bo signs the denial below; its --by name is the hostile one
-    settings = fleet_settings_for(
-        redis_server, worker_state_dir=str(folder / "worker-state"), approver_key=str(approvers.keys["bo"])
+    # The approvers file lists ana and bo; bo signs the denial below (its --by name is the hostile one).
+    worker = module_fleet_worker(
+        "terminal",
+        approvers=("bo", "ana"),
+        tools=GATED_TOOLS,
+        script=script,
+        env={
+            "SANDFLEET_APPROVAL_TOOLS": "issue_refund",
+            "SANDFLEET_APPROVAL_GRACE_S": "1",
+            "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",
+        },
     )
-    env = {
-        "SANDFLEET_APPROVAL_TOOLS": "issue_refund",
-        "SANDFLEET_APPROVAL_GRACE_S": "1",
-        "SANDFLEET_POOL_FOLLOWS_DEMAND": "false",
-        "SANDFLEET_APPROVERS_FILE": str(approvers.file),
-    }
-    worker = start_worker(settings, folder, tools=GATED_TOOLS, env=env)
-    (worker.scripts_dir / "script.json").write_text(json.dumps(script))  # where a job's replay: may point
-    yield HostileFleet(worker, f"replay:{worker.scripts_dir / 'script.json'}", folder)
-    stop_worker(worker)
-    client = redis.Redis.from_url(redis_server, decode_responses=True)
-    if leftovers := keys_under(client, settings.key_prefix):
-        client.delete(*leftovers)
-    client.close()
+    return HostileFleet(worker, worker.model, worker.folder)
 
 
 @pytest.fixture(scope="module")

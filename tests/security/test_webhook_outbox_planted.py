@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fleet.helpers import FleetWorker, fleet_settings_for, start_worker, stop_worker
 from outcomes.webhook_receiver import OutboxReceiver
+from sandfleet_testing.workers import FleetWorker, WorkerFactory
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.redis_keys import FleetKeys
@@ -31,13 +30,13 @@ from sandfleet.core.webhook_signing import DELIVERY_HEADER, EVENT_HEADER, TIMEST
 
 from .helpers import record
 
-pytestmark = [pytest.mark.docker, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 SCRIPT = {"rules": [], "default": ["```python\nprint('RESULT: 42')\n```"] * 3}
 
 
 @pytest.fixture
-def worker(redis_server: str, docker_engine: object, tmp_path: Path) -> Iterator[FleetWorker]:
+def worker(fleet_worker: WorkerFactory, tmp_path: Path) -> FleetWorker:
     path = tmp_path / "replay.json"
     path.write_text(json.dumps(SCRIPT))
     env = {
@@ -46,9 +45,7 @@ def worker(redis_server: str, docker_engine: object, tmp_path: Path) -> Iterator
         "SANDFLEET_POLICY_WEBHOOK_HOSTS": "127.0.0.1",
         "SANDFLEET_WEBHOOK_RETRIES": "0",
     }
-    started = start_worker(fleet_settings_for(redis_server), tmp_path / "worker", env=env)
-    yield started
-    stop_worker(started)
+    return fleet_worker("worker", env=env)
 
 
 def swept(worker: FleetWorker, outbox: WebhookOutbox, member: str, timeout_s: float = 30.0) -> None:

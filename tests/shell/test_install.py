@@ -3,44 +3,19 @@ clear refusal when the sandbox has neither a network nor a wheelhouse. Real sess
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import time
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sandfleet_testing import skip_or_fail
+from sandfleet_testing.wheels import DEBIAN_WHEELS, make_wheel
 
 from sandfleet.core.config import SandboxConfig, ToolLoopSettings
 from sandfleet.worker.engine.shell.keeper import SessionKeeper
 from sandfleet.worker.engine.shell.tools import ShellTools
 
 from .conftest import shell_settings
-
-DEBIAN_WHEELS = Path("/usr/share/python-wheels")  # python3-pip-whl, which python3-venv brings
-
-
-def make_wheel(folder: Path, name: str, version: str, source: str) -> Path:
-    """A pure-Python wheel of one module, written by hand (a zip with its dist-info)."""
-    dist = f"{name}-{version}"
-    files = {
-        f"{name}/__init__.py": source.encode(),
-        f"{dist}.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-        f"{dist}.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: sandfleet-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = []
-    for path, data in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(data)}")
-    record.append(f"{dist}.dist-info/RECORD,,")
-    files[f"{dist}.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
-    wheel = folder / f"{dist}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for path, data in files.items():
-            archive.writestr(path, data)
-    return wheel
 
 
 @pytest.fixture
