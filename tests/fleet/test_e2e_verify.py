@@ -8,6 +8,7 @@ import csv
 import json
 import os
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,54 @@ def test_one_forged_result_in_a_batch_is_named_and_refused_everywhere(
     assert (
         row["verified"] == "false" and row["result"] == "" and "not proven by the audit chain" in row["error"]
     )
+    assert two.client.batch(batch_id).verify().verified  # restored
+
+
+def test_replay_batch_warms_only_the_sandboxes_of_records_its_chains_prove(
+    two: TwoWorkers, batch_id: str
+) -> None:
+    """The batch's chains are verified in one pass before any replay: a record whose spec was edited
+    to ask for another sandbox (here 300M of memory) is unverified, and no container of that config
+    starts, not even to warm the pool; every container the replay made is the default replay sandbox,
+    warmed while the records were read (issue 25 point 3)."""
+    from security.helpers import ContainerWatch
+
+    from sandfleet.worker.sandbox.policy import replay_sandbox
+
+    r, keys = two.client.redis, two.client.keys
+    victim = two.client.batch(batch_id).job_ids[5]
+    original = r.hget(keys.job(victim), "spec")
+    forged = json.loads(original)
+    forged["sandbox"] = {**forged.get("sandbox", {}), "memory_limit": "300M"}
+    r.hset(keys.job(victim), "spec", json.dumps(forged))
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
+        "SANDFLEET_REDIS_URL": two.settings.redis_url,
+        "SANDFLEET_KEY_PREFIX": two.settings.key_prefix,
+    }
+    watch = ContainerWatch(None)
+    try:
+        process = subprocess.Popen(
+            [SANDFLEET, "replay", "--batch", batch_id, "--concurrency", "4"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        stdout, stderr = process.communicate(timeout=JOB_TIMEOUT_S * 2)
+        time.sleep(1.0)  # events reach the watch within moments
+        created = watch.created_events(process.pid)
+    finally:
+        watch.close()
+        r.hset(keys.job(victim), "spec", original)
+    assert process.returncode == 1, stdout[-2000:] + stderr[-3000:]
+    assert f"{BATCH_SIZE - 1} match, 0 different, 1 unverified" in stdout, stdout
+    assert f"{victim}  unverified: " in stdout, stdout
+    default = replay_sandbox({}, two.settings).fingerprint()
+    forged_config = replay_sandbox(forged["sandbox"], two.settings).fingerprint()
+    configs = [e["Actor"]["Attributes"].get("sandfleet.config") for e in created]
+    assert forged_config != default and forged_config not in configs, configs
+    assert len(configs) >= BATCH_SIZE - 1 and set(configs) == {default}, configs
     assert two.client.batch(batch_id).verify().verified  # restored
 
 

@@ -38,12 +38,16 @@ HEAVY = {
     "re2",
     "prometheus_client",
     "psutil",
+    # Sandfleet's own heavy layer a run with network "none" does not use: the egress gateway (the
+    # settings, the proxy, the filter); its refusal counts are in sandfleet/worker/egress/refusals.py.
+    "sandfleet.worker.egress.gateway",
 }
-# Runs the command as `sandfleet ARGS...` would and prints, at exit, the heavy packages it loaded.
+# Runs the command as `sandfleet ARGS...` would and prints, at exit, the heavy packages (top-level
+# names) and heavy modules (dotted names) it loaded.
 PROBE = (
     "import atexit, json, sys\n"
     "heavy = set(json.loads(sys.argv[1]))\n"
-    "atexit.register(lambda: print('LOADED=' + json.dumps(sorted({m.split('.')[0] for m in sys.modules} & heavy)),"
+    "atexit.register(lambda: print('LOADED=' + json.dumps(sorted(({m.split('.')[0] for m in sys.modules} | set(sys.modules)) & heavy)),"
     " file=sys.stderr))\n"
     "from sandfleet.cli import main\n"
     "main(sys.argv[2:], prog_name='sandfleet')\n"

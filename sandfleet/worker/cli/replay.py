@@ -62,7 +62,7 @@ def replay(
     from sandfleet.core.records import RecordReader
     from sandfleet.core.redis_keys import FleetKeys
     from sandfleet.core.settings import get_settings
-    from sandfleet.worker.rerun.batch import replay_many, replay_pool
+    from sandfleet.worker.rerun.batch import replay_many, replay_pool, warm_default
     from sandfleet.worker.rerun.job import ReplayState
 
     if (job_id is None) == (batch_id is None):
@@ -72,21 +72,26 @@ def replay(
         settings = settings.model_copy(update={"trusted_keys": str(keys)})
     url = redis_url or settings.results_redis_url or settings.redis_url
     try:
-        with RecordReader.connect(url, settings) as reader, redis_errors(url):
-            job_ids = reader.batch_job_ids(batch_id) if batch_id else [job_id]
-            if not job_ids:
-                raise click.ClickException(f"no batch {batch_id!r} (never submitted, or past retention)")
-            store = open_artifact_store(settings, reader.redis)
-            evidences = [
-                with_artifact_digests(e, store)
-                for e in reader.evidence_many(job_ids)  # type: ignore[arg-type]
-            ]
-            ring = verification_ring(settings, KeyRegistry(reader.redis, FleetKeys(settings.key_prefix)))
-        if job_id is not None and not evidences[0].record:
-            raise click.ClickException(f"no record for job {job_id!r} (never submitted, or past retention)")
-        workers = min(concurrency, len(evidences))
-        with replay_pool(workers, warm=batch_id is not None) as pool:
-            report = replay_many(evidences, ring, pool, settings, workers)
+        # A batch's pool opens first and warms the default replay sandbox while the records are read
+        # and verified; one job gets a single cold container (replay_pool).
+        with replay_pool(concurrency, warm=batch_id is not None) as pool:
+            if batch_id is not None:
+                warm_default(pool, settings)
+            with RecordReader.connect(url, settings) as reader, redis_errors(url):
+                job_ids = reader.batch_job_ids(batch_id) if batch_id else [job_id]
+                if not job_ids:
+                    raise click.ClickException(f"no batch {batch_id!r} (never submitted, or past retention)")
+                store = open_artifact_store(settings, reader.redis)
+                evidences = [
+                    with_artifact_digests(e, store)
+                    for e in reader.evidence_many(job_ids)  # type: ignore[arg-type]
+                ]
+                ring = verification_ring(settings, KeyRegistry(reader.redis, FleetKeys(settings.key_prefix)))
+            if job_id is not None and not evidences[0].record:
+                raise click.ClickException(
+                    f"no record for job {job_id!r} (never submitted, or past retention)"
+                )
+            report = replay_many(evidences, ring, pool, settings, min(concurrency, len(evidences)))
     except (SandfleetError, ValueError) as e:  # ValueError: not a job id
         raise click.ClickException(str(e)) from None
     if job_id is not None:

@@ -38,6 +38,8 @@ from sandfleet.worker.egress.network import (
     verify_host_rules,
 )
 from sandfleet.worker.egress.nflog import FilterLog, FilterLogError
+from sandfleet.worker.egress.refusals import Refusals as Refusals
+from sandfleet.worker.egress.refusals import take_refusals as take_refusals
 from sandfleet.worker.egress.sandbox_filter import (
     install_sandbox_filter,
     refused_packets,
@@ -100,24 +102,6 @@ def network_of(settings: Settings) -> EgressNetwork:
         subnet=settings.egress_subnet,
         proxy_port=settings.egress_proxy_port,
     )
-
-
-@dataclass(frozen=True)
-class Refusals:
-    """A sandbox's refused connections over some span (a run, a command): the itemised ones, and how
-    many there were in all (the proxy's, each itemised, and every packet the filter's REJECT rules
-    counted, logged or not). ``total - listed`` were refused past the filter log's rate."""
-
-    denials: list[dict[str, Any]] = field(default_factory=list)
-    total: int = 0
-
-    @property
-    def listed(self) -> int:
-        return sum(int(d.get("count", 1)) for d in self.denials)
-
-    @property
-    def unlisted(self) -> int:
-        return self.total - self.listed
 
 
 @dataclass
@@ -362,9 +346,3 @@ def egress_gateway(settings: Settings | None = None) -> EgressGateway:
         tuple(settings.egress_allow_destinations),
         tuple(settings.egress_dns_servers),
     )
-
-
-def take_refusals(container: Any) -> Refusals:
-    """A sandbox's refused connections since the last call; none for sandboxes without egress."""
-    lease = getattr(getattr(container, "handle", None), "egress", None)
-    return lease.take() if lease is not None else Refusals()

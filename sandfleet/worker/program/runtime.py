@@ -25,7 +25,7 @@ from sandfleet.core.config import CodeActionSettings, SandboxConfig
 from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError, JsonLimitError
 from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
-from sandfleet.worker.egress.gateway import Refusals, take_refusals
+from sandfleet.worker.egress.refusals import Refusals, take_refusals
 from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
 from sandfleet.worker.program.bridge import CallPolicy, ToolBridge, allow_all, stub_module
 from sandfleet.worker.program.recorded import RecordedAnswers

@@ -18,13 +18,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from sandfleet.core.config import SandboxConfig
+from sandfleet.core.contracts import JobStatus
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.key_registry import KeyRegistry, verification_ring
 from sandfleet.core.records import JobRecord, RecordReader
 from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.settings import Settings
 from sandfleet.core.signing import KeyRing
-from sandfleet.core.verify import JobEvidence, verify_job
+from sandfleet.core.verify import JobEvidence, Verdict, VerdictState, verify_job
 from sandfleet.worker.rerun.job import ReplayOutcome, ReplayState, replay_job
 from sandfleet.worker.sandbox.policy import replay_sandbox
 from sandfleet.worker.sandbox.pool import SandboxPool
@@ -70,6 +71,17 @@ def replay_pool(concurrency: int, *, warm: bool = True) -> Iterator[SandboxPool]
         yield pool
 
 
+def warm_default(pool: SandboxPool, settings: Settings) -> None:
+    """Start warming the sandbox a job with the default options replays in (most jobs), before the
+    records are read: its containers start while the batch is read and verified. Nothing is warmed
+    when the local policy refuses even that (each replay is then refused, named); unused containers
+    are removed with the pool."""
+    try:
+        pool.warm(replay_sandbox({}, settings))
+    except ValueError:
+        pass
+
+
 def replay_many(
     evidences: list[JobEvidence],
     ring: KeyRing,
@@ -77,25 +89,31 @@ def replay_many(
     settings: Settings,
     concurrency: int = DEFAULT_REPLAY_CONCURRENCY,
 ) -> ReplayReport:
-    """Replay every job (verified first), ``concurrency`` at once, on ``pool``'s warm containers, under
-    the policy of ``settings`` (this machine's; warming too: no container of a refused config starts)."""
+    """Replay every job, ``concurrency`` at once, on ``pool``'s warm containers, under the policy of
+    ``settings`` (this machine's; warming too: no container of a refused config starts).
+
+    Every chain is verified first, in one pass, before any replay takes a container: only the configs
+    of verified jobs with a program to re-run are warmed, and each replay gets its job's verdict (the
+    checks are those of ``replay_job``, unchanged; each chain is checked once).
+    """
     began = time.perf_counter()
+    verdicts = [verify_job(evidence, ring) for evidence in evidences]
     if pool.pool_size:
-        for config in _configs(evidences, settings):
+        for config in _configs(evidences, verdicts, settings):
             pool.warm(config)
 
-    def one(evidence: JobEvidence) -> ReplayOutcome:
+    def one(item: tuple[JobEvidence, Verdict]) -> ReplayOutcome:
+        evidence, verdict = item
         try:
-            return replay_job(evidence, ring, pool, settings)
+            return replay_job(evidence, ring, pool, settings, verdict)
         except SandfleetError as e:  # the replay could not run; say so, and go on with the others
             log.warning("replay of job %s could not run: %s", evidence.job_id, e)
-            verdict = verify_job(evidence, ring)
             return ReplayOutcome(
                 evidence.job_id, ReplayState.FAILED, verdict, reason=f"the replay could not run: {e}"
             )
 
     with ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="sandfleet-replay") as executor:
-        outcomes = list(executor.map(one, evidences))
+        outcomes = list(executor.map(one, zip(evidences, verdicts, strict=True)))
     return ReplayReport(outcomes, time.perf_counter() - began)
 
 
@@ -125,16 +143,28 @@ def replay_batch(
         return replay_many(evidences, ring, pool, settings, concurrency)
 
 
-def _configs(evidences: list[JobEvidence], settings: Settings) -> list[SandboxConfig]:
-    """The distinct sandbox configs the replays will get (replay_sandbox), to warm before they start;
-    a config the local policy refuses is not warmed (its replay is refused, named)."""
+def _configs(
+    evidences: list[JobEvidence], verdicts: list[Verdict], settings: Settings
+) -> list[SandboxConfig]:
+    """The distinct sandbox configs the replays will get (replay_sandbox), to warm before they start:
+    those of verified jobs that succeeded with a program. A config the local policy refuses is not
+    warmed (its replay is refused, named), nor one of a record its chain does not prove."""
     configs: dict[str, SandboxConfig] = {}
-    for evidence in evidences:
+    for evidence, verdict in zip(evidences, verdicts, strict=True):
+        if verdict.state != VerdictState.VERIFIED:
+            continue
         try:
-            spec = JobRecord.from_hash(evidence.record).spec if evidence.record.get("status") else None
-            config = replay_sandbox(spec.sandbox, settings) if spec is not None else None
+            record = JobRecord.from_hash(evidence.record)
+            spec, result = record.spec, record.result
+            if (
+                spec is None
+                or result is None
+                or result.status != JobStatus.SUCCEEDED
+                or not result.final_program
+            ):
+                continue
+            config = replay_sandbox(spec.sandbox, settings)
         except ValueError:  # a record too damaged to read, or refused: its outcome will say so
             continue
-        if config is not None:
-            configs.setdefault(config.model_dump_json(), config)
+        configs.setdefault(config.fingerprint(), config)
     return list(configs.values())

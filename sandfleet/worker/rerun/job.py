@@ -120,13 +120,21 @@ def placeholder_registry(names: list[str]) -> ToolRegistry:
     return ToolRegistry.from_functions([make(n) for n in names])
 
 
-def replay_job(evidence: JobEvidence, ring: KeyRing, pool: SandboxPool, settings: Settings) -> ReplayOutcome:
+def replay_job(
+    evidence: JobEvidence,
+    ring: KeyRing,
+    pool: SandboxPool,
+    settings: Settings,
+    verdict: Verdict | None = None,
+) -> ReplayOutcome:
     """Verify one job, then re-run its final program in a fresh sandbox from ``pool``, under the
-    policy of ``settings`` (this machine's).
+    policy of ``settings`` (this machine's). ``verdict`` is ``verify_job(evidence, ring)`` when the
+    caller has it already (a batch verifies every chain in one pass first); it is not re-checked.
 
     Raises only for infrastructure (SandboxError, SandboxUnavailableError), like ProgramRuntime.run.
     """
-    verdict = verify_job(evidence, ring)
+    if verdict is None:
+        verdict = verify_job(evidence, ring)
     if verdict.state == VerdictState.MISMATCHED:
         return ReplayOutcome(
             evidence.job_id, ReplayState.UNVERIFIED, verdict, reason="; ".join(verdict.problems)

@@ -23,7 +23,7 @@ from typing import Any
 
 from sandfleet.core import json_limits
 from sandfleet.core.contracts import Limit, SessionRecord
-from sandfleet.worker.egress.gateway import take_refusals
+from sandfleet.worker.egress.refusals import take_refusals
 from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts
 from sandfleet.worker.sandbox.channel import ChannelError
 from sandfleet.worker.sandbox.container import ExecResult, SandboxContainer
