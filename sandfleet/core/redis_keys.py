@@ -228,6 +228,11 @@ class FleetKeys:
         return f"{self.prefix}:recovery:lock"
 
     @property
+    def orphan_suspects(self) -> str:
+        """Hash: delivery tag -> when (Redis's clock) a sweep first saw it unacknowledged and unheld."""
+        return f"{self.prefix}:recovery:orphan-suspects"
+
+    @property
     def webhook_outbox(self) -> str:
         """Sorted set: every committed, undelivered webhook of the fleet, by when it is due."""
         return f"{self.prefix}:webhooks:outbox"

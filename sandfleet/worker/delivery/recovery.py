@@ -9,8 +9,10 @@ gives it back only after the whole visibility timeout. So each worker:
 - sweeps (one worker at a time, under a short lock): a worker whose heartbeat expired is dead; each
   message it held goes back on the queue through kombu's own ``restore_by_tag`` (which also removes
   it from ``unacked``, so it is not restored a second time an hour later). Unacknowledged messages
-  of this fleet's queue that no live worker holds and that are older than ``ORPHAN_AFTER_S`` (a
-  worker killed between receiving a message and recording it) go back too.
+  of this fleet's queue that no live worker holds (a worker killed between receiving a message and
+  recording it) go back too, once sweeps have seen them so for ``ORPHAN_AFTER_S`` by Redis's own
+  clock (``orphan_suspects``). Not by kombu's delivery time: that is the delivering host's clock, and
+  a host 30 s behind would make a message it received a moment ago look 30 s old.
 
 The job itself is idempotent by id: a redelivered job records a new delivery and ends with exactly
 one final record (sandfleet/core/store.py). Containers of the dead worker are removed by the local reaper
@@ -306,10 +308,8 @@ def sweep(
             pipe.srem(keys.workers, name)
             pipe.execute()
             log.warning("worker %s stopped beating; %d job(s) handed back", name, len(held))
-        ceiling = time.time() - orphan_after_s
-        for tag in text_list(broker.zrangebyscore(KOMBU_UNACKED_INDEX, 0, ceiling)):
-            if tag in live_tags or tag in {t for t, _ in report.restored}:
-                continue
+        unheld = set(text_list(broker.zrange(KOMBU_UNACKED_INDEX, 0, -1))) - live_tags
+        for tag in _orphans_due(client, keys, unheld - {t for t, _ in report.restored}, orphan_after_s):
             message = broker.hget(KOMBU_UNACKED, tag)
             if message is None or _routing_key(text(message)) != queue:
                 continue
@@ -320,6 +320,29 @@ def sweep(
         if text(client.get(keys.recovery_lock) or b"") == token:
             client.delete(keys.recovery_lock)
     return report
+
+
+def _orphans_due(client: redis.Redis, keys: FleetKeys, unheld: set[str], after_s: float) -> list[str]:
+    """The tags of ``unheld`` that sweeps have seen unheld for ``after_s`` (Redis's clock: the same for
+    every host); the others are remembered from now, and tags no longer unheld (handed back,
+    acknowledged, or held after all) forgotten."""
+    seconds, micros = client.time()
+    now = seconds + micros / 1e6
+    seen: dict[str, float] = {}
+    for raw_tag, raw_when in client.hgetall(keys.orphan_suspects).items():
+        try:
+            seen[text(raw_tag)] = float(text(raw_when))
+        except ValueError:  # not ours (whoever can write Redis): counted from now, written again
+            pass
+    due = sorted(tag for tag in unheld if now - seen.get(tag, now) >= after_s)
+    pipe = client.pipeline()
+    if gone := [tag for tag in seen if tag not in unheld]:
+        pipe.hdel(keys.orphan_suspects, *gone)
+    new: dict[Any, str] = {tag: repr(now) for tag in unheld if tag not in seen and tag not in due}
+    if new:
+        pipe.hset(keys.orphan_suspects, mapping=new)
+    pipe.execute()
+    return due
 
 
 def message_job_ids(client: redis.Redis, queue: str) -> set[str]:
