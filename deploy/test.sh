@@ -11,7 +11,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV=${SANDFLEET_VENV:-$REPO/.venv}
 cd "$REPO"
 TEST_PROCESSES=${SANDFLEET_TEST_PROCESSES:-4}
-DOCKER_FREE_PROCESSES=4  # most of these tests wait on subprocesses (CLI, MCP servers, redis): 93 s at 4 vs 165 s at 2, loaded host
+DOCKER_FREE_PROCESSES=2  # 4 gained nothing on a quiet host (119 s at 4, stop 31; 108 s at 2, stop 30): these tests are CPU-bound there
 
 step() { printf '\033[1m[test]\033[0m %s\n' "$*" >&2; }
 
