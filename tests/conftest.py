@@ -69,16 +69,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(name)
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """Under ``--dist loadscope``: the longest scope first, the benchmark smoke module split by test
-    (sandfleet_testing/scheduling.py)."""
-    if config.getvalue("dist") != "loadscope":
-        return None
-    from sandfleet_testing.scheduling import LongestFirstScheduling
-
-    return LongestFirstScheduling(config, log)
-
-
 @pytest.fixture(name="skip_or_fail")
 def skip_or_fail_fixture() -> Callable[[str], None]:
     """``skip_or_fail(reason)`` for tests that find a prerequisite missing themselves."""
