@@ -44,6 +44,16 @@ def container_exists(container_id: str) -> bool:
     return True
 
 
+def plain_container_labels(role: str) -> dict[str, str]:
+    """Labels for a test's own plain container: a role (the run's leftover check finds it) and this
+    process as owner, so that no worker's reaper, running meanwhile for other modules, takes an
+    ownerless container for a dead worker's and removes it under the test."""
+    from sandfleet.worker.sandbox.docker.backend import LABEL_OWNER, LABEL_ROLE
+    from sandfleet.worker.sandbox.docker.spec import Owner
+
+    return {LABEL_ROLE: role, LABEL_OWNER: Owner.current().label(), **TEST_LABELS}
+
+
 def owned_by(pid: int) -> list[str]:
     """Ids of the Sandfleet containers whose owner label names this process."""
     from sandfleet.worker.sandbox.docker.backend import LABEL_OWNER, LABEL_ROLE, docker_client

@@ -108,16 +108,16 @@ def image_files(paths: tuple[str, ...]) -> dict[str, dict[str, bytes | None]]:
 
     Returns {path: {member name below path: file content, or None for folders and links}}.
     """
-    from sandfleet.worker.sandbox.docker.backend import LABEL_ROLE, docker_client
+    from sandfleet.worker.sandbox.docker.backend import docker_client
 
-    from .helpers import TEST_LABELS
+    from .helpers import plain_container_labels
 
     client = docker_client()
     probe = client.containers.create(
         DEFAULT_IMAGE,
         command=["true"],
         network_mode="none",
-        labels={LABEL_ROLE: "test-image-probe", **TEST_LABELS},
+        labels=plain_container_labels("test-image-probe"),
     )
     try:
         found: dict[str, dict[str, bytes | None]] = {}

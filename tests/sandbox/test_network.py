@@ -28,7 +28,7 @@ from sandfleet_testing import program
 
 from sandfleet.core.config import SandboxConfig
 
-from .helpers import TEST_LABELS, skip_or_fail
+from .helpers import plain_container_labels, skip_or_fail
 
 ALLOWED_PORT, BLOCKED_PORT = 80, 8080
 FETCH = """
@@ -262,8 +262,9 @@ def test_none_cannot_reach_the_hosts_abstract_unix_sockets(backend: str, open_se
 def bridged_server(docker_engine: Any) -> Iterator[tuple[str, int]]:
     """A plain container on Docker's default bridge serving HTTP on port 8000: (its address, port).
 
-    Started again (twice at most) when it does not answer the host within 30 s or is gone: seen once
-    in CI with the engine shared by other tests (the container vanished, 404 on removal)."""
+    Owned by this process (plain_container_labels): CI once saw it vanish (no answer, then 404 on
+    removal) when it was ownerless and another module's worker reaped it. Started again (twice at
+    most) when it still does not answer the host within 30 s."""
     from sandfleet.core.config import DEFAULT_IMAGE
     from sandfleet.worker.sandbox.docker.backend import docker_client
 
@@ -275,7 +276,7 @@ def bridged_server(docker_engine: Any) -> Iterator[tuple[str, int]]:
             detach=True,
             network_mode="bridge",
             user="10001:10001",
-            labels={**TEST_LABELS, "sandfleet.role": "test"},
+            labels=plain_container_labels("test"),
         )
         try:
             if address := _answering_address(container):
