@@ -125,6 +125,55 @@ def test_close_leaves_no_container(make_pool: Any, docker_client: Any) -> None:
     assert pool.stats()["live"] == 0
 
 
+class HeldStarts:
+    """A backend whose container starts wait for ``go`` (set by the test) before they begin: a start
+    outlasting close(), as one waiting for a slow agent's hello does."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend, self.go, self.entered = backend, threading.Event(), threading.Event()
+
+    def start(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
+        self.go.wait(60)
+        return self.backend.start(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.backend, name)
+
+
+def test_a_start_that_outlives_close_removes_its_container(
+    make_pool: Any, docker_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the filler handed its late container to the removers close() had shut down; the
+    submit raised in the filler thread and the running container stayed on the host."""
+    from sandfleet.worker.sandbox import pool as pool_module
+    from sandfleet.worker.sandbox.backends import backend_named
+
+    monkeypatch.setattr(pool_module, "CLOSE_WAIT_S", 0.2)  # close() stops waiting for the start
+    held = HeldStarts(backend_named())
+    pool, value = make_pool(pool_size=1, max_live=2, backend=held)
+    pool.warm(SandboxConfig())
+    assert held.entered.wait(10), "the filler began a start"
+
+    pool.close()
+    held.go.set()  # the start goes on after close() returned
+
+    assert wait_until(lambda: pool.stats()["started_total"] == 1, timeout_s=30), pool.stats()
+    assert wait_until(lambda: labelled(docker_client, f"{TEST_LABEL}.pool", value) == [], timeout_s=30)
+    assert pool.stats()["live"] == 0
+
+
+def test_a_run_released_after_close_is_removed(make_pool: Any, docker_client: Any) -> None:
+    pool, value = make_pool(pool_size=0, max_live=1)
+    lease = pool.acquire(SandboxConfig())
+    pool.close()
+
+    pool.release(lease.container)  # before: RuntimeError from the shut-down removers, container kept
+
+    assert labelled(docker_client, f"{TEST_LABEL}.pool", value) == []
+    assert pool.stats()["live"] == 0
+
+
 def idle_containers(client: Any, value: str) -> int:
     """Containers of this pool on the engine that run and are not leased: what the pool keeps warm."""
     return len(client.containers.list(sparse=True, filters={"label": f"{TEST_LABEL}.pool={value}"}))

@@ -32,7 +32,7 @@ from typing import Any
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
 from sandfleet.worker.sandbox.backends import SandboxBackend, backend_named
-from sandfleet.worker.sandbox.container import SandboxContainer
+from sandfleet.worker.sandbox.container import HELLO_TIMEOUT_S, SandboxContainer
 from sandfleet.worker.sandbox.demand import DEMAND_WINDOW_S, DemandWindow
 from sandfleet.worker.sandbox.docker.spec import Owner
 
@@ -41,6 +41,9 @@ log = logging.getLogger("sandfleet.pool")
 MAX_WARM_CONFIGS = 8
 FILL_BACKOFF_MAX_S = 30.0
 REMOVERS = 4
+# How long close() waits for a filler's start in progress: a start may wait for the agent's hello
+# that long. A start still running after it removes its own container when it ends (_discard).
+CLOSE_WAIT_S = HELLO_TIMEOUT_S + 10
 FILLERS = 2  # containers started in parallel while warming (a start is mostly waiting on dockerd)
 # Warm containers beyond pool_size only while the host has this much memory available: an idle
 # sandbox holds ~10-40 MB (agent, shim; gVisor's sandbox and gofer), a leased one up to its limit.
@@ -204,7 +207,7 @@ class SandboxPool:
             if self._busy.get(key, 0) > 0:
                 self._busy[key] -= 1
                 self._note_demand(key)  # the filler looks again when the removal frees the slot
-        self._remover.submit(self._destroy, container)
+        self._discard(container)
 
     def close(self) -> None:
         """Stop warming, destroy idle containers and wait for every removal. Idempotent."""
@@ -216,10 +219,10 @@ class SandboxPool:
             self._idle.clear()
             self._cond.notify_all()
         for container in idle:
-            self._remover.submit(self._destroy, container)
+            self._discard(container)
         if self._filler_started:
             for filler in self._fillers:
-                filler.join(timeout=30)
+                filler.join(timeout=CLOSE_WAIT_S)
         self._remover.shutdown(wait=True)
 
     def stats(self) -> dict[str, Any]:
@@ -257,7 +260,7 @@ class SandboxPool:
         while len(self._configs) > MAX_WARM_CONFIGS:
             old, _ = self._configs.popitem(last=False)
             for container in self._idle.pop(old, ()):
-                self._remover.submit(self._destroy, container)
+                self._discard(container)
         self._idle.setdefault(key, deque())
         self._starting.setdefault(key, 0)
         self._busy.setdefault(key, 0)
@@ -293,13 +296,13 @@ class SandboxPool:
             container = queue.popleft()
             if container.channel.is_open():
                 return container
-            self._remover.submit(self._destroy, container)
+            self._discard(container)
         return None
 
     def _evict_other(self, key: str) -> bool:  # holds _cond
         for other, queue in self._idle.items():
             if other != key and queue:
-                self._remover.submit(self._destroy, queue.popleft())
+                self._discard(queue.popleft())
                 return True
         return False
 
@@ -317,6 +320,14 @@ class SandboxPool:
             self.started_total += 1
             self.started_by_runtime[runtime] = self.started_by_runtime.get(runtime, 0) + 1
         return container
+
+    def _discard(self, container: SandboxContainer) -> None:
+        """Have a container removed in the background or, once close() shut the removers down (a
+        run released late, a filler's start outlived close), here and now: it never stays."""
+        try:
+            self._remover.submit(self._destroy, container)
+        except RuntimeError:  # "cannot schedule new futures after shutdown"
+            self._destroy(container)
 
     def _destroy(self, container: SandboxContainer) -> None:
         try:
@@ -352,7 +363,7 @@ class SandboxPool:
         for key, queue in self._idle.items():
             target = self._idle_target(key, now)
             while len(queue) > target:
-                self._remover.submit(self._destroy, queue.pop())
+                self._discard(queue.pop())
             change = self._demand[key].next_change(now)
             if change is not None:
                 wake = change if wake is None else min(wake, change)
@@ -390,11 +401,12 @@ class SandboxPool:
             with self._cond:
                 self._starting[key] -= 1
                 self._fill_failures = 0
-                if self._closed or key not in self._configs:
-                    self._remover.submit(self._destroy, container)
-                else:
+                unwanted = self._closed or key not in self._configs
+                if not unwanted:
                     self._idle[key].append(container)
                 self._cond.notify_all()
+            if unwanted:  # outside the lock: after close, _discard may remove it inline
+                self._discard(container)
 
 
 def _memory_to_spare() -> bool:
