@@ -18,12 +18,14 @@ from sandfleet.worker.engine.shell.tools import ShellTools
 from .conftest import gone, shell_settings
 
 OpenTools = Callable[..., ShellTools]
-# Every process of the sandbox but init, the agent and this lister (and a bash around it), by name
-# (Python: `ps` is not in the image, and coreutils' ls fails under this gVisor).
+# Every live process of the sandbox but init, the agent and this lister (and a bash around it), by
+# name (Python: `ps` is not in the image, and coreutils' ls fails under this gVisor). Zombies are dead:
+# a killed child waits as one until it is reaped (a loaded gVisor run once listed a killed "setsid").
 OTHERS = (
     'python3 -c "import os; me = os.getpid(); keep = {{1, {agent}, me, os.getppid()}}; '
-    "print(sorted(open(f'/proc/{{p}}/comm').read().strip() for p in os.listdir('/proc') "
-    'if p.isdigit() and int(p) not in keep))"'
+    "stat = lambda p: open(f'/proc/{{p}}/stat').read(); "
+    "print(sorted(stat(p)[stat(p).index('(') + 1 : stat(p).rindex(')')] for p in os.listdir('/proc') "
+    "if p.isdigit() and int(p) not in keep and stat(p).rsplit(')', 1)[1].split()[0] != 'Z'))\""
 )
 
 
