@@ -53,7 +53,6 @@ PROGRAM = (
 TARGET_P50_S = 1.0
 SUSPEND_TIMEOUT_S = 600.0
 RESULT_TIMEOUT_S = 600.0
-BASELINE_JOBS = 20
 APPROVE_SPACING_S = 0.05  # between decisions: each is timed on its own, not queued behind the others
 
 
@@ -89,6 +88,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16, help="the worker's job slots")
     parser.add_argument("--sandboxes", type=int, default=4)
     parser.add_argument("--loop-jobs", type=int, default=10, help="shell jobs and chat jobs (each) that wait")
+    parser.add_argument(
+        "--baseline-jobs", type=int, default=20, help="fresh jobs timed submit -> running, one at a time"
+    )
     args = parser.parse_args()
 
     keys = Path(tempfile.mkdtemp(prefix="sandfleet-bench-approvers-"))
@@ -160,7 +162,7 @@ def main() -> None:
         latencies = figures[True].running + figures[False].running
 
         baseline = []
-        for i in range(BASELINE_JOBS):
+        for i in range(args.baseline_jobs):
             handle = client.submit(f"plain {i}", model=fleet.model)  # no gated tool: runs straight away
             while True:
                 record = handle.record()

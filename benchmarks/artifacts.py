@@ -40,7 +40,6 @@ from sandfleet.producer.client import Client
 
 TARGET_S = 0.200
 RESULT_TIMEOUT_S = 120.0
-WARMUP_PAIRS = 2
 WRITE = """import os
 data = os.urandom({size})
 with open("{path}", "wb") as f:
@@ -123,10 +122,10 @@ def pairs(
     client: Client, model: str, mode: str, size: int, args: argparse.Namespace
 ) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {k: [] for k in LABELS}
-    for index in range(WARMUP_PAIRS + args.pairs):
+    for index in range(args.warmup_pairs + args.pairs):
         order = (WITH, WITHOUT) if index % 2 == 0 else (WITHOUT, WITH)
         outcome = {question: one(client, model, mode, question, size, args.pause) for question in order}
-        if index < WARMUP_PAIRS:
+        if index < args.warmup_pairs:
             continue
         with_s, fetch_s, collect_s = outcome[WITH]
         without_s = outcome[WITHOUT][0]
@@ -161,6 +160,7 @@ def main() -> None:
     )
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--mib", type=int, default=10)
+    parser.add_argument("--warmup-pairs", type=int, default=2, help="pairs run first and not counted")
     parser.add_argument("--pause", type=float, default=0.3, help="seconds between jobs (the pool refills)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated: code-action, shell")
     args = parser.parse_args()

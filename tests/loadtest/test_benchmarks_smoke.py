@@ -80,7 +80,7 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     ),
     "cancel": (["--rounds", "2", "--busy", "1"], r"cancel -> container gone: +median +[\d.]+ ms"),
     "approvals": (
-        ["--jobs", "3", "--concurrency", "4", "--sandboxes", "2", "--loop-jobs", "2"],
+        ["--jobs", "3", "--concurrency", "4", "--sandboxes", "2", "--loop-jobs", "2", "--baseline-jobs", "2"],
         r"jobs succeeded 3/3[\s\S]*"
         r"shell jobs \(n=2\)  containers held while waiting 0 [\s\S]*succeeded 2/2[\s\S]*"
         r"chat  jobs \(n=2\)  containers held while waiting 0 [\s\S]*succeeded 2/2[\s\S]*"
@@ -90,7 +90,7 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"decision-to-running p50 signed \d+ ms, unsigned \d+ ms",
     ),
     "artifacts": (
-        ["--pairs", "2", "--mib", "1", "--pause", "0.1"],
+        ["--pairs", "1", "--warmup-pairs", "0", "--mib", "1", "--pause", "0.1"],
         r"code-action artifact round trip p50: -?\d+ ms[\s\S]*"
         r"shell artifact round trip p50: -?\d+ ms, spread over pairs -?\d+\.\.-?\d+ ms[\s\S]*"
         r"round trip p50, code-action \| shell: -?\d+ \| -?\d+ ms",
