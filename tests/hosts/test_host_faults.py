@@ -52,8 +52,9 @@ def test_a_host_lost_mid_batch_loses_no_job_and_its_containers_are_reaped_when_i
     recovered_s = time.monotonic() - killed
     assert outcome["statuses"] == ["succeeded"] * JOBS, outcome
     assert outcome["finals"] == [1] * JOBS, outcome  # none lost, none done twice
-    assert wait_for(lambda: not fleet.engines[2].sandboxes(), 60, 0.5), fleet.engines[2].sandboxes()
-    assert not fleet.engines[1].sandboxes()
+    for engine in fleet.engines.values():  # host 1's last used containers go in the background (CI
+        # once saw one still there as the last result came in), host 2's by its new worker's reaper
+        assert wait_for(lambda e=engine: not e.sandboxes(), 60, 0.5), engine.sandboxes()
     note_figure(
         "hosts_lost_host", {"jobs": JOBS, "lost": 0, "done_twice": 0, "all_done_after_kill_s": recovered_s}
     )
