@@ -21,7 +21,7 @@ REDIS_LOG=${SANDFLEET_REDIS_LOG:-/var/log/sandfleet-redis.log}
 DOCKERD_PIDFILE=${SANDFLEET_DOCKERD_PIDFILE:-/var/run/docker.pid}
 REDIS_PORT=6379
 DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-ALL_PACKAGES="docker.io runsc redis-server debootstrap iptables python3-venv linux-libc-dev squid-openssl docker-compose"
+ALL_PACKAGES="docker.io runsc crun redis-server debootstrap iptables python3-venv linux-libc-dev squid-openssl docker-compose"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 warn() { printf '\033[1;33m[bootstrap] warning:\033[0m %s\n' "$*" >&2; }
@@ -37,6 +37,8 @@ redis_ready() { (exec 3<>"/dev/tcp/127.0.0.1/$REDIS_PORT") 2>/dev/null; }
 missing_packages() {
   command -v dockerd >/dev/null || echo docker.io
   command -v runsc >/dev/null || echo runsc
+  # Registered as runtime "crun" beside runc, for benchmarks/oci_runtimes.py's A/B; Sandfleet never uses it.
+  command -v crun >/dev/null || echo crun
   command -v redis-server >/dev/null || echo redis-server
   command -v debootstrap >/dev/null || echo debootstrap
   command -v iptables >/dev/null || echo iptables
@@ -75,7 +77,7 @@ install_packages() {
   # policy-rc.d keeps postinst scripts from starting services (there is no init system to ask).
   printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
   trap 'rm -f /usr/sbin/policy-rc.d' EXIT
-  local pkg optional=" runsc chromium chromium-driver docker-compose "
+  local pkg optional=" runsc crun chromium chromium-driver docker-compose "
   # shellcheck disable=SC2086 # word splitting of the package list is intended
   if ! apt-get install -y -qq --no-install-recommends $missing >/dev/null; then
     # runsc is optional (gVisor): install the rest one by one and only warn about it.
@@ -94,10 +96,11 @@ install_packages() {
 # release), "runsc-net" with gVisor's own network stack, for full, and "runsc-egress" with
 # --network=host for restricted: the sandbox's sockets are then the host kernel's inside the
 # container's own network namespace, where the egress filter holds (sandfleet/worker/egress/network.py).
+# Registers crun too when it is installed (benchmarks only: no sandbox config names it).
 # Keeps every other daemon setting. Prints "changed" when it wrote the file.
-register_runsc() {
+register_runtimes() {
   local runsc; runsc=$(command -v runsc) || return 0
-  python3 - "$runsc" <<'PY'
+  python3 - "$runsc" "$(command -v crun || true)" <<'PY'
 import json, os, sys
 path = "/etc/docker/daemon.json"
 cfg = {}
@@ -110,6 +113,7 @@ want = {
     "runsc": {"path": sys.argv[1], "runtimeArgs": ["--network=none"]},
     "runsc-net": {"path": sys.argv[1]},
     "runsc-egress": {"path": sys.argv[1], "runtimeArgs": ["--network=host"]},
+    **({"crun": {"path": sys.argv[2]}} if sys.argv[2] else {}),
 }
 if all(runtimes.get(k) == v for k, v in want.items()):
     sys.exit(0)
@@ -153,15 +157,22 @@ start_dockerd() {
   die "dockerd did not answer within 60 s; see $DOCKERD_LOG"
 }
 
+# Whether the engine knows runsc-egress and, when crun is installed, crun.
+runtimes_registered() {
+  local known; known=$(docker info --format '{{json .Runtimes}}' 2>/dev/null) || return 1
+  [[ $known == *'"runsc-egress"'* ]] || return 1
+  ! command -v crun >/dev/null || [[ $known == *'"crun"'* ]]
+}
+
 ensure_docker() {
   if docker_ready; then
     # An engine already runs: use it as it is. Register runsc only when we may and it is missing;
     # SIGHUP makes dockerd reload daemon.json (runtimes are reloadable) without a restart.
     if is_root && command -v runsc >/dev/null \
-        && ! docker info --format '{{json .Runtimes}}' 2>/dev/null | grep -q '"runsc-egress"'; then
+        && ! runtimes_registered; then
       local pid
-      if [ -n "$(register_runsc)" ] && pid=$(dockerd_pid); then
-        say "registered runsc; reloading dockerd's configuration"
+      if [ -n "$(register_runtimes)" ] && pid=$(dockerd_pid); then
+        say "registered runsc (and crun); reloading dockerd's configuration"
         kill -HUP "$pid"
         sleep 1
       fi
@@ -169,7 +180,7 @@ ensure_docker() {
     return 0
   fi
   is_root || die "no Docker engine is reachable, and starting one needs root (or start dockerd yourself)."
-  register_runsc >/dev/null
+  register_runtimes >/dev/null
   start_dockerd
 }
 

@@ -11,8 +11,13 @@ from pathlib import Path
 from .imports import PACKAGE_DIR, module_files
 
 # Modules that write to a stdout which is not a person's terminal: Squid's external ACL helper speaks
-# Squid's protocol over it, and squid.py prints a config file when run as a script.
-NOT_A_TERMINAL = {"sandfleet.worker.egress.helper", "sandfleet.worker.egress.squid"}
+# Squid's protocol over it, and squid.py prints a config file when run as a script; the isolation probe
+# prints its report inside a container, to the log docker/probe.py reads back.
+NOT_A_TERMINAL = {
+    "sandfleet.worker.egress.helper",
+    "sandfleet.worker.egress.squid",
+    "sandfleet.worker.sandbox.inside.isolation_probe",
+}
 CONSOLE = "sandfleet.core.console"
 DIRECT_OUTPUT = {("click", "echo"), ("click", "secho"), ("click", "echo_via_pager")}
 
