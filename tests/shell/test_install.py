@@ -15,7 +15,7 @@ from sandfleet.core.config import SandboxConfig, ToolLoopSettings
 from sandfleet.worker.engine.shell.keeper import SessionKeeper
 from sandfleet.worker.engine.shell.tools import ShellTools
 
-from .conftest import shell_settings
+from .helpers import shell_settings
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from sandfleet.core.contracts import Limit
 from sandfleet.worker.engine.shell.session import SessionGoneError
 from sandfleet.worker.engine.shell.tools import ShellTools
 
-from .conftest import gone, shell_settings
+from .helpers import gone, shell_settings
 
 OpenTools = Callable[..., ShellTools]
 # Every live process of the sandbox but init, the agent and this lister (and a bash around it), by

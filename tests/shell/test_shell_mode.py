@@ -36,7 +36,7 @@ from sandfleet.worker.tools.examples.scenario import (
 )
 from sandfleet.worker.tools.registry import ToolRegistry
 
-from .conftest import gone, session_containers, shell_settings
+from .helpers import gone, session_containers, shell_settings
 
 COMPUTE = """\
 import csv, json
