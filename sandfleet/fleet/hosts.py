@@ -5,7 +5,8 @@ and its own worker, joined to a control namespace holding Redis. For tests, benc
 Layout of run ``R`` (a free number 1..250; every name starts with ``sfh``)::
 
     this namespace   sfh<R>r 10.213.R.254/24 ──┐  (the driver: producer, reader)
-    sfh-R-c          bridge sfhbr 10.213.R.1/24, redis-server on 10.213.R.1:6379
+    sfh-R-c          bridge sfhbr 10.213.R.1/24, redis-server on 10.213.R.1:6379 (``secured``:
+                     TLS only, a CA of the run's own, an ACL user per role: redis_security.py)
     sfh-R-<i>        sfh<R>h<i> 10.213.R.(10+i)/24 ──veth── sfh<R>c<i> on the bridge
                      dockerd (socket, data-root, exec-root, pidfile under /tmp/sfh-R/h<i>/,
                      cgroup parent /sfh-R-<i>, its own iptables), one ``sandfleet worker``
@@ -34,10 +35,13 @@ from pathlib import Path
 import redis
 
 from sandfleet.core.config import DEFAULT_IMAGE
+from sandfleet.core.redis_connect import connect
+from sandfleet.core.settings import Settings
 from sandfleet.fleet import netns
 from sandfleet.fleet.host_engine import HostEngine, cached_image_tarball
 from sandfleet.fleet.local import SANDFLEET_ARGV, FleetConfig, LocalFleet, WorkerProcess
 from sandfleet.fleet.local_redis import NO_PERSISTENCE
+from sandfleet.fleet.redis_security import ADMIN, RedisSecurity
 
 MAX_HOSTS = 16
 BASE = Path("/tmp")
@@ -93,14 +97,26 @@ class HostFleet(LocalFleet):
         hosts: how many (1..MAX_HOSTS).
         config: each host's worker (``config.workers`` is ignored: one per host).
         images: loaded into every engine (the machine's engine must have them).
+        secured: Redis speaks TLS only and knows only the ACL users of deploy/redis-acl.conf; the
+            workers connect as ``worker``, :attr:`settings` (the driver) as ``producer``,
+            :attr:`redis_url` is the harness's ``fleet-admin`` (SCALING.md §4a, issue 24 point 4).
     """
 
-    def __init__(self, hosts: int, config: FleetConfig | None = None, images: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        hosts: int,
+        config: FleetConfig | None = None,
+        images: tuple[str, ...] = (),
+        *,
+        secured: bool = False,
+    ) -> None:
         check_hosts(hosts)
         self.run = _claim_run()
         self.base = BASE / f"sfh-{self.run}"
         net = SUBNET.format(run=self.run)
-        super().__init__(config, self.base, redis_url=f"redis://{net}.1:{REDIS_PORT}/0")
+        self.security = RedisSecurity(self.base / "tls", f"{net}.1") if secured else None
+        url = self.security.url(ADMIN, REDIS_PORT) if self.security else f"redis://{net}.1:{REDIS_PORT}/0"
+        super().__init__(config, self.base, redis_url=url)
         self.hosts = hosts
         self.images = list(images or (DEFAULT_IMAGE,))
         self.control = f"sfh-{self.run}-c"
@@ -120,6 +136,26 @@ class HostFleet(LocalFleet):
     def uid(self, host: int) -> int:
         return HOST_UID_BASE + 100 * self.run + host
 
+    def role_settings(self, role: str) -> Settings:
+        """Settings of a client of this fleet's Redis as ``role`` (secured: its own ACL user)."""
+        if self.security is None:
+            return Settings(redis_url=self.redis_url, key_prefix=self.key_prefix)
+        url = self.security.url(role, REDIS_PORT)
+        return Settings(redis_url=url, redis_ca_file=str(self.security.ca), key_prefix=self.key_prefix)
+
+    @property
+    def settings(self) -> Settings:
+        """The driver's: a producer (secured: the ``producer`` user, over TLS)."""
+        return self.role_settings("producer")
+
+    def worker_env(self, **extra: str) -> dict[str, str]:
+        env = super().worker_env(**extra)
+        if self.security is not None:
+            worker = self.role_settings("worker")
+            env["SANDFLEET_REDIS_URL"] = worker.redis_url
+            env["SANDFLEET_REDIS_CA_FILE"] = str(worker.redis_ca_file)
+        return env
+
     def link(self, host: int) -> str:
         """The control side of the host's veth (down = the host is cut off)."""
         return f"sfh{self.run}c{host}"
@@ -132,6 +168,8 @@ class HostFleet(LocalFleet):
         for folder in (self.data_dir, self.scripts_dir):
             folder.chmod(0o755)
         self._start_network()
+        if self.security is not None:
+            self.security.create()
         self._start_redis()
         tarball = cached_image_tarball(self.images)
         for engine in self.engines.values():
@@ -162,7 +200,8 @@ class HostFleet(LocalFleet):
         folder = self.base / "control"
         folder.mkdir(exist_ok=True)
         bind = SUBNET.format(run=self.run) + ".1"
-        cmd = [*netns.enter(self.control), "redis-server", "--bind", bind, "--port", str(REDIS_PORT)]
+        ports = self.security.server_args(REDIS_PORT) if self.security else ["--port", str(REDIS_PORT)]
+        cmd = [*netns.enter(self.control), "redis-server", "--bind", bind, *ports]
         cmd += ["--dir", str(folder), "--protected-mode", "no", *NO_PERSISTENCE]
         log = open(folder / "redis.log", "ab")  # noqa: SIM115 - the child holds it
         try:
@@ -171,7 +210,8 @@ class HostFleet(LocalFleet):
             )
         finally:
             log.close()
-        client = redis.Redis.from_url(self.redis_url, socket_connect_timeout=0.5)
+        ca = str(self.security.ca) if self.security else None
+        client = connect(self.redis_url, Settings(redis_ca_file=ca), socket_connect_timeout=0.5)
         try:
             for _ in range(int(REDIS_READY_TIMEOUT_S / 0.1)):
                 try:

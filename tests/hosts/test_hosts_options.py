@@ -1,4 +1,4 @@
-"""A bad --hosts or --kill-host is refused before anything starts (no namespace, no engine)."""
+"""A bad --hosts, --kill-host or --secure-redis is refused before anything starts (no namespace, no engine)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from sandfleet.fleet import netns
         (["--local", "--hosts", "1", "--kill-host", "1"], "at least --hosts 2"),
         (["--local", "--hosts", "3", "--kill-host", "4"], "within 1..3"),
         (["--local", "--hosts", "2", "--workers", "2"], "each host runs one worker"),
+        (["--local", "--secure-redis"], "--secure-redis needs --local --hosts N"),
     ],
 )
 def test_bad_hosts_options_are_refused_before_anything_starts(args: list[str], message: str) -> None:

@@ -21,6 +21,7 @@ from sandfleet.core.queue import redis_errors
 from sandfleet.core.redis_connect import connect
 from sandfleet.core.settings import Settings
 from sandfleet.fleet.local_redis import free_port
+from sandfleet.fleet.redis_security import make_ca_and_cert
 
 pytestmark = [pytest.mark.redis]
 
@@ -62,63 +63,6 @@ def test_the_auditor_reads_but_cannot_write_and_is_told_so(redis_server: str) ->
         admin.execute_command("ACL", "DELUSER", *acl_rules())
         admin.delete("sandfleet:job:abc")
         admin.close()
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def make_ca_and_cert(folder: Path, name: str) -> tuple[Path, Path, Path]:
-    """A CA and a server certificate for 127.0.0.1 signed by it: ``(ca, cert, key)``."""
-    ca_key, ca = folder / f"{name}-ca.key", folder / f"{name}-ca.pem"
-    key, csr, cert = folder / f"{name}.key", folder / f"{name}.csr", folder / f"{name}.pem"
-    _openssl(
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
-        f"/CN={name} CA",
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(ca),
-    )
-    _openssl(
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-subj",
-        "/CN=127.0.0.1",
-        "-keyout",
-        str(key),
-        "-out",
-        str(csr),
-    )
-    ext = folder / f"{name}.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1\n")
-    _openssl(
-        "x509",
-        "-req",
-        "-in",
-        str(csr),
-        "-CA",
-        str(ca),
-        "-CAkey",
-        str(ca_key),
-        "-CAcreateserial",
-        "-days",
-        "2",
-        "-extfile",
-        str(ext),
-        "-out",
-        str(cert),
-    )
-    return ca, cert, key
 
 
 @pytest.fixture

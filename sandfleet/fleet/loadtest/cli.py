@@ -110,6 +110,12 @@ from sandfleet.core.options import parse_options, sandbox_option
     metavar="K",
     help="With --hosts: SIGKILL host K's engine and worker mid-batch, bring it back 10 s later.",
 )
+@click.option(
+    "--secure-redis",
+    is_flag=True,
+    help="With --hosts: the fleet's Redis speaks TLS only (a CA of the run's own) and knows only "
+    "deploy/redis-acl.conf's users; workers connect as worker, this command as producer.",
+)
 @click.option("--redis-url", default=None, help="The fleet's Redis (default: SANDFLEET_REDIS_URL).")
 @click.option("--no-plot", is_flag=True, help="Skip report.png.")
 @click.option(
@@ -136,6 +142,7 @@ def loadtest(
     metrics_urls: tuple[str, ...],
     hosts: int | None,
     kill_host: int | None,
+    secure_redis: bool,
     redis_url: str | None,
     no_plot: bool,
     as_json: bool,
@@ -153,6 +160,8 @@ def loadtest(
     if not local and (workers != 1 or concurrency != 16 or sandboxes != 4 or metrics):
         raise click.UsageError("--workers, --concurrency, --sandboxes and --metrics need --local")
     _check_hosts_options(local, hosts, kill_host, workers)
+    if secure_redis and not hosts:
+        raise click.UsageError("--secure-redis needs --local --hosts N (the fleet's Redis is started here)")
     opts = LoadTestOptions(
         jobs=jobs,
         rate=rate,
@@ -174,6 +183,7 @@ def loadtest(
         metrics_urls=list(metrics_urls),
         hosts=hosts or 0,
         kill_host=kill_host,
+        secure_redis=secure_redis,
     )
     if program is not None:
         opts.program = program.read_text()

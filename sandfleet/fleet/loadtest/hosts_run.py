@@ -14,7 +14,6 @@ import threading
 import time
 from typing import Any, TextIO
 
-from sandfleet.core.settings import Settings
 from sandfleet.fleet.hosts import HostFleet
 from sandfleet.fleet.loadtest.driver import LoadPlan, run_load
 from sandfleet.fleet.loadtest.report import build_report
@@ -73,13 +72,17 @@ def run_on_hosts(
     plan_for: Any,
     kill_host: int | None,
     progress: TextIO | None = sys.stderr,
+    *,
+    secured: bool = False,
 ) -> dict[str, Any]:
-    """Start ``hosts`` hosts, drive them with ``plan_for(model)``, optionally kill one; the report."""
-    fleet = HostFleet(hosts, config)
+    """Start ``hosts`` hosts, drive them with ``plan_for(model)``, optionally kill one; the report.
+
+    ``secured``: the fleet's Redis speaks TLS only, with an ACL user per role (HostFleet)."""
+    fleet = HostFleet(hosts, config, secured=secured)
     with fleet:
         plan: LoadPlan = plan_for(fleet.model)
         killer = HostKiller(fleet, kill_host, plan.jobs) if kill_host else None
-        with Client(fleet.redis_url, settings=Settings(redis_url=fleet.redis_url)) as client:
+        with Client(settings=fleet.settings) as client:
             data = run_load(
                 client, plan, progress_stream=progress, on_progress=killer.on_progress if killer else None
             )
@@ -89,7 +92,8 @@ def run_on_hosts(
         described = {
             "local": True,
             "hosts": hosts,
-            "redis_url": fleet.redis_url,
+            "redis_url": fleet.settings.redis_url,
+            "redis_secured": secured,
             "concurrency": config.concurrency,
             "sandboxes": config.sandboxes,
             "model_latency_s": config.model_latency_s,

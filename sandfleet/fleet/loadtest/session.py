@@ -50,6 +50,7 @@ class LoadTestOptions:
     metrics_urls: list[str] = field(default_factory=list)  # running workers' endpoints to scrape
     hosts: int = 0  # with local: a multi-host fleet of this many hosts (sandfleet/fleet/hosts.py)
     kill_host: int | None = None  # with hosts: the host lost mid-batch
+    secure_redis: bool = False  # with hosts: Redis over TLS only, an ACL user per role
 
     def wait_s(self) -> float:
         return self.timeout_s or 120.0 + 2.0 * self.jobs
@@ -82,6 +83,7 @@ def run_loadtest(opts: LoadTestOptions) -> dict[str, Any]:
             lambda m: make_plan(opts, opts.model or m, warmup=opts.hosts),
             opts.kill_host,
             opts.progress,
+            secured=opts.secure_redis,
         )
     elif opts.local:
         config = FleetConfig(
