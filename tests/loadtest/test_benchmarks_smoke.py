@@ -64,6 +64,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         ["--runs", "5", "--jobs", "3", "--turns", "2"],
         r"docker exec / sandbox_exec: median \d+\.\dx[\s\S]*engine overhead per chat turn[\s\S]*audit to redis",
     ),
+    "failover": (
+        ["--rounds", "1", "--jobs", "6", "--job-seconds", "0.5"],
+        r"failover: the fleet works again [\d.]+ s after the kill \(median; worst [\d.]+ s\), 0 lost, 0 done twice",
+    ),
     "oci_runtimes": (["--cycles", "1"], r"\n  runc +\d+ +\d+\.\.\d+"),
     "container_options": (["--cycles", "1", "--runtimes", "runc"], r"the agent: start, hello, remove +\d+"),
     "cli_startup": (
