@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from click.testing import CliRunner
 
 from sandfleet.cli import main
 from sandfleet.fleet import netns
+from sandfleet.fleet.hosts import BASE
+
+
+def namespaces_of_this_process() -> set[str]:
+    """The multi-host namespaces whose run this process owns (its owner.pid): host-fleet tests of
+    other test processes make and remove their own meanwhile."""
+
+    def owner(name: str) -> str:
+        try:
+            return (BASE / f"sfh-{name.split('-')[1]}" / "owner.pid").read_text()
+        except (OSError, IndexError):
+            return ""
+
+    return {name for name in netns.namespaces() if owner(name) == str(os.getpid())}
 
 
 @pytest.mark.parametrize(
@@ -23,8 +39,8 @@ from sandfleet.fleet import netns
     ],
 )
 def test_bad_hosts_options_are_refused_before_anything_starts(args: list[str], message: str) -> None:
-    before = netns.namespaces()
+    before = namespaces_of_this_process()
     result = CliRunner().invoke(main, ["loadtest", *args, "--jobs", "1"])  # as typed (see test_flower_cli)
     assert result.exit_code == 2, result.output
     assert message in result.output
-    assert netns.namespaces() == before
+    assert namespaces_of_this_process() == before
