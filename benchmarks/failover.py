@@ -34,6 +34,9 @@ from sandfleet.fleet.local import FleetConfig, LocalFleet
 from sandfleet.fleet.sentinel_redis import SentinelRedis
 
 TARGET_S = 15.0
+# A job in flight at the kill ends after its redelivery; tests/reliability/test_sentinel_failover.py
+# allows 180 s a job, and a loaded CI run once needed over 90 s for one.
+AFTER_KILL_S = 180.0
 FINAL = {s.value for s in JobStatus if s.is_final}
 POLL_S = 0.05
 
@@ -78,28 +81,29 @@ def one_round(jobs: int, job_seconds: float) -> dict[str, Any]:
 
 
 def measured(cluster: SentinelRedis, fleet: LocalFleet, client: Any, jobs: int) -> dict[str, Any]:
-    """Submit the batch, kill the primary once a third is done, and time what follows. Each wait is
-    bounded; one that runs out ends the round naming what did not happen."""
+    """Submit the batch, kill the primary once a third is done, and time what follows. Every wait is
+    bounded by a deadline counted from the kill (AFTER_KILL_S in all); one that passes ends the round
+    naming what did not happen, with the workers' logs."""
     batch = client.submit_batch([{"question": f"sleep {i}", "model": fleet.model} for i in range(jobs)])
     succeeded = lambda: batch.progress().counts.get("succeeded", 0)  # noqa: E731
-    if until(lambda: succeeded() >= jobs // 3, 90, time.monotonic()) is None:
+    if until(lambda: succeeded() >= jobs // 3, 60, time.monotonic()) is None:
         raise SystemExit(
-            f"a third of the jobs did not finish in 90 s: {batch.progress().counts}\n{logs(fleet)}"
+            f"a third of the jobs did not finish in 60 s: {batch.progress().counts}\n{logs(fleet)}"
         )
     done_before = succeeded()
     killed = time.monotonic()
+    left = lambda budget: max(0.0, killed + budget - time.monotonic())  # noqa: E731
     cluster.primary.stop(kill=True)
-    row = {"promoted": until(lambda: cluster.primary_port() == cluster.replica.port, 30, killed)}
+    row = {"promoted": until(lambda: cluster.primary_port() == cluster.replica.port, left(30), killed)}
     if row["promoted"] is None:
         raise SystemExit(f"the Sentinels promoted no replica in 30 s (primary now: {cluster.primary_port()})")
-    row["first_write"] = until(lambda: fresh_write(cluster.url), 30, killed)
-    row["next_done"] = until(lambda: succeeded() > done_before, 60, killed)
-    results = batch.wait(timeout=90)
+    row["first_write"] = until(lambda: fresh_write(cluster.url), left(45), killed)
+    row["next_done"] = until(lambda: succeeded() > done_before, left(90), killed)
+    try:
+        batch.wait(timeout=left(AFTER_KILL_S))
+    except TimeoutError as e:
+        raise SystemExit(f"{AFTER_KILL_S:.0f} s after the kill: {e}\n{logs(fleet)}") from None
     row["all_done"] = time.monotonic() - killed
-    if any(not r.status.is_final for r in results):
-        raise SystemExit(
-            f"jobs still unfinished 90 s after the failover: {batch.progress().counts}\n{logs(fleet)}"
-        )
     counts = [finals_of(client, job_id) for job_id in batch.job_ids]
     return {**row, "lost": sum(c == 0 for c in counts), "done_twice": sum(c > 1 for c in counts)}
 
