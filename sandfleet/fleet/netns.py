@@ -121,15 +121,23 @@ def cgroup_dirs(name: str) -> list[Path]:
     return [d / name for d in CGROUP_ROOT.iterdir() if (d / name).is_dir()]
 
 
+def cgroup_folders(name: str) -> list[Path]:
+    """The cgroup ``name`` and every cgroup below it, in each controller, deepest last.
+
+    Walked with ``os.walk``, which skips a folder that vanishes while it is read: a container's
+    cgroup goes away when the container ends, and ``Path.rglob`` raised on one (CI: a host killed
+    mid-batch while a job's container was being removed)."""
+    return [Path(top) for folder in cgroup_dirs(name) for top, _, _ in os.walk(folder)]
+
+
 def cgroup_pids(name: str) -> set[int]:
     """Every process in the cgroup ``name`` or below (a host's containers)."""
     pids: set[int] = set()
-    for folder in cgroup_dirs(name):
-        for procs in folder.rglob("cgroup.procs"):
-            try:
-                pids.update(int(p) for p in procs.read_text().split())
-            except OSError:
-                continue
+    for folder in cgroup_folders(name):
+        try:
+            pids.update(int(p) for p in (folder / "cgroup.procs").read_text().split())
+        except OSError:
+            continue
     return pids
 
 
@@ -147,9 +155,7 @@ def kill_all(pids: Iterable[int], sig: int = signal.SIGKILL) -> list[int]:
 
 def remove_cgroup(name: str) -> None:
     """Remove the cgroup ``name`` (deepest folders first); what still holds processes stays."""
-    for folder in cgroup_dirs(name):
-        for sub in sorted((p for p in folder.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-            _rmdir(sub)
+    for folder in sorted(cgroup_folders(name), key=lambda p: -len(p.parts)):
         _rmdir(folder)
 
 
