@@ -29,7 +29,7 @@ from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import AuditKind, ErrorInfo, ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import InvalidSpecError, SandboxError, UntrustedStateError
 from sandfleet.core.settings import Settings
-from sandfleet.worker.approval.checkpoint import Checkpoint, WorkspaceArchive
+from sandfleet.worker.approval.checkpoint import Checkpoint, WorkspaceArchive, carry_refusals
 from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
 from sandfleet.worker.engine.loop_gate import LoopSuspended
@@ -100,19 +100,20 @@ def run_shell_job(
         except LoopSuspended as e:  # a gated call waits: save /workspace, then no container is kept
             saved = _save(start, session, e)
             if not isinstance(saved, LoopOutcome):
-                raise suspension(start, e, resume, saved) from None
+                services.sessions.close_session(session)  # its last refusals taken before the checkpoint
+                raise suspension(start, e, resume, saved, session.record()) from None
             outcome = saved
         began = time.perf_counter()
         collected = session.collect(files)  # before the session goes, whatever the loop's outcome
         collect_s = time.perf_counter() - began
     finally:
         services.sessions.close_session(session)
-        record = session.record()
+        record = session.record()  # this session's own: its destroyed event
         audit.emit(AuditKind.SESSION, {"event": "destroyed", **record.model_dump(mode="json")})
     return loop_result(
         start,
         outcome,
-        session=record,
+        session=carry_refusals(resume.loop if resume is not None else None, record),
         timings={"session_start_s": session.container.start_s, "artifacts_s": collect_s},
         collected=collected,
     )
