@@ -51,6 +51,7 @@ SCRIPTS: dict[str, list[Any]] = {
     "shell-approve": [
         call("sandbox_write_file", path="notes/before.txt", content="written before the wait"),
         call("sandbox_write_file", path="out/report.txt", content="the report"),
+        call("sandbox_exec", command="ln -s /etc/hostname notes/host.txt"),  # a link: not restored
         call("issue_refund", order_id="S-1", amount=7.0),
         call("sandbox_read_file", path="notes/before.txt"),
         'RESULT: "ok"',
@@ -172,6 +173,14 @@ def test_an_approved_call_in_a_tool_loop_runs_once_and_the_job_goes_on(
         assert saved["workspace_sha256"] == restored["workspace_sha256"] and restored["files"] == 2
         assert sessions[0]["container_id"] != sessions[3]["container_id"]
         assert [a.name for a in result.artifacts] == ["report.txt"]  # collected after the resume
+        # The model is told, after the approved call's result, what the fresh session lacks.
+        [resumed_call] = [e.data for e in events if e.kind == "model_call" and e.attempt == 5]
+        [note] = [m["content"] for m in resumed_call["messages"] if m.get("role") == "user"]
+        assert note.startswith("Note from the sandbox host") and "2 files" in note
+        assert "processes you started" in note and "/tmp" in note
+        assert "notes/host.txt (link: not restored)" in note and restored["skipped"] == [
+            "notes/host.txt (link: not restored)"
+        ]
         assert job.artifact("report.txt") == b"the report"
 
 

@@ -14,7 +14,15 @@ import pytest
 from sandfleet.core.artifacts import MemoryArtifactStore
 from sandfleet.core.errors import UntrustedStateError
 from sandfleet.worker.approval.checkpoint import WorkspaceArchive
-from sandfleet.worker.engine.shell.workspace import WorkspaceError, read_archive, restore_workspace, safe_name
+from sandfleet.worker.engine.shell.workspace import (
+    NOTE_NAME_CHARS,
+    NOTE_NAMES,
+    WorkspaceError,
+    read_archive,
+    restore_workspace,
+    resume_note,
+    safe_name,
+)
 
 CAP = 1024 * 1024
 
@@ -174,3 +182,15 @@ def test_a_planted_or_missing_archive_is_never_restored() -> None:
     with pytest.raises(UntrustedStateError, match="missing"):
         restore_workspace(session, archive, MemoryArtifactStore(), "job-1", max_bytes=CAP)  # type: ignore[arg-type]
     assert session.files == {}
+
+
+def test_the_resume_note_says_what_was_not_restored_in_bounded_text() -> None:
+    """The model reads what its fresh session lacks; many (or long) skipped names cannot flood it."""
+    plain = resume_note(read_archive(tar_of(("a.txt", b"x"), ("d", "dir")), max_bytes=CAP))
+    assert "1 files, 1 folders" in plain and "processes you started" in plain and "/tmp" in plain
+    assert "Not restored from /workspace" not in plain
+    links = [(f"l{i}-" + "n" * 300, ("sym", "a.txt")) for i in range(NOTE_NAMES + 5)]
+    note = resume_note(read_archive(tar_of(("a.txt", b"x"), *links), max_bytes=CAP))
+    assert note.count("(link") == 0 and note.count("l0-") == 1  # each name cut before its kind
+    assert note.endswith("; and 5 more.")
+    assert len(note) < 600 + NOTE_NAMES * (NOTE_NAME_CHARS + 2)

@@ -19,6 +19,9 @@ it is read on the host, in memory, never extracted onto the host's disk; nothing
   and hard links, devices and fifos are never made (named in the ``restored`` event as skipped), so
   no later write can follow a link out of /workspace.
 
+The model is told what its fresh session lacks (:func:`resume_note`): the entries not restored, the
+processes it started, everything outside /workspace.
+
 An archive that fails these checks on save ends the job (``failed``, said why); on restore it is
 state the job's chain does not vouch for: ``untrusted_state``, nothing of it used.
 """
@@ -43,6 +46,8 @@ MAX_NAME_CHARS = 1024
 MAX_DEPTH = 32
 TAR_TIMEOUT_S = 60.0
 MAX_SKIPPED_NAMED = 100
+NOTE_NAMES = 20  # skipped entries the resume note names (each cut at NOTE_NAME_CHARS), then a count
+NOTE_NAME_CHARS = 200
 
 
 class WorkspaceError(Exception):
@@ -195,3 +200,23 @@ def restore_workspace(
         {f"{workdir}/{name}": body for name, body in contents.files.items()},
     )
     return contents
+
+
+def resume_note(contents: ArchiveContents) -> str:
+    """What the model reads when its shell job resumes in a fresh session sandbox: what came back, and
+    what did not (without it, a model expecting its server or its /tmp files would be misled)."""
+    lines = [
+        "Note from the sandbox host: while this job waited for a person's decision its session sandbox "
+        "was destroyed; your commands now run in a fresh one.",
+        f"Restored: /workspace ({len(contents.files)} files, {len(contents.folders)} folders, with "
+        "packages installed into it).",
+        "Not restored: processes you started (background jobs, servers), and everything outside "
+        "/workspace (/tmp included).",
+    ]
+    if contents.skipped:
+        named = [name[:NOTE_NAME_CHARS] for name in contents.skipped[:NOTE_NAMES]]
+        more = len(contents.skipped) - len(named)
+        lines.append(
+            "Not restored from /workspace: " + "; ".join(named) + (f"; and {more} more" if more else "") + "."
+        )
+    return "\n".join(lines)
