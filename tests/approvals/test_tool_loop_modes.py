@@ -51,9 +51,13 @@ SCRIPTS: dict[str, list[Any]] = {
     "shell-approve": [
         call("sandbox_write_file", path="notes/before.txt", content="written before the wait"),
         call("sandbox_write_file", path="out/report.txt", content="the report"),
-        call("sandbox_exec", command="ln -s /etc/hostname notes/host.txt"),  # a link: not restored
+        # two links: one out of /workspace (never restored), one inside it (made again)
+        call(
+            "sandbox_exec", command="ln -s /etc/hostname notes/host.txt && ln -s before.txt notes/latest.txt"
+        ),
         call("issue_refund", order_id="S-1", amount=7.0),
         call("sandbox_read_file", path="notes/before.txt"),
+        call("sandbox_exec", command="readlink notes/latest.txt && cat notes/latest.txt"),
         'RESULT: "ok"',
     ],
     "shell-deny": [call("issue_refund", order_id="S-2", amount=8.0), 'RESULT: "denied"'],
@@ -181,6 +185,9 @@ def test_an_approved_call_in_a_tool_loop_runs_once_and_the_job_goes_on(
         assert "notes/host.txt (link: not restored)" in note and restored["skipped"] == [
             "notes/host.txt (link: not restored)"
         ]
+        assert restored["links"] == 1 and "1 links inside it" in note
+        [*_, through] = [c for c in calls if c.tool == "sandbox_exec"]
+        assert through.result["stdout"] == "before.txt\nwritten before the wait", through.result
         assert job.artifact("report.txt") == b"the report"
 
 

@@ -154,6 +154,7 @@ def _restore(start: JobStart, session: SessionSandbox, resume: Checkpoint) -> Jo
             "bytes": loop.workspace.size,
             "files": len(contents.files),
             "folders": len(contents.folders),
+            "links": len(contents.links),
             "skipped": contents.skipped,
             "restore_s": round(time.perf_counter() - began, 4),
         },
