@@ -141,3 +141,54 @@ def test_a_batch_where_half_the_jobs_wait_for_approval(approval_fleet: FleetWork
         for job in waiting
         for r in client.approvals(job_id=job.job_id)
     )
+
+
+@pytest.mark.parametrize("mode", ["chat", "shell"])
+def test_a_gated_call_with_a_secret_in_a_tool_loop_is_redacted_for_the_approver_and_the_webhook(
+    approval_fleet: FleetWorker, webhook: Webhook, mode: str
+) -> None:
+    """The model's function call carries the password; the request, `approvals show` and the webhook
+    hide it, the tool gets it, the audit keeps the arguments' digest (what the approver signed ran)."""
+    question = f"{mode}: gated login"
+    script = approval_fleet.scripts_dir / f"gated-login-{mode}.json"
+    login = {"name": "connect_crm", "arguments": {"user": "ana", "password": "hunter2"}}
+    rule = {"match": question, "responses": [{"tool_calls": [login]}, 'RESULT: "in"']}
+    script.write_text(json.dumps({"rules": [rule]}))
+    job = approval_fleet.client.submit(
+        question, tools=["connect_crm"], approval_tools=["connect_crm"], mode=mode, model=f"replay:{script}"
+    )
+    [request] = wait_for(lambda: pending_of(approval_fleet, job.job_id), what="the request")
+    assert request.arguments == {"user": "ana", "password": "***"} and request.redacted == ["password"]
+    for shown in (
+        sandfleet(approval_fleet, "approvals", "show", request.id, "--json"),
+        sandfleet(approval_fleet, "approvals", "show", request.id),
+    ):
+        assert shown.returncode == 0 and "connect_crm" in shown.stdout and "hunter2" not in shown.stdout
+    posts = wait_for(
+        lambda: [b for _h, b in webhook.posts if json.loads(b)["request"]["id"] == request.id],
+        20,
+        what="the webhook",
+    )
+    assert all(b"hunter2" not in body for body in posts)
+    assert json.loads(posts[0])["request"]["arguments"]["password"] == "***"
+
+    approval_fleet.client.approve(request.id, call_sha256=request.call_sha256)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED and result.result == "in", result.error
+    [called] = result.turns[0].calls
+    assert called.ok and called.result == hashlib.sha256(b"ana:hunter2").hexdigest()[:12]  # it got the secret
+    assert json.loads(called.arguments) == {"user": "ana", "password": "***"} and called.arguments_sha256
+    events = job.audit()
+    assert all("hunter2" not in json.dumps(e.data) for e in events)
+    [announced] = [e.data for e in events if e.kind == "function_call"]
+    assert announced["redacted"] == ["password"]
+    assert (
+        announced["arguments_sha256"]
+        == called.arguments_sha256
+        == hashlib.sha256(json.dumps(login["arguments"]).encode()).hexdigest()
+    )
+    [asked] = [e.data for e in events if e.kind == "approval" and e.data["event"] == "requested"]
+    assert asked["call_sha256"] == request.call_sha256
+    for command in (["result", job.job_id, "--json"], ["audit", job.job_id, "--json"]):
+        shown = sandfleet(approval_fleet, *command)
+        assert shown.returncode == 0 and "hunter2" not in shown.stdout, shown.stderr

@@ -13,7 +13,9 @@ import pytest
 import redis
 from sandfleet_testing.workers import FleetWorker, WorkerFactory
 
+from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.contracts import JobStatus
+from sandfleet.core.errors import ApprovalWithdrawnError
 
 from .helpers import (
     JOB_TIMEOUT_S,
@@ -49,8 +51,13 @@ SCRIPTS: dict[str, list[Any]] = {
     "shell-approve": [
         call("sandbox_write_file", path="notes/before.txt", content="written before the wait"),
         call("sandbox_write_file", path="out/report.txt", content="the report"),
+        # two links: one out of /workspace (never restored), one inside it (made again)
+        call(
+            "sandbox_exec", command="ln -s /etc/hostname notes/host.txt && ln -s before.txt notes/latest.txt"
+        ),
         call("issue_refund", order_id="S-1", amount=7.0),
         call("sandbox_read_file", path="notes/before.txt"),
+        call("sandbox_exec", command="readlink notes/latest.txt && cat notes/latest.txt"),
         'RESULT: "ok"',
     ],
     "shell-deny": [call("issue_refund", order_id="S-2", amount=8.0), 'RESULT: "denied"'],
@@ -61,6 +68,11 @@ SCRIPTS: dict[str, list[Any]] = {
         call("issue_refund", order_id="S-4", amount=4.0),
         call("sandbox_read_file", path="a.txt"),
         'RESULT: "both"',
+    ],
+    "shell-cancel": [
+        call("sandbox_write_file", path="draft.txt", content="kept for the wait"),
+        call("issue_refund", order_id="S-6", amount=6.0),
+        'RESULT: "should not get here"',
     ],
     "shell-planted": [
         call("sandbox_write_file", path="mine.txt", content="genuine"),
@@ -165,6 +177,17 @@ def test_an_approved_call_in_a_tool_loop_runs_once_and_the_job_goes_on(
         assert saved["workspace_sha256"] == restored["workspace_sha256"] and restored["files"] == 2
         assert sessions[0]["container_id"] != sessions[3]["container_id"]
         assert [a.name for a in result.artifacts] == ["report.txt"]  # collected after the resume
+        # The model is told, after the approved call's result, what the fresh session lacks.
+        [resumed_call] = [e.data for e in events if e.kind == "model_call" and e.attempt == 5]
+        [note] = [m["content"] for m in resumed_call["messages"] if m.get("role") == "user"]
+        assert note.startswith("Note from the sandbox host") and "2 files" in note
+        assert "processes you started" in note and "/tmp" in note
+        assert "notes/host.txt (link: not restored)" in note and restored["skipped"] == [
+            "notes/host.txt (link: not restored)"
+        ]
+        assert restored["links"] == 1 and "1 links inside it" in note
+        [*_, through] = [c for c in calls if c.tool == "sandbox_exec"]
+        assert through.result["stdout"] == "before.txt\nwritten before the wait", through.result
         assert job.artifact("report.txt") == b"the report"
 
 
@@ -254,3 +277,29 @@ def test_waiting_shell_and_chat_jobs_resume_on_another_worker(fleet_worker: Work
         assert refunds(first, order) == [order]
     [read] = [c for t in shell.result().turns for c in t.calls if c.tool == "sandbox_read_file"]
     assert "written before the wait" in json.dumps(read.result)
+
+
+def test_a_cancelled_suspended_shell_job_ends_at_once_and_its_workspace_is_never_restored(
+    loop_fleet: FleetWorker,
+) -> None:
+    """Cancelled while it waits: ended by the cancel watcher with no session made, the request
+    withdrawn (an approval then fails), the call never run; the saved archive is left to expire with
+    the job's records (docs/approvals.md)."""
+    job = submit(loop_fleet, "shell-cancel", "shell", ["issue_refund"])
+    request = one_pending(loop_fleet, job)
+    [saved] = [e.data for e in job.audit() if e.kind == "session" and e.data["event"] == "saved"]
+    job.cancel()
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.CANCELLED, result.error
+    assert loop_fleet.client.approval(request.id).status == ApprovalStatus.WITHDRAWN
+    with pytest.raises(ApprovalWithdrawnError, match="withdrawn"):
+        loop_fleet.client.approve(request.id)
+    sessions = [e.data["event"] for e in job.audit() if e.kind == "session"]
+    assert sessions == ["started", "saved", "destroyed"]  # no fresh session, nothing restored
+    assert refunds(loop_fleet, "S-6") == []
+    assert own_containers(loop_fleet) == []
+    client = redis.Redis.from_url(loop_fleet.settings.redis_url)
+    [key] = client.keys(f"{loop_fleet.settings.key_prefix}*{saved['workspace_sha256']}*")
+    ttl = client.ttl(key)
+    client.close()
+    assert 0 < ttl <= loop_fleet.settings.retention_s  # left, expiring with the records

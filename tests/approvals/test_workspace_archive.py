@@ -14,7 +14,15 @@ import pytest
 from sandfleet.core.artifacts import MemoryArtifactStore
 from sandfleet.core.errors import UntrustedStateError
 from sandfleet.worker.approval.checkpoint import WorkspaceArchive
-from sandfleet.worker.engine.shell.workspace import WorkspaceError, read_archive, restore_workspace, safe_name
+from sandfleet.worker.engine.shell.workspace import (
+    NOTE_NAME_CHARS,
+    NOTE_NAMES,
+    WorkspaceError,
+    read_archive,
+    restore_workspace,
+    resume_note,
+    safe_name,
+)
 
 CAP = 1024 * 1024
 
@@ -55,6 +63,11 @@ class FakeSession:
     def __init__(self) -> None:
         self.folders: list[str] = []
         self.files: dict[str, tuple[bytes, int]] = {}
+        self.commands: list[list[str]] = []
+
+    def execute(self, argv: list[str], **_caps: Any) -> Any:
+        self.commands.append(argv)
+        return type("Done", (), {"exit_code": 0})()
 
     def restore_files(self, folders: list[str], files: dict[str, tuple[bytes, int]]) -> None:
         self.folders += folders
@@ -107,7 +120,7 @@ def test_a_name_out_of_the_workspace_refuses_the_whole_archive(name: str, why: s
     assert session.files == {} and session.folders == []  # nothing of it written, not even fine.txt
 
 
-def test_links_devices_and_fifos_are_never_made_and_are_named_as_skipped() -> None:
+def test_links_out_hard_links_devices_and_fifos_are_never_made_and_are_named_as_skipped() -> None:
     data = tar_of(
         ("./passwd", ("sym", "/etc/passwd")),
         ("./up", ("sym", "../..")),
@@ -118,11 +131,11 @@ def test_links_devices_and_fifos_are_never_made_and_are_named_as_skipped() -> No
         ("./up/escape.txt", b"written through a link?"),  # the link is not made: this lands in /workspace/up/
     )
     contents = read_archive(data, max_bytes=CAP)
+    assert contents.links == {"inside": "notes"}  # the one link that stays inside /workspace
     assert sorted(contents.skipped) == sorted(
         [
             "passwd (link: not restored)",
             "up (link: not restored)",
-            "inside (link: not restored)",
             "hard (link: not restored)",
             "null (special file: not restored)",
             "pipe (special file: not restored)",
@@ -174,3 +187,66 @@ def test_a_planted_or_missing_archive_is_never_restored() -> None:
     with pytest.raises(UntrustedStateError, match="missing"):
         restore_workspace(session, archive, MemoryArtifactStore(), "job-1", max_bytes=CAP)  # type: ignore[arg-type]
     assert session.files == {}
+
+
+def test_the_resume_note_says_what_was_not_restored_in_bounded_text() -> None:
+    """The model reads what its fresh session lacks; many (or long) skipped names cannot flood it."""
+    plain = resume_note(read_archive(tar_of(("a.txt", b"x"), ("d", "dir")), max_bytes=CAP))
+    assert "1 files, 1 folders" in plain and "processes you started" in plain and "/tmp" in plain
+    assert "Not restored from /workspace" not in plain
+    links = [(f"l{i}-" + "n" * 300, ("sym", "/etc/passwd")) for i in range(NOTE_NAMES + 5)]
+    note = resume_note(read_archive(tar_of(("a.txt", b"x"), *links), max_bytes=CAP))
+    assert note.count("(link") == 0 and note.count("l0-") == 1  # each name cut before its kind
+    assert note.endswith("; and 5 more.")
+    assert len(note) < 600 + NOTE_NAMES * (NOTE_NAME_CHARS + 2)
+
+
+@pytest.mark.parametrize(
+    ("name", "target"),
+    [
+        ("etc", "/etc"),  # absolute
+        ("data", "/workspace/data"),  # absolute, even into /workspace
+        ("top", ".."),  # above /workspace from its top
+        ("a/up", "../.."),  # one folder deep, two up
+        ("a/b/back", "../x/../.."),  # '..' after a name
+        ("a/sneak", "x/../../.."),
+        ("a/long", "x/" * 600),
+    ],
+)
+def test_a_link_that_could_lead_out_of_the_workspace_is_never_made(name: str, target: str) -> None:
+    data = tar_of(("./a/b", "dir"), ("./a/x", b"x"), (f"./{name}", ("sym", target)))
+    store, archive = stored(data)
+    session = FakeSession()
+    contents = restore_workspace(session, archive, store, "job-1", max_bytes=CAP)  # type: ignore[arg-type]
+    assert contents.links == {} and session.commands == []  # no ln ever ran
+    assert contents.skipped == [f"{name} (link: not restored)"]
+
+
+def test_a_chain_of_links_cannot_climb_out_and_links_inside_are_made_after_every_file() -> None:
+    """``b/c -> ..`` stays inside (it is /workspace); ``a -> b/c/../..`` would climb through it to / if
+    '..' were judged by name only: refused, as every '..' after a name is."""
+    data = tar_of(
+        ("./b", "dir"),
+        ("./b/c", ("sym", "..")),
+        ("./a", ("sym", "b/c/../..")),
+        ("./b/data.csv", b"1,2"),
+        ("./b/latest", ("sym", "data.csv")),
+        ("./b/root", ("sym", "../b/data.csv")),
+    )
+    store, archive = stored(data)
+    session = FakeSession()
+    contents = restore_workspace(session, archive, store, "job-1", max_bytes=CAP)  # type: ignore[arg-type]
+    assert contents.links == {"b/c": "..", "b/latest": "data.csv", "b/root": "../b/data.csv"}
+    assert contents.skipped == ["a (link: not restored)"]
+    assert set(session.files) == {"/workspace/b/data.csv"}  # written before any link exists
+    [command] = session.commands
+    assert command[:2] == ["sh", "-c"] and command[4:] == [
+        "..", "/workspace/b/c", "data.csv", "/workspace/b/latest", "../b/data.csv", "/workspace/b/root",
+    ]  # fmt: skip
+
+
+def test_a_name_under_a_link_refuses_the_whole_archive() -> None:
+    """A file named under a link would be written through it: the archive is refused, nothing made."""
+    data = tar_of(("./notes", "dir"), ("./ln", ("sym", "notes")), ("./ln/planted.txt", b"through the link"))
+    with pytest.raises(WorkspaceError, match="which is a link"):
+        read_archive(data, max_bytes=CAP)

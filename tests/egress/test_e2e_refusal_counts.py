@@ -5,7 +5,10 @@ connections in a burst (twice the log's burst of 100) at addresses this test run
 what its rate lets through, the filter's REJECT counters count them all, and the job's record says
 both: ``refused_total`` == FLOOD + 1 == the counts of ``network_denied`` + ``refused_unlisted``, in
 the attempt (or session), the JobResult, ``sandfleet result --json``, the signed ``sandbox_run`` or
-``session`` event, and ``sandfleet audit --verify`` passes. Nothing reaches the targets."""
+``session`` event, and ``sandfleet audit --verify`` passes. Nothing reaches the targets.
+
+A shell job suspended for a gated call (``issue_refund``, approved) runs in two session sandboxes: the
+refusals of the one destroyed for the wait are carried in its checkpoint, and the result counts both."""
 
 from __future__ import annotations
 
@@ -15,8 +18,9 @@ import subprocess
 from typing import Any
 
 import pytest
+from approvals.helpers import TOOLS, pending_of, wait_for
 from sandbox.helpers import BACKENDS
-from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, WorkerFactory
+from sandfleet_testing.workers import APPROVERS, JOB_TIMEOUT_S, SANDFLEET, WorkerFactory
 
 from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
 from sandfleet.worker.egress.nflog import BURST
@@ -56,6 +60,17 @@ print("RESULT: " + json.dumps({{"refused": refused, "other": other, "ipv6": ipv6
 """
 CODE_QUESTION = "Connect to many addresses directly, then over IPv6"
 SHELL_QUESTION = "From a shell, connect to many addresses directly, then over IPv6"
+SUSPENDED_QUESTION = "From a shell, knock once, refund, then knock again"
+KNOCK_PROGRAM = """\
+import socket, sys
+s = socket.socket()
+s.settimeout(5)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("connected")
+except OSError as e:
+    print(type(e).__name__)
+"""
 IPV6_REASON = "IPv6 is not allowed (packet filter)"
 DIRECT_REASON = "a direct connection, not through the proxy (packet filter)"
 
@@ -71,6 +86,13 @@ def replay_script(owned: Any) -> dict[str, Any]:
         return {"tool_calls": [{"name": tool, "arguments": arguments}]}
 
     program = flood_program(owned)
+    knock = [
+        call("sandbox_write_file", path="knock.py", content=KNOCK_PROGRAM),
+        call("sandbox_exec", command=f"python3 knock.py {owned.public_v4} 443"),
+        call("issue_refund", order_id="N-1", amount=5.0),
+        call("sandbox_exec", command=f"python3 knock.py {owned.public_v4_b} 80"),
+        'RESULT: "knocked"',
+    ]
     shell = [
         call("sandbox_write_file", path="flood.py", content=program),
         call("sandbox_exec", command="python3 flood.py"),
@@ -79,6 +101,7 @@ def replay_script(owned: Any) -> dict[str, Any]:
     return {
         "rules": [
             {"match": SHELL_QUESTION, "system": "Linux sandbox of your own", "responses": shell},
+            {"match": SUSPENDED_QUESTION, "responses": knock},
             {"match": CODE_QUESTION, "responses": ["```python\n" + program + "```"]},
         ]
     }
@@ -91,7 +114,15 @@ def fleet(
     module_fleet_worker: WorkerFactory,
 ) -> EgressFleet:
     worker = module_fleet_worker(
-        "egress-counts-fleet", env=egress_env["env"], script=replay_script(owned_targets)
+        "egress-counts-fleet",
+        env={
+            **egress_env["env"],
+            "SANDFLEET_APPROVAL_TOOLS": "issue_refund",
+            "SANDFLEET_APPROVAL_GRACE_S": "1",
+        },
+        script=replay_script(owned_targets),
+        tools=TOOLS,  # issue_refund, gated: the suspended shell job's
+        approvers=APPROVERS,
     )
     return EgressFleet(worker, worker.settings, worker.model)
 
@@ -180,6 +211,43 @@ def test_a_shell_sessions_burst_is_counted_in_its_session_record(
     )
     destroyed = [e for e in job.audit() if e.kind == AuditKind.SESSION and e.data["event"] == "destroyed"]
     assert [e.data["refused_total"] for e in destroyed] == [FLOOD + 1]
+    verified = audit_verify(fleet.settings, job.job_id)
+    assert verified.returncode == 0, (verified.stdout, verified.stderr)
+    assert owned_targets.arrived_since(mark) == {}
+
+
+def test_a_suspended_shell_jobs_result_counts_the_refusals_of_every_session(
+    fleet: EgressFleet, owned_targets: Any
+) -> None:
+    """One refusal before the wait (its session destroyed), one after (a fresh session): both in the
+    result, the session record and ``sandfleet result --json``; each session's own in its event."""
+    mark = owned_targets.mark()
+    job = fleet.worker.client.submit(
+        SUSPENDED_QUESTION,
+        model=fleet.model,
+        mode="shell",
+        tools=["issue_refund"],
+        sandbox=restricted("docker"),
+    )
+    [request] = wait_for(lambda: pending_of(fleet.worker, job.job_id), what="the gated call's request")
+    wait_for(lambda: job.status() == JobStatus.AWAITING_APPROVAL, what="the job to be suspended")
+    fleet.worker.client.approve(request.id)
+    result = job.result(timeout=JOB_TIMEOUT_S)
+    assert result.status == JobStatus.SUCCEEDED, (result.error, fleet.worker.log()[-3000:])
+    knocks = [c.result["stdout"].strip() for t in result.turns for c in t.calls if c.tool == "sandbox_exec"]
+    assert knocks == ["ConnectionRefusedError", "ConnectionRefusedError"]
+    assert result.refused_total == 2 and result.refused_unlisted == 0, result.network_denied
+    assert [(d.host, d.port, d.reason, d.count) for d in result.network_denied] == [
+        (owned_targets.public_v4, 443, DIRECT_REASON, 1),
+        (owned_targets.public_v4_b, 80, DIRECT_REASON, 1),
+    ]
+    assert result.session is not None and result.session.refused_total == 2
+    assert result.session.network_denied == result.network_denied and "network" in result.limits_hit
+    sessions = [e.data for e in job.audit() if e.kind == AuditKind.SESSION]
+    destroyed = [s for s in sessions if s["event"] == "destroyed"]
+    assert [(s["refused_total"], s["network_denied"][0]["port"]) for s in destroyed] == [(1, 443), (1, 80)]
+    shown = result_json(fleet, job.job_id)
+    assert shown["verified"] is True and shown["refused_total"] == 2
     verified = audit_verify(fleet.settings, job.job_id)
     assert verified.returncode == 0, (verified.stdout, verified.stderr)
     assert owned_targets.arrived_since(mark) == {}

@@ -8,7 +8,9 @@ worker or a model call.
   for the gated call, every turn and function call made so far (with their results: they are never
   made again), the calls of that reply still to serve (the gated one first), the wall time used and,
   for shell, the session's ``/workspace`` saved as an archive in the artifact store
-  (:class:`WorkspaceArchive`: its SHA-256 is here, so the signed chain commits to it too).
+  (:class:`WorkspaceArchive`: its SHA-256 is here, so the signed chain commits to it too), and the
+  connections its session sandboxes refused so far (a fresh session is made on resume: the job's
+  result counts every session's refusals, :func:`carry_refusals`).
 
 Stored as JSON beside the record (``{p}:job:{id}:checkpoint``), where whoever can write Redis can
 change it; its SHA-256 is in the chain's signed ``awaiting_approval`` state event, and the resuming
@@ -28,6 +30,8 @@ from sandfleet.core.contracts import (
     AuditKind,
     JobStatus,
     Limit,
+    NetworkDenial,
+    SessionRecord,
     TokenUsage,
     ToolCallRecord,
     TurnRecord,
@@ -75,6 +79,27 @@ class LoopState(BaseModel):
     sent: int = Field(0, ge=0, description="messages already shown in a model_call event")
     elapsed_s: float = Field(0.0, ge=0, description="wall time used (the wait for a person not counted)")
     workspace: WorkspaceArchive | None = None
+    # shell: what the job's earlier session sandboxes refused (absent from older checkpoints: none)
+    network_denied: list[NetworkDenial] = Field(default_factory=list)
+    refused_total: int = Field(0, ge=0, description="refusals of the earlier sessions, in all")
+    refused_unlisted: int = Field(0, ge=0, description="of which network_denied does not itemise")
+
+
+def carry_refusals(earlier: LoopState | None, record: SessionRecord) -> SessionRecord:
+    """``record`` (one session's) with the refusals of the job's sessions before it, which a
+    suspension destroyed: a shell job's result and its next checkpoint count every one."""
+    if earlier is None:
+        return record
+    refused = earlier.refused_total > 0 or bool(earlier.network_denied)
+    limits = [*record.limits_hit, *([Limit.NETWORK] if refused else [])]
+    return record.model_copy(
+        update={
+            "limits_hit": list(dict.fromkeys(limits)),
+            "network_denied": [*earlier.network_denied, *record.network_denied],
+            "refused_total": earlier.refused_total + record.refused_total,
+            "refused_unlisted": earlier.refused_unlisted + record.refused_unlisted,
+        }
+    )
 
 
 class Checkpoint(BaseModel):

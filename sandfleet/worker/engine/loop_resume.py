@@ -2,7 +2,7 @@
 
 A suspended loop's checkpoint (sandfleet/worker/approval/checkpoint.py ``LoopState``) holds the
 conversation, every turn and call so far, the calls still to serve and, for shell, the digest of the
-saved /workspace. It is used only when the job's verified chain commits to it (``resume_point``), and
+saved /workspace and the connections its sessions refused. It is used only when the job's verified chain commits to it (``resume_point``), and
 only by a job of the mode that made it.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import logging
 
-from sandfleet.core.contracts import AuditKind, ErrorKind, JobResult
+from sandfleet.core.contracts import AuditKind, ErrorKind, JobResult, SessionRecord
 from sandfleet.core.errors import UntrustedStateError
-from sandfleet.worker.approval.checkpoint import Checkpoint, JobSuspended, WorkspaceArchive
+from sandfleet.worker.approval.checkpoint import Checkpoint, JobSuspended, WorkspaceArchive, carry_refusals
 from sandfleet.worker.engine.job_start import JobStart
 from sandfleet.worker.engine.loop_gate import LoopGate, LoopSuspended
 from sandfleet.worker.engine.outcome import failed_before_loop
@@ -83,9 +83,19 @@ def suspension(
     suspended: LoopSuspended,
     resumed: Checkpoint | None,
     workspace: WorkspaceArchive | None = None,
+    session: SessionRecord | None = None,
 ) -> JobSuspended:
-    """The JobSuspended the delivery turns into a waiting job: the loop's state as a checkpoint."""
-    state = suspended.state.model_copy(update={"mode": start.spec.mode.value, "workspace": workspace})
+    """The JobSuspended the delivery turns into a waiting job: the loop's state as a checkpoint, with
+    (shell) what the destroyed ``session`` and the job's earlier ones refused."""
+    update: dict[str, object] = {"mode": start.spec.mode.value, "workspace": workspace}
+    if session is not None:
+        carried = carry_refusals(resumed.loop if resumed is not None else None, session)
+        update |= {
+            "network_denied": carried.network_denied,
+            "refused_total": carried.refused_total,
+            "refused_unlisted": carried.refused_unlisted,
+        }
+    state = suspended.state.model_copy(update=update)
     checkpoint = Checkpoint(
         number=state.turn,
         program="",

@@ -102,6 +102,8 @@ class ToolLoop:
             with them; sandfleet/core/redaction.py).
         gate: the job's approval gate (loop_gate.py), asked before each call of a gated tool; a call
             still undecided after the grace stops the loop with :class:`LoopSuspended`.
+        resume_note: on resume, a message from the host the model reads after the resumed calls'
+            results (shell: what its fresh session sandbox lacks); shown in the next ``model_call``.
     """
 
     def __init__(
@@ -115,8 +117,10 @@ class ToolLoop:
         clock: Callable[[], float] = time.monotonic,
         redact: tuple[str, ...] = (),
         gate: LoopGate | None = None,
+        resume_note: str = "",
     ) -> None:
         self.gate = gate
+        self.resume_note = resume_note
         self._deadline = 0.0
         self._sent = 0  # of the conversation, for a checkpoint: messages shown in model_call events
         self._budget_refused = False
@@ -225,6 +229,8 @@ class ToolLoop:
             out.limits_hit.append(Limit.TOOL_CALLS)
         if out.status == JobStatus.RUNNING and self.clock() >= deadline:
             self._wall_time(out)
+        if out.status == JobStatus.RUNNING and self.resume_note:
+            messages.append({"role": "user", "content": self.resume_note})
         return out, sent, budget_refused
 
     def _serve_calls(

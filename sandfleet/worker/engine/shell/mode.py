@@ -29,7 +29,7 @@ from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
 from sandfleet.core.contracts import AuditKind, ErrorInfo, ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import InvalidSpecError, SandboxError, UntrustedStateError
 from sandfleet.core.settings import Settings
-from sandfleet.worker.approval.checkpoint import Checkpoint, WorkspaceArchive
+from sandfleet.worker.approval.checkpoint import Checkpoint, WorkspaceArchive, carry_refusals
 from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.functions import FunctionTable
 from sandfleet.worker.engine.loop_gate import LoopSuspended
@@ -40,7 +40,12 @@ from sandfleet.worker.engine.schemas import function_tools
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.engine.shell.session import SessionGoneError, SessionSandbox
 from sandfleet.worker.engine.shell.tools import SHELL_TOOL_NAMES, ShellTools
-from sandfleet.worker.engine.shell.workspace import WorkspaceError, restore_workspace, save_workspace
+from sandfleet.worker.engine.shell.workspace import (
+    WorkspaceError,
+    restore_workspace,
+    resume_note,
+    save_workspace,
+)
 from sandfleet.worker.engine.toolloop import LoopOutcome, ToolLoop
 from sandfleet.worker.program.artifacts import ArtifactCaps, out_dir
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -89,38 +94,42 @@ def run_shell_job(
     files = admitted.prepared
     collected, collect_s = None, 0.0
     try:
+        note = ""  # on resume: what the model is told its fresh session lacks
         if resume is not None:
-            refused = _restore(start, session, resume)
-            if refused is not None:
-                return refused
+            restored = _restore(start, session, resume)
+            if isinstance(restored, JobResult):
+                return restored
+            note = restored
         if files.enabled:
             session.make_folders([out_dir(config.workdir)])
         try:
-            outcome = _converse(start, admitted, session, deadline, resume)
+            outcome = _converse(start, admitted, session, deadline, resume, note)
         except LoopSuspended as e:  # a gated call waits: save /workspace, then no container is kept
             saved = _save(start, session, e)
             if not isinstance(saved, LoopOutcome):
-                raise suspension(start, e, resume, saved) from None
+                services.sessions.close_session(session)  # its last refusals taken before the checkpoint
+                raise suspension(start, e, resume, saved, session.record()) from None
             outcome = saved
         began = time.perf_counter()
         collected = session.collect(files)  # before the session goes, whatever the loop's outcome
         collect_s = time.perf_counter() - began
     finally:
         services.sessions.close_session(session)
-        record = session.record()
+        record = session.record()  # this session's own: its destroyed event
         audit.emit(AuditKind.SESSION, {"event": "destroyed", **record.model_dump(mode="json")})
     return loop_result(
         start,
         outcome,
-        session=record,
+        session=carry_refusals(resume.loop if resume is not None else None, record),
         timings={"session_start_s": session.container.start_s, "artifacts_s": collect_s},
         collected=collected,
     )
 
 
-def _restore(start: JobStart, session: SessionSandbox, resume: Checkpoint) -> JobResult | None:
-    """Put the suspended job's /workspace back into the fresh session; its untrusted_state record when
-    the saved archive is not the one the verified checkpoint names (or breaks a rule)."""
+def _restore(start: JobStart, session: SessionSandbox, resume: Checkpoint) -> JobResult | str:
+    """Put the suspended job's /workspace back into the fresh session: the note telling the model what
+    was not restored, or the untrusted_state record when the saved archive is not the one the verified
+    checkpoint names (or breaks a rule)."""
     note_resumed(start, resume)
     loop = resume.loop
     assert loop is not None
@@ -145,12 +154,13 @@ def _restore(start: JobStart, session: SessionSandbox, resume: Checkpoint) -> Jo
             "bytes": loop.workspace.size,
             "files": len(contents.files),
             "folders": len(contents.folders),
+            "links": len(contents.links),
             "skipped": contents.skipped,
             "restore_s": round(time.perf_counter() - began, 4),
         },
         resume.number,
     )
-    return None
+    return resume_note(contents)
 
 
 def _save(
@@ -219,8 +229,10 @@ def _converse(
     session: SessionSandbox,
     deadline: float,
     resume: Checkpoint | None = None,
+    note: str = "",
 ) -> LoopOutcome:
-    """The tool-calling loop of the job over its tools and the session's five."""
+    """The tool-calling loop of the job over its tools and the session's five (``note``: told to the
+    model on resume)."""
     services, spec, config, caps = start.services, start.spec, admitted.config, start.spec.tool_loop
     tools = ShellTools(
         session,
@@ -256,5 +268,6 @@ def _converse(
         gate=loop_gate(
             start, admitted.allowed
         ),  # the job's tools only: the five sandbox tools are never gated
+        resume_note=note,
     )
     return loop.run(messages, deadline=deadline, resume=resume.loop if resume is not None else None)

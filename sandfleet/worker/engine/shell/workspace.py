@@ -14,10 +14,16 @@ it is read on the host, in memory, never extracted onto the host's disk; nothing
   ``MAX_ENTRIES`` entries and the byte cap for the files' contents;
 - names relative, without ``..``, NUL, or more than ``MAX_NAME_CHARS``/``MAX_DEPTH``; a file under
   another file's name, or a name twice, refuses the archive;
-- only folders and regular files are restored, written by the host through the fresh sandbox's agent
-  to ``/workspace/<name>`` (mode: the owner's bits and the executable bits, never set-id): symbolic
-  and hard links, devices and fifos are never made (named in the ``restored`` event as skipped), so
-  no later write can follow a link out of /workspace.
+- folders and regular files are restored, written by the host through the fresh sandbox's agent
+  to ``/workspace/<name>`` (mode: the owner's bits and the executable bits, never set-id);
+- a symbolic link is made again (by the sandbox's own ``ln``, after every file) only when its target
+  stays inside /workspace whatever the other links are (:func:`link_problem`: relative, its ``..``
+  only leading and no more of them than the link's depth); hard links, devices, fifos and every
+  other link are never made (named in the ``restored`` event as skipped), so no later write can
+  follow a link out of /workspace.
+
+The model is told what its fresh session lacks (:func:`resume_note`): the entries not restored, the
+processes it started, everything outside /workspace.
 
 An archive that fails these checks on save ends the job (``failed``, said why); on restore it is
 state the job's chain does not vouch for: ``untrusted_state``, nothing of it used.
@@ -43,6 +49,11 @@ MAX_NAME_CHARS = 1024
 MAX_DEPTH = 32
 TAR_TIMEOUT_S = 60.0
 MAX_SKIPPED_NAMED = 100
+MAX_LINKS = 1000  # symbolic links made again on restore; past it they are skipped (named)
+LINKS_PER_COMMAND = 200  # pairs of arguments per ``ln`` loop: well under the kernel's argument cap
+LINK_LOOP = 'while [ "$#" -gt 1 ]; do ln -s -T -- "$1" "$2" || exit 1; shift 2; done'
+NOTE_NAMES = 20  # skipped entries the resume note names (each cut at NOTE_NAME_CHARS), then a count
+NOTE_NAME_CHARS = 200
 
 
 class WorkspaceError(Exception):
@@ -55,6 +66,7 @@ class ArchiveContents:
 
     folders: list[str] = field(default_factory=list)
     files: dict[str, tuple[bytes, int]] = field(default_factory=dict)  # name -> (bytes, mode)
+    links: dict[str, str] = field(default_factory=dict)  # name -> target (relative, inside /workspace)
     skipped: list[str] = field(default_factory=list)
 
 
@@ -108,6 +120,13 @@ def read_archive(data: bytes, *, max_bytes: int, max_entries: int = MAX_ENTRIES)
                     if len(body) != member.size:
                         raise WorkspaceError(f"archive entry {name!r}: its size is not its header's")
                     out.files[name] = (body, (member.mode & 0o755) | 0o600)
+                elif (
+                    member.issym()
+                    and len(out.links) < MAX_LINKS
+                    and link_problem(name, member.linkname) is None
+                ):
+                    _claim(kinds, name, "link")
+                    out.links[name] = member.linkname
                 else:
                     what = "link" if member.issym() or member.islnk() else "special file"
                     if len(out.skipped) < MAX_SKIPPED_NAMED:
@@ -117,15 +136,34 @@ def read_archive(data: bytes, *, max_bytes: int, max_entries: int = MAX_ENTRIES)
     return out
 
 
+def link_problem(name: str, target: str) -> str | None:
+    """Why the symbolic link ``name`` -> ``target`` is not made again (None: it is), judged without
+    knowing the other links: a target that is relative, without NUL, whose ``..`` parts all come first
+    and are no more than the folders above ``name``, ends inside /workspace however the links it
+    passes through resolve (each of them is held to the same rule; names under a link are refused)."""
+    if not target or "\0" in target or len(target) > MAX_NAME_CHARS:
+        return "an empty, NUL or over-long target"
+    if target.startswith("/"):
+        return "an absolute target"
+    parts = [p for p in target.split("/") if p not in ("", ".")]
+    ups = next((i for i, p in enumerate(parts) if p != ".."), len(parts))
+    if ".." in parts[ups:]:
+        return "'..' after a name"
+    if ups > name.count("/"):
+        return "a target above /workspace"
+    return None
+
+
 def _claim(kinds: dict[str, str], name: str, kind: str) -> None:
-    """Note ``name`` as a folder or a file; refuse a name twice, or a name under a file."""
+    """Note ``name`` as a folder, a file or a link; refuse a name twice, or a name under a file or a
+    link (a write there would follow the link)."""
     if name in kinds:
         raise WorkspaceError(f"archive entry {name!r} is in the archive twice")
     parts = name.split("/")
     for depth in range(1, len(parts)):
         parent = "/".join(parts[:depth])
-        if kinds.get(parent) == "file":
-            raise WorkspaceError(f"archive entry {name!r} is under {parent!r}, which is a file")
+        if kinds.get(parent) in ("file", "link"):
+            raise WorkspaceError(f"archive entry {name!r} is under {parent!r}, which is a {kinds[parent]}")
         kinds.setdefault(parent, "dir")
     kinds[name] = kind
 
@@ -194,4 +232,41 @@ def restore_workspace(
         [f"{workdir}/{name}" for name in contents.folders],
         {f"{workdir}/{name}": body for name, body in contents.files.items()},
     )
+    _make_links(session, workdir, contents)
     return contents
+
+
+def _make_links(session: SessionSandbox, workdir: str, contents: ArchiveContents) -> None:
+    """Make the archive's links that stay inside /workspace, after every file (no write follows them),
+    by the sandbox's own ``ln``; those it could not make are named as skipped.
+
+    Raises:
+        SessionGoneError: the session ended meanwhile.
+    """
+    pairs = [(target, f"{workdir}/{name}") for name, target in contents.links.items()]
+    for start in range(0, len(pairs), LINKS_PER_COMMAND):
+        chunk = pairs[start : start + LINKS_PER_COMMAND]
+        argv = ["sh", "-c", LINK_LOOP, "sh", *(arg for pair in chunk for arg in pair)]
+        done = session.execute(argv, timeout_s=TAR_TIMEOUT_S, max_output=4096, tail=0)
+        if done.exit_code != 0 and len(contents.skipped) < MAX_SKIPPED_NAMED:
+            contents.skipped.append(f"{len(chunk)} links from {chunk[0][1]!r} (could not all be made)")
+
+
+def resume_note(contents: ArchiveContents) -> str:
+    """What the model reads when its shell job resumes in a fresh session sandbox: what came back, and
+    what did not (without it, a model expecting its server or its /tmp files would be misled)."""
+    lines = [
+        "Note from the sandbox host: while this job waited for a person's decision its session sandbox "
+        "was destroyed; your commands now run in a fresh one.",
+        f"Restored: /workspace ({len(contents.files)} files, {len(contents.folders)} folders, "
+        f"{len(contents.links)} links inside it, with packages installed into it).",
+        "Not restored: processes you started (background jobs, servers), and everything outside "
+        "/workspace (/tmp included).",
+    ]
+    if contents.skipped:
+        named = [name[:NOTE_NAME_CHARS] for name in contents.skipped[:NOTE_NAMES]]
+        more = len(contents.skipped) - len(named)
+        lines.append(
+            "Not restored from /workspace: " + "; ".join(named) + (f"; and {more} more" if more else "") + "."
+        )
+    return "\n".join(lines)
