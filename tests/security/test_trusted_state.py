@@ -349,6 +349,52 @@ def test_a_job_suspended_on_another_host_is_refused_by_an_unpinned_worker_naming
     assert "keys were not made on this host" in second.log() and first.worker.name in second.log()
 
 
+# -- the request an approver is shown, rewritten in Redis ---------------------------------------------
+def test_a_request_rewritten_in_redis_is_shown_as_such_and_approving_it_runs_only_the_genuine_call(
+    gated: FleetWorker,
+) -> None:
+    """The attacker rewrites a pending request's arguments (call hash kept, so a decision for it
+    holds): ``approvals show`` says the request differs from the worker's signed ``requested``
+    event, ``approvals approve`` refuses, and a decision signed anyway runs the program's own call."""
+    client, data = gated.client, gated.fleet.data_dir
+    job, rid = suspended_refund(gated, "runc")
+    approver = {"SANDFLEET_APPROVER_KEY": gated.settings.approver_key or ""}
+    genuine = cli(gated, "approvals", "show", rid)
+    r, keys = attacker_redis(gated)
+    try:
+        stored = json.loads(r.hget(keys.approval(rid), "request") or "{}")
+        assert stored["arguments"] == {"order_id": "O-1", "amount": 25.0}, stored
+        stored["arguments"] = {"order_id": "O-9", "amount": 1.0}  # what the approver would be shown
+        r.hset(keys.approval(rid), "request", json.dumps(stored))
+        shown = cli(gated, "approvals", "show", rid)
+        shown_json = cli(gated, "approvals", "show", rid, "--json")
+        refused = cli(gated, "approvals", "approve", rid, **approver)
+        assert client.approval(rid).status == ApprovalStatus.PENDING  # the command decided nothing
+        client.approve(rid, by="ana")  # an approver who signs it anyway, from the Python client
+        result = job.result(timeout=JOB_TIMEOUT_S)
+    finally:
+        r.close()
+    assert genuine.returncode == 0 and "verified:    yes: tool, arguments, call hash" in genuine.stdout, (
+        genuine
+    )
+    assert shown.returncode == 0, shown.stderr
+    [signed_line] = [line for line in shown.stdout.splitlines() if line.startswith("verified:")]
+    assert "NO, REWRITTEN IN REDIS: arguments differ from what the worker signed" in signed_line, shown.stdout
+    verdict = json.loads(shown_json.stdout)["signed_request"]
+    assert verdict["state"] == "differs" and verdict["differing"] == ["arguments"], verdict
+    assert refused.returncode == 1 and "not the one its worker signed" in refused.stderr, refused
+    assert result.status == JobStatus.SUCCEEDED, result.error
+    refunds = [e for e in ledger(data) if e["tool"] == "issue_refund"][-1:]
+    assert [(e["order_id"], e["amount"]) for e in refunds] == [("O-1", 25.0)]  # the genuine call only
+    assert "O-9" not in json.dumps(ledger(data))
+    record(
+        "approvals: a pending request's arguments rewritten in Redis",
+        "runc",
+        True,
+        f"show: {signed_line[:200]}; approve exit {refused.returncode}; the genuine call ran",
+    )
+
+
 # -- row 5: a public key swapped under a genuine key id ----------------------------------------------
 def test_a_public_key_swapped_under_a_genuine_key_id_is_flagged_refused_and_stops_the_worker(
     gated: FleetWorker,
