@@ -210,22 +210,27 @@ def verification_ring(settings: Settings, registry: KeyRegistry) -> KeyRing:
     return KeyRing(registered.keys, UNPINNED_SOURCE, registered.rejected)
 
 
+def acting_ring(settings: Settings, registry: KeyRegistry) -> KeyRing:
+    """The keys a worker process acts on state with, before it knows its own key: the pinned key set
+    (``SANDFLEET_TRUSTED_KEYS``) or else this host's keys
+    (:func:`~sandfleet.core.host_keys.host_ring`), the revocations registered in Redis applied."""
+    registered = registry.contents()
+    base = (
+        trusted_ring(settings.trusted_keys) if settings.trusted_keys else host_ring(settings.worker_state_dir)
+    )
+    return base.with_revocations(registered.keys)
+
+
 def worker_ring(settings: Settings, registry: KeyRegistry, own: KeyInfo) -> KeyRing:
     """The keys a worker checks a job's chain with before it acts on state the chain commits to (a
-    checkpoint, an approved call's outcome, a committed webhook): the pinned key set
-    (``SANDFLEET_TRUSTED_KEYS``) or else this host's keys (:func:`~sandfleet.core.host_keys.host_ring`),
-    the revocations registered in Redis applied, plus the worker's own key.
+    checkpoint, an approved call's outcome, a committed webhook): :func:`acting_ring` plus its own key.
 
     Never the register's additions: whoever writes Redis can add a key, and a worker acting on state
     signed with it would run a planted checkpoint. Readers (``result``, ``audit --verify``, ``replay``)
     keep :func:`verification_ring`: they only report, and say which keys they used. Its own key a
     worker knows from its private key file, so no register entry can take its place.
     """
-    registered = registry.contents()
-    base = (
-        trusted_ring(settings.trusted_keys) if settings.trusted_keys else host_ring(settings.worker_state_dir)
-    )
-    return base.with_revocations(registered.keys).with_own(own)
+    return acting_ring(settings, registry).with_own(own)
 
 
 def trust_problems(settings: Settings, registry: KeyRegistry, own: KeyInfo) -> list[str]:

@@ -32,9 +32,9 @@ from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import SigningKeyError
 from sandfleet.core.key_registry import (
     KeyRegistry,
+    acting_ring,
     start_signer,
     trust_problems,
-    verification_ring,
     worker_ring,
 )
 from sandfleet.core.publish import JobPublisher
@@ -177,7 +177,7 @@ class WorkerState:
         store = self.store
         registry = KeyRegistry(store.redis, FleetKeys(self.settings.key_prefix))
         if store.signer is None:  # not started as a worker (a test's state): no key of its own
-            return verification_ring(self.settings, registry)
+            return acting_ring(self.settings, registry)
         return worker_ring(self.settings, registry, store.signer.key_info())
 
     def start(self, name: str) -> None:
