@@ -5,7 +5,8 @@ Anyone who can write to Redis can also add a key here, so the register is where 
 not why they are *trusted*: an auditor pins an exported key set (``sandfleet keys export``, then
 ``SANDFLEET_TRUSTED_KEYS`` or ``--keys``), and only revocations are taken from Redis on top of it
 (a revocation can only make verification stricter). Workers honour the same setting when they verify
-a job's chain before using state it commits to (:func:`worker_ring`). A key id is the hash of its
+a job's chain before using state it commits to (:func:`worker_ring`); without it they trust the keys
+made on their own host (sandfleet/core/host_keys.py), never the register. A key id is the hash of its
 public key, recomputed every time the register is read: an entry holding another public key under a
 genuine id is reported (``rejected``) and never used. SECURITY.md has the threat model.
 """
@@ -20,6 +21,7 @@ import redis
 from pydantic import ValidationError
 
 from sandfleet.core.errors import SigningKeyError
+from sandfleet.core.host_keys import forget_host_key, host_ring, remember_host_key
 from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.replies import text_map
 from sandfleet.core.settings import Settings
@@ -168,6 +170,7 @@ def start_signer(settings: Settings, worker: str, registry: KeyRegistry) -> File
         )
     if retired := registry.retire_others(worker, keep=key.key_id):
         log.warning("worker %s: retired its earlier key(s) %s", worker, ", ".join(retired))
+    remember_host_key(settings.worker_state_dir, key.info)  # what this host's workers trust unpinned
     return FileSigner(path, worker)
 
 
@@ -185,11 +188,16 @@ def rotate_key(
     old = read_key(path, worker) if path.exists() else None
     new = WorkerKey.generate(worker)
     registry.register(new.info)
+    remember_host_key(settings.worker_state_dir, new.info)  # trusted here before anything is signed
     write_key(path, new)
     old_info = None
     if old is not None:
         registry.register(old.info)  # a key made before its worker ever started: register it to retire it
         old_info = registry.set_status(old.key_id, KeyStatus.REVOKED if revoke else KeyStatus.RETIRED)
+        if revoke:
+            forget_host_key(settings.worker_state_dir, old.key_id)
+        else:  # retired: what it signed (a job it suspended) still resumes on this host
+            remember_host_key(settings.worker_state_dir, old.info)
     return old_info, new.info
 
 
@@ -202,15 +210,60 @@ def verification_ring(settings: Settings, registry: KeyRegistry) -> KeyRing:
     return KeyRing(registered.keys, UNPINNED_SOURCE, registered.rejected)
 
 
+def acting_ring(settings: Settings, registry: KeyRegistry) -> KeyRing:
+    """The keys a worker process acts on state with, before it knows its own key: the pinned key set
+    (``SANDFLEET_TRUSTED_KEYS``) or else this host's keys
+    (:func:`~sandfleet.core.host_keys.host_ring`), the revocations registered in Redis applied."""
+    registered = registry.contents()
+    base = (
+        trusted_ring(settings.trusted_keys) if settings.trusted_keys else host_ring(settings.worker_state_dir)
+    )
+    return base.with_revocations(registered.keys)
+
+
 def worker_ring(settings: Settings, registry: KeyRegistry, own: KeyInfo) -> KeyRing:
     """The keys a worker checks a job's chain with before it acts on state the chain commits to (a
-    checkpoint, an approved call's outcome): :func:`verification_ring` plus the worker's own key.
+    checkpoint, an approved call's outcome, a committed webhook): :func:`acting_ring` plus its own key.
 
-    Pinned (``SANDFLEET_TRUSTED_KEYS`` on the worker), a key someone added to the register is not
-    trusted; unpinned, it is (SECURITY.md: whoever can write Redis can add one). Its own key a worker
-    knows from its private key file, so no register entry can take its place.
+    Never the register's additions: whoever writes Redis can add a key, and a worker acting on state
+    signed with it would run a planted checkpoint. Readers (``result``, ``audit --verify``, ``replay``)
+    keep :func:`verification_ring`: they only report, and say which keys they used. Its own key a
+    worker knows from its private key file, so no register entry can take its place.
     """
-    return verification_ring(settings, registry).with_own(own)
+    return acting_ring(settings, registry).with_own(own)
+
+
+def trust_problems(settings: Settings, registry: KeyRegistry, own: KeyInfo) -> list[str]:
+    """What a starting worker should warn its operator of about the keys it will act on (empty: none).
+
+    Pinned, its own key missing from the set: other workers pinning that set refuse what it signs.
+    Unpinned, active keys in the register that were not made on this host: state they sign (a job they
+    suspend, a webhook they commit) is refused here unless the fleet's key set is pinned.
+
+    Raises:
+        SigningKeyError: the pinned key set cannot be read (the worker refuses to start).
+    """
+    if settings.trusted_keys:
+        if own.key_id in trusted_ring(settings.trusted_keys):
+            return []
+        return [
+            f"its key {own.key_id} is not in the pinned key set {settings.trusted_keys}: other workers and "
+            "auditors pinning it refuse what this worker signs; export the key set again"
+        ]
+    local = host_ring(settings.worker_state_dir)
+    others = sorted(
+        {i.worker for i in registry.all() if i.status == KeyStatus.ACTIVE and i.key_id not in local}
+        - {own.worker}
+    )
+    if not others:
+        return []
+    shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+    return [
+        f"the key register lists workers whose keys were not made on this host ({shown}): a job they "
+        "suspended or whose webhook they committed is refused here (untrusted_state) unless "
+        "SANDFLEET_TRUSTED_KEYS pins the fleet's key set (`sandfleet keys export`, checked against "
+        "`sandfleet keys list`); without it this worker acts only on state signed on this host"
+    ]
 
 
 def trusted_ring(path: str | Path) -> KeyRing:

@@ -195,7 +195,9 @@ class Settings(BaseSettings):
     trusted_keys: str | None = Field(
         None,
         description="a key set from `sandfleet keys export`: verify audit chains with these keys only "
-        "(readers; workers too, before they use a checkpoint or a stored outcome, plus their own key)",
+        "(readers; workers too, before they use a checkpoint, a stored outcome or a committed webhook, "
+        "plus their own key). Unset: readers use the keys registered in Redis, workers only the keys "
+        "made on their own host (set it on fleets of several hosts)",
     )
     # The submitting user's own state (sandfleet/producer/ledger.py, sandfleet/producer/submitter.py).
     client_state_dir: str = Field(

@@ -14,7 +14,9 @@ from sandfleet.core.chain import signed_message
 from sandfleet.core.errors import SigningKeyError
 from sandfleet.core.key_registry import (
     KeyRegistry,
+    rotate_key,
     start_signer,
+    trust_problems,
     trusted_ring,
     verification_ring,
     worker_ring,
@@ -106,7 +108,7 @@ def test_a_worker_refuses_to_start_when_its_registered_key_is_not_its_own(
     assert start_signer(settings, TEST_WORKER, registry).key.key_id == signer.key.key_id  # removed: it starts
 
 
-def test_a_worker_trusts_its_own_key_and_with_a_pinned_set_no_key_added_to_the_register(
+def test_a_worker_trusts_its_own_and_its_hosts_keys_and_never_a_key_added_to_the_register(
     settings: Settings, raw_redis: redis.Redis, signer: FileSigner, tmp_path: Path
 ) -> None:
     keys = FleetKeys(settings.key_prefix)
@@ -115,26 +117,62 @@ def test_a_worker_trusts_its_own_key_and_with_a_pinned_set_no_key_added_to_the_r
     raw_redis.hset(keys.signing_keys, signer.key.key_id, entry)  # swapped under the worker's own id
     added = WorkerKey.generate(TEST_WORKER)
     registry.register(added.info)  # a key the attacker added in the worker's name
+    neighbour = start_signer(settings, "neighbour@host", registry).key  # another worker of this host
+    elsewhere_settings = settings.model_copy(update={"worker_state_dir": str(tmp_path / "other-host")})
+    elsewhere = start_signer(elsewhere_settings, "elsewhere@other", registry).key  # a worker of another host
     message = signed_message("job", "link")
 
     unpinned = worker_ring(settings, registry, signer.key_info())
     assert unpinned.check(signer.key.key_id, message, signer.key.sign(message)) is None  # its own file
-    assert unpinned.check(added.key_id, message, added.sign(message)) is None  # the residual risk
+    assert unpinned.check(neighbour.key_id, message, neighbour.sign(message)) is None  # this host's
+    for stranger in (added, elsewhere):  # registered in Redis, not made here: never trusted to act on
+        refused = unpinned.check(stranger.key_id, message, stranger.sign(message))
+        assert refused is not None and "not in the key set (this host's keys in" in refused, refused
+        assert "SANDFLEET_TRUSTED_KEYS" in refused
     assert "this worker's own key" in unpinned.source
+    # A reader (result, audit --verify, replay) still finds keys in the register, saying so.
+    assert verification_ring(settings, registry).check(added.key_id, message, added.sign(message)) is None
+    [warning] = trust_problems(settings, registry, signer.key_info())
+    assert "elsewhere@other" in warning and "SANDFLEET_TRUSTED_KEYS" in warning
 
     pinned_file = tmp_path / "pinned.json"
-    pinned_file.write_text(json.dumps(KeyRing([], "none").export(settings.key_prefix)))
-    pinned = worker_ring(
-        settings.model_copy(update={"trusted_keys": str(pinned_file)}), registry, signer.key_info()
-    )
+    pinned_file.write_text(json.dumps(KeyRing([elsewhere.info], "none").export(settings.key_prefix)))
+    pinned_settings = settings.model_copy(update={"trusted_keys": str(pinned_file)})
+    pinned = worker_ring(pinned_settings, registry, signer.key_info())
     assert pinned.check(signer.key.key_id, message, signer.key.sign(message)) is None
+    assert pinned.check(elsewhere.key_id, message, elsewhere.sign(message)) is None  # pinned: trusted
     refused = pinned.check(added.key_id, message, added.sign(message))
     assert refused is not None and "not in the key set (the pinned key set" in refused
+    assert "is not in the pinned key set" in trust_problems(pinned_settings, registry, signer.key_info())[0]
 
     raw_redis.hset(keys.signing_keys, signer.key.key_id, signer.key.info.model_dump_json())  # genuine again
     registry.set_status(signer.key.key_id, KeyStatus.REVOKED)  # exposed: its own worker trusts it no more
+    registry.set_status(neighbour.key_id, KeyStatus.REVOKED)
     revoked = worker_ring(settings, registry, signer.key_info())
     assert "which is revoked" in str(revoked.check(signer.key.key_id, message, signer.key.sign(message)))
+    assert "which is revoked" in str(revoked.check(neighbour.key_id, message, neighbour.sign(message)))
+
+
+def test_a_rotated_key_stays_trusted_on_its_host_and_a_revoked_one_does_not(
+    settings: Settings, raw_redis: redis.Redis, signer: FileSigner
+) -> None:
+    """A job suspended before a rotation resumes after it; one signed with a revoked key does not, even
+    once the revocation is gone from the register (removed by a Redis writer)."""
+    registry = KeyRegistry(raw_redis, FleetKeys(settings.key_prefix))
+    before = signer.key
+    old, new = rotate_key(settings, TEST_WORKER, registry)
+    assert old is not None and old.key_id == before.key_id and old.status == KeyStatus.RETIRED
+    message = signed_message("job", "link")
+    ring = worker_ring(settings, registry, signer.key_info())
+    assert signer.key_info().key_id == new.key_id
+    assert ring.check(before.key_id, message, before.sign(message)) is None
+    rotated = signer.key
+    _old, _newer = rotate_key(settings, TEST_WORKER, registry, revoke=True)
+    raw_redis.hdel(registry.name, rotated.key_id)  # the revocation erased from Redis
+    refused = worker_ring(settings, registry, signer.key_info()).check(
+        rotated.key_id, message, rotated.sign(message)
+    )
+    assert refused is not None and "not in the key set" in refused
 
 
 def test_a_worker_with_an_unreadable_pinned_key_set_refuses_to_start(

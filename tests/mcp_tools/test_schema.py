@@ -153,13 +153,29 @@ def test_an_unusable_schema_is_refused(schema: Any, problem: str) -> None:
         ToolSignature.from_schemas(schema)
 
 
-def test_a_recursive_reference_ends_as_any() -> None:
-    schema = {
+def test_a_reference_to_itself_is_refused_and_a_tree_that_recurses_into_its_values_is_offered() -> None:
+    """``N = {"$ref": N}`` never enters the value: jsonschema would recurse until RecursionError."""
+    endless = {
         "type": "object",
         "properties": {"node": {"$ref": "#/$defs/N"}},
         "$defs": {"N": {"$ref": "#/$defs/N"}},
     }
-    assert ToolSignature.from_schemas(schema).render("t") == "t(*, node: Any = None)"
+    with pytest.raises(SchemaError, match="has a \\$ref cycle that never enters the value"):
+        ToolSignature.from_schemas(endless)
+    tree = {
+        "type": "object",
+        "properties": {"node": {"$ref": "#/$defs/N"}},
+        "$defs": {"N": {"anyOf": [{"type": "null"}, {"$ref": "#/$defs/N", "type": "array"}]}},
+    }
+    with pytest.raises(SchemaError, match="cycle"):  # still at the same level (a $ref beside "type")
+        ToolSignature.from_schemas(tree)
+    tree["$defs"]["N"] = {
+        "type": "object",
+        "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/N"}}},
+    }
+    shape = ToolSignature.from_schemas(tree)
+    assert shape.render("t") == "t(*, node: dict = None)"
+    assert shape.visits_per_value == 2  # a value is visited by a $ref and by the schema it names
 
 
 def test_the_servers_own_names_stand_for_the_parameters_made_of_them() -> None:

@@ -339,15 +339,17 @@ def test_planted_outbox_entries_are_refused_and_reach_nobody(fleet: Fleet) -> No
         attacker.close()
 
 
-def test_a_chain_signed_with_a_key_planted_in_the_register_is_refused_by_a_pinned_worker(
-    fleet: Fleet,
+def test_a_chain_signed_with_a_key_planted_in_the_register_is_refused_pinned_or_not(
+    fleet: Fleet, tmp_path: Path
 ) -> None:
-    """The attacker registers a key of its own and writes a whole job with it: a chain committing a
-    body of its choosing to its own server. A worker pinning its key set refuses the entry; an
-    unpinned one trusts the register and sends it (the residual risk: pin the keys)."""
+    """The attacker registers a key of its own (made anywhere but this host's state folder) and writes a
+    whole job with it: a chain committing a body of its choosing to its own server. A worker pinning
+    its key set refuses the entry, and so does one that does not pin: unpinned, a worker acts only on
+    chains signed with keys made on its own host (sandfleet/core/host_keys.py), never the register's."""
     attacker = OutboxReceiver()
     try:
-        forger = start_signer(fleet.settings, "attacker@host", fleet.registry)  # registered in Redis
+        elsewhere = fleet.settings.model_copy(update={"worker_state_dir": str(tmp_path / "attacker")})
+        forger = start_signer(elsewhere, "attacker@host", fleet.registry)  # registered in Redis
         forged_store = JobStore(fleet.redis, fleet.settings, forger)
         forged = Webhooks(fleet.settings, fleet.redis, worker="attacker@host")
         job_id = str(uuid.uuid4())
@@ -375,11 +377,14 @@ def test_a_chain_signed_with_a_key_planted_in_the_register_is_refused_by_a_pinne
         assert report is not None and report.sent == [] and members(fleet) == []
         assert "not in the key set" in dict(report.refused)[member]
         pinned.close()
-        assert attacker.posts == []
 
         fleet.webhooks.outbox.add(planted, due_at=0)  # planted again, for a worker that does not pin
+        assert fleet.settings.trusted_keys is None
         report = fleet.webhooks.sweep(time.time() + 10)
-        assert report is not None and report.sent == [member]  # the residual: it trusts the register
-        assert json.loads(attacker.wait_for(1)[0]["body"])["result"] == "the attacker's words"
+        assert report is not None and report.sent == [] and members(fleet) == []
+        refused = dict(report.refused)[member]
+        assert "not in the key set (this host's keys in" in refused and "SANDFLEET_TRUSTED_KEYS" in refused
+        fleet.webhooks.close()
+        assert attacker.posts == []
     finally:
         attacker.close()

@@ -212,6 +212,11 @@ class WorkerFactory:
     (``NAME@host``, what it signs as; a fresh one when None). ``approvers=APPROVERS`` (for any worker that gates tools): key pairs in its
     folder, their approvers file given to the worker, its client signing with the first one's key.
     Every other option is ``start_worker``'s.
+
+    Workers of one fleet share the first one's state folder (``SANDFLEET_WORKER_STATE_DIR``, unless
+    ``env`` names one), as the workers of one host do: unpinned, a worker acts only on state signed
+    with a key made in its state folder (sandfleet/core/host_keys.py), so a second worker can resume
+    what the first suspended. A test of several hosts gives each its own folder in ``env``.
     """
 
     def __init__(self, redis_url: str, new_folder: Callable[[str], Path]) -> None:
@@ -219,6 +224,7 @@ class WorkerFactory:
         self.new_folder = new_folder
         self.workers: list[FleetWorker] = []
         self.folders: list[Path] = []
+        self.state_dirs: dict[tuple[str, str], str] = {}  # (redis url, key prefix) -> its state folder
 
     def __call__(
         self,
@@ -243,7 +249,12 @@ class WorkerFactory:
                     "approver_key": str(trusted.keys[approvers[0]]),
                 }
             settings = fleet_settings_for(redis_url or self.redis_url, **overrides)
-        worker = start_worker(settings, folder, approvers=trusted, name=worker_name, **options)
+        fleet = (settings.redis_url, settings.key_prefix)
+        env = dict(options.pop("env", None) or {})
+        if fleet in self.state_dirs:
+            env.setdefault("SANDFLEET_WORKER_STATE_DIR", self.state_dirs[fleet])
+        worker = start_worker(settings, folder, approvers=trusted, name=worker_name, env=env, **options)
+        self.state_dirs.setdefault(fleet, env.get("SANDFLEET_WORKER_STATE_DIR", str(folder / "worker-state")))
         self.workers.append(worker)
         return worker
 
@@ -255,7 +266,7 @@ class WorkerFactory:
             delete_keys(url, prefix)
         for folder in self.folders:
             shutil.rmtree(folder, ignore_errors=True)
-        self.workers, self.folders = [], []
+        self.workers, self.folders, self.state_dirs = [], [], {}
 
 
 __all__ = [

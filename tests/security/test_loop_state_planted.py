@@ -3,7 +3,7 @@ resuming worker acts only on loop state its fleet signed (issue 26, point 1; the
 tests/security/test_trusted_state.py).
 
 A real ``sandfleet worker`` (gated ``issue_refund``, grace 1 s, the replay model over HTTP, shell jobs
-in Docker session sandboxes) on the test Redis. The test is the attacker: it rewrites Redis with plain
+in Docker session sandboxes under runc and gVisor's runsc: ``MODES``) on the test Redis. The test is the attacker: it rewrites Redis with plain
 commands, as anyone holding the Redis password can, then lets the job resume. The test tools write every
 real execution to a ledger, so a test proves what never ran.
 
@@ -37,12 +37,12 @@ from sandfleet.core.contracts import AuditEvent, AuditKind, JobStatus
 from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.worker.approval.checkpoint import Checkpoint
 
-from .helpers import record
+from .helpers import BACKEND_OF, record
 
 pytestmark = [pytest.mark.slow]
 
 JOB_TIMEOUT_S = 120.0
-MODES = ["chat", "shell"]
+MODES = ["chat", "shell", "shell-runsc"]  # a shell job's session sandbox under runc, then runsc
 PLANTED_ORDER = "PLANTED-by-the-attacker"
 INVENTED = "refund-INVENTED-by-the-attacker"
 
@@ -60,6 +60,21 @@ def patient(module_fleet_worker: WorkerFactory) -> FleetWorker:
     return gated_worker(module_fleet_worker, "loop-state-patient", env)
 
 
+def loop_mode(mode: str) -> tuple[str, str]:
+    """``(the job's mode, the runtime of its sandbox)`` of a MODES entry (chat has no sandbox)."""
+    name, _, runtime = mode.partition("-")
+    return name, runtime or "runc"
+
+
+@pytest.fixture(autouse=True)
+def _runtime_present(request: pytest.FixtureRequest) -> None:
+    """A shell-runsc case needs gVisor on the engine (the ``gvisor`` fixture: skipped locally, failed
+    in CI)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and loop_mode(str(callspec.params.get("mode", "chat")))[1] == "runsc":
+        request.getfixturevalue("gvisor")
+
+
 def call(name: str, **arguments: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": name, "arguments": arguments}]}
 
@@ -75,7 +90,11 @@ def submit(worker: FleetWorker, mode: str, order: str) -> Any:
     path = worker.scripts_dir / f"{order}.json"
     path.write_text(json.dumps({"rules": [{"match": order, "responses": responses}]}))
     tools = ["lookup_order", "issue_refund"]
-    return worker.client.submit(f"Refund {order}", tools=tools, mode=mode, model=f"replay:{path}")
+    name, runtime = loop_mode(mode)
+    sandbox = {"backend": BACKEND_OF[runtime]} if name == "shell" else {}
+    return worker.client.submit(
+        f"Refund {order}", tools=tools, mode=name, model=f"replay:{path}", sandbox=sandbox
+    )
 
 
 def suspended(worker: FleetWorker, mode: str, case: str) -> tuple[Any, str, str]:
@@ -207,7 +226,12 @@ def test_a_rewritten_loop_checkpoint_is_not_resumed_and_nothing_of_it_runs(
     nothing_ran(gated, job, mode, order, before)
     assert [e.data["event"] for e in job.audit() if e.kind == AuditKind.APPROVAL] == ["requested"]
     assert INVENTED not in json.dumps([e.model_dump(mode="json") for e in job.audit()])
-    record(f"loop state: {mode} checkpoint rewritten ({case})", "runc", True, result.error.message[:300])
+    record(
+        f"loop state: {mode} checkpoint rewritten ({case})",
+        loop_mode(mode)[1],
+        True,
+        result.error.message[:300],
+    )
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -231,7 +255,7 @@ def test_a_planted_loop_checkpoint_with_an_unsigned_awaiting_approval_event_is_n
     nothing_ran(gated, job, mode, order, before)
     record(
         f"loop state: {mode} checkpoint planted with an unsigned awaiting_approval event",
-        "runc",
+        loop_mode(mode)[1],
         True,
         result.error.message[:300],
     )
@@ -289,7 +313,7 @@ def test_an_invented_outcome_of_a_suspended_loop_call_is_not_served_to_the_model
     never_served(gated, job, result, rid, before)
     record(
         f"loop state: {mode} approval set to executed with an invented outcome",
-        "runc",
+        loop_mode(mode)[1],
         True,
         result.error.message[:300],
     )
@@ -314,7 +338,7 @@ def test_an_invented_outcome_written_while_a_loop_call_waits_is_not_served_to_th
     assert "awaiting_approval" not in states  # stopped in its grace, never suspended
     record(
         f"loop state: {mode} invented outcome while the call waits in its grace",
-        "runc",
+        loop_mode(mode)[1],
         True,
         result.error.message[:300],
     )

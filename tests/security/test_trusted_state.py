@@ -12,8 +12,10 @@ owner label) proves that no container was made for a refused resume.
 - A planted checkpoint and an unsigned ``awaiting_approval`` event committing to it: the chain does not
   verify, the job ends ``untrusted_state`` before any container or tool.
 - The same event signed with a key the attacker registered in Redis (the register can be written):
-  a worker pinning its key set (``SANDFLEET_TRUSTED_KEYS``) refuses it; an unpinned worker trusts the
-  register and runs the planted program (the residual risk SECURITY.md states: pin the keys).
+  a worker pinning its key set (``SANDFLEET_TRUSTED_KEYS``) refuses it, and so does one that does
+  not pin: unpinned, a worker acts only on state signed with a key made on its own host
+  (sandfleet/core/host_keys.py). The price, shown too: a job suspended on another host is refused
+  by an unpinned worker, saying to pin the fleet's key set.
 - The attacker's public key stored under a genuine worker's key id: ``keys list`` flags it,
   ``keys export`` refuses, ``result`` and ``audit --verify`` refuse the forged result, and a worker
   whose registered key was swapped refuses to start.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from typing import Any
@@ -291,28 +294,104 @@ def test_a_worker_pinning_its_keys_refuses_a_planted_event_signed_with_a_registe
     record(case, runtime, True, result.error.message[:300])
 
 
-def test_an_unpinned_worker_trusts_a_key_registered_in_redis_the_residual_risk(gated: FleetWorker) -> None:
-    """Not a refusal: the register is where keys are found, and anyone who writes Redis can add one.
-    Pinning (the test above) is what stops this; SECURITY.md says so."""
-    data = gated.fleet.data_dir
+def test_an_unpinned_worker_refuses_a_planted_event_signed_with_a_registered_key(
+    gated: FleetWorker, runtime: str
+) -> None:
+    """No pinned key set: the worker still acts only on what a key made on its host signed."""
+    client, data = gated.client, gated.fleet.data_dir
     before = len(ledger(data))
-    job, rid = suspended_refund(gated, "runc")
+    job, rid = suspended_refund(gated, runtime)
     r, keys = attacker_redis(gated)
+    watch = ContainerWatch(gated.worker.owner_label)
     try:
         digest = plant_checkpoint(r, keys, job.job_id)
         event = {"status": "awaiting_approval", "waiting_for": [rid], "checkpoint_sha256": digest}
         append_event(r, keys, job.job_id, "state", event, key=attacker_key(gated))
-        gated.client.approve(rid, by="ana")
+        client.approve(rid, by="ana")
         result = job.result(timeout=JOB_TIMEOUT_S, verify=False)
+        time.sleep(1.0)
+        created = watch.created()
+    finally:
+        watch.close()
+        r.close()
+    assert gated.settings.trusted_keys is None and "SANDFLEET_TRUSTED_KEYS" not in json.dumps(
+        gated.fleet.config.env
+    )
+    assert result.status == JobStatus.FAILED and result.error is not None, result
+    assert result.error.kind == "untrusted_state", result.error
+    assert "not in the key set (this host's keys in" in result.error.message, result.error.message
+    assert created == [] and PLANTED_ORDER not in json.dumps(ledger(data)[before:])
+    assert "issue_refund" not in [e["tool"] for e in ledger(data)[before:]]
+    case = "state: planted checkpoint signed with a key registered in Redis, worker NOT pinned"
+    record(case, runtime, True, result.error.message[:300])
+
+
+def test_a_job_suspended_on_another_host_is_refused_by_an_unpinned_worker_naming_the_setting(
+    fleet_worker: WorkerFactory,
+) -> None:
+    """The price of not trusting the register: the key of a worker of another host (its own state
+    folder) is not trusted either until the operator pins the fleet's key set. Nothing runs."""
+    first = gated_worker(fleet_worker, "first-host", approval_env())
+    job, rid = suspended_refund(first, "runc")
+    first.fleet.kill(first.worker, signal.SIGTERM)  # it holds nothing of the waiting job
+    first.worker.process.wait(timeout=90)
+    before = len(ledger(first.fleet.data_dir))
+    other_host = first.fleet.folder / "other-host-state"
+    second = first.fleet.start_worker(env={"SANDFLEET_WORKER_STATE_DIR": str(other_host)})
+    first.client.approve(rid, by="ana")
+    result = job.result(timeout=JOB_TIMEOUT_S)  # the second worker's own final record: it verifies
+    assert job.record().worker == second.name
+    assert result.status == JobStatus.FAILED and result.error is not None, result
+    assert result.error.kind == "untrusted_state", result.error
+    assert f"which is not in the key set (this host's keys in {other_host}" in result.error.message
+    assert "SANDFLEET_TRUSTED_KEYS" in result.error.message, result.error.message
+    assert ledger(first.fleet.data_dir)[before:] == []  # neither the refund nor the lookup ran again
+    assert "keys were not made on this host" in second.log() and first.worker.name in second.log()
+
+
+# -- the request an approver is shown, rewritten in Redis ---------------------------------------------
+def test_a_request_rewritten_in_redis_is_shown_as_such_and_approving_it_runs_only_the_genuine_call(
+    gated: FleetWorker,
+) -> None:
+    """The attacker rewrites a pending request's arguments (call hash kept, so a decision for it
+    holds): ``approvals show`` says the request differs from the worker's signed ``requested``
+    event, ``approvals approve`` refuses, and a decision signed anyway runs the program's own call."""
+    client, data = gated.client, gated.fleet.data_dir
+    job, rid = suspended_refund(gated, "runc")
+    approver = {"SANDFLEET_APPROVER_KEY": gated.settings.approver_key or ""}
+    genuine = cli(gated, "approvals", "show", rid)
+    r, keys = attacker_redis(gated)
+    try:
+        stored = json.loads(r.hget(keys.approval(rid), "request") or "{}")
+        assert stored["arguments"] == {"order_id": "O-1", "amount": 25.0}, stored
+        stored["arguments"] = {"order_id": "O-9", "amount": 1.0}  # what the approver would be shown
+        r.hset(keys.approval(rid), "request", json.dumps(stored))
+        shown = cli(gated, "approvals", "show", rid)
+        shown_json = cli(gated, "approvals", "show", rid, "--json")
+        refused = cli(gated, "approvals", "approve", rid, **approver)
+        assert client.approval(rid).status == ApprovalStatus.PENDING  # the command decided nothing
+        client.approve(rid, by="ana")  # an approver who signs it anyway, from the Python client
+        result = job.result(timeout=JOB_TIMEOUT_S)
     finally:
         r.close()
-    assert result.status == JobStatus.SUCCEEDED and result.result == "planted"
-    assert PLANTED_ORDER in json.dumps(ledger(data)[before:])
+    assert genuine.returncode == 0 and "verified:    yes: tool, arguments, call hash" in genuine.stdout, (
+        genuine
+    )
+    assert shown.returncode == 0, shown.stderr
+    [signed_line] = [line for line in shown.stdout.splitlines() if line.startswith("verified:")]
+    assert "NO, REWRITTEN IN REDIS: arguments differ from what the worker signed" in signed_line, shown.stdout
+    verdict = json.loads(shown_json.stdout)["signed_request"]
+    assert verdict["state"] == "differs" and verdict["differing"] == ["arguments"], verdict
+    assert refused.returncode == 1 and "not the one its worker signed" in refused.stderr, refused
+    assert result.status == JobStatus.SUCCEEDED, result.error
+    refunds = [e for e in ledger(data) if e["tool"] == "issue_refund"][-1:]
+    assert [(e["order_id"], e["amount"]) for e in refunds] == [("O-1", 25.0)]  # the genuine call only
+    assert "O-9" not in json.dumps(ledger(data))
     record(
-        "state: planted checkpoint signed with a key registered in Redis, worker NOT pinned",
+        "approvals: a pending request's arguments rewritten in Redis",
         "runc",
-        False,
-        "accepted: the unpinned register trusts any key a Redis writer adds (pin SANDFLEET_TRUSTED_KEYS)",
+        True,
+        f"show: {signed_line[:200]}; approve exit {refused.returncode}; the genuine call ran",
     )
 
 

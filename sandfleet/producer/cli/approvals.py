@@ -3,9 +3,12 @@
 ``approve`` and ``deny`` sign the decision with the approver's key (``SANDFLEET_APPROVER_KEY`` or
 ``--key``; ``sandfleet approvers keygen`` makes one): workers act only on decisions signed by a key
 their approvers file lists (``--unsigned`` signs nothing, for fleets whose workers allow it).
+``show`` first says whether the request read from Redis is the one its worker signed (``verified:``,
+sandfleet/producer/request_check.py), and ``approve`` refuses one that is not.
 
 Exit codes: 0 done, 1 the decision was refused (unknown id, decided before, timed out, withdrawn
-because its job ended, another call hash, no usable approver key) or Redis failed, 2 bad input.
+because its job ended, another call hash, a request that is not the one its worker signed, no usable
+approver key) or Redis failed, 2 bad input.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sandfleet.core.errors import ApprovalError, InvalidSpecError, QueueUnavaila
 
 if TYPE_CHECKING:
     from sandfleet.core.approvals import ApprovalRequest
+    from sandfleet.producer.request_check import RequestCheck
 
 EXIT_REFUSED = 1
 EXIT_BAD_INPUT = 2
@@ -64,13 +68,23 @@ def _line(request: ApprovalRequest) -> str:
     )
 
 
-def show_request(request: ApprovalRequest, as_json: bool) -> None:
+def show_request(request: ApprovalRequest, as_json: bool, check: RequestCheck | None = None) -> None:
     """Every field an approver judges, escaped (they come from the program, the submitter, the model
     and Redis): one-line fields show no line break at all; the question, the arguments and the
-    program keep their lines, each indented under its label so that none can pose as another row."""
+    program keep their lines, each indented under its label so that none can pose as another row.
+    ``check``: the request compared with the worker's signed ``requested`` event, shown first."""
     if as_json:
-        echo_json(request.model_dump(mode="json"))
+        data = request.model_dump(mode="json")
+        if check is not None:
+            data["signed_request"] = {
+                "state": check.state,
+                "detail": check.detail,
+                "differing": check.differing,
+            }
+        echo_json(data)
         return
+    if check is not None:
+        echo(f"{'verified:':<{LABEL_WIDTH}}" + escape_line(check.describe()))
     job = escape_line(request.job_id) + (
         f" (batch {escape_line(request.batch_id)})" if request.batch_id else ""
     )
@@ -181,7 +195,16 @@ def list_requests(show_all: bool, job_id: str | None, limit: int, as_json: bool)
 def show(request_id: str, as_json: bool) -> None:
     """Show everything a person needs to judge one request: tool, arguments, program, question, job."""
     with approval_errors(), _client() as client:
-        show_request(client.approval(request_id), as_json)
+        request = client.approval(request_id)
+        check = _check(client, request)
+    show_request(request, as_json, check)
+
+
+def _check(client: Any, request: ApprovalRequest) -> RequestCheck:
+    """The request against its signed ``requested`` event (sandfleet/producer/request_check.py)."""
+    from sandfleet.producer.request_check import check_request
+
+    return check_request(client.reader, client.key_ring(), request)
 
 
 @approvals.command("approve")
@@ -195,8 +218,16 @@ def show(request_id: str, as_json: bool) -> None:
 def approve(
     request_id: str, call_sha256: str, by: str | None, key_file: str | None, unsigned: bool, as_json: bool
 ) -> None:
-    """Approve REQUEST_ID, signed with your approver key: its exact call runs once, and its job resumes."""
+    """Approve REQUEST_ID, signed with your approver key: its exact call runs once, and its job resumes.
+
+    Refused unless the request in Redis is the one its worker signed (what `show` says on `verified:`).
+    """
     with approval_errors(), _client() as client:
+        check = _check(client, client.approval(request_id))
+        if check.state != "verified":
+            raise ApprovalError(
+                f"not approved: the request is not the one its worker signed: {check.describe()}"
+            )
         request = client.approve(request_id, by=by, call_sha256=call_sha256, key=key_file, unsigned=unsigned)
     if as_json:
         show_request(request, True)

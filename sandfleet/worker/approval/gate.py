@@ -86,7 +86,8 @@ class ApprovalService:
     """The worker's approvals: one store, the operator's policy, the webhook. One per worker process.
 
     ``ring`` gives the keys a job's chain is verified with before its checkpoint or a stored outcome
-    is used (``worker_ring``: the pinned set or the register, and the worker's own key).
+    is used (``worker_ring``: the pinned set or else this host's keys, and the worker's own key; never
+    a key someone added to the register in Redis).
     """
 
     def __init__(

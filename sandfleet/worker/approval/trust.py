@@ -6,7 +6,8 @@ and each approved call's stored outcome (served instead of running the call twic
 write Redis can change both. What they cannot do without a key of the worker's key set is sign an
 entry. So before a worker resumes a checkpoint or serves an outcome, it reads the job's record and
 chain in one snapshot, verifies them (links, Ed25519 signatures with the keys of
-:func:`~sandfleet.core.key_registry.worker_ring`, each signer's ``running`` event:
+:func:`~sandfleet.core.key_registry.worker_ring`: the pinned key set or else the keys made on this
+host, never a key added to the register in Redis; each signer's ``running`` event:
 :func:`~sandfleet.core.verify.verify_job`) and looks for the signed event committing to the digest:
 
 - a checkpoint: the chain's last ``awaiting_approval`` state event (``checkpoint_sha256``);

@@ -32,9 +32,9 @@ from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import SigningKeyError
 from sandfleet.core.key_registry import (
     KeyRegistry,
+    acting_ring,
     start_signer,
-    trusted_ring,
-    verification_ring,
+    trust_problems,
     worker_ring,
 )
 from sandfleet.core.publish import JobPublisher
@@ -151,26 +151,19 @@ class WorkerState:
         """
         store = self.store
         if store.signer is None or store.signer.worker != name:
-            pinned = trusted_ring(self.settings.trusted_keys) if self.settings.trusted_keys else None
-            signer = start_signer(
-                self.settings, name, KeyRegistry(store.redis, FleetKeys(self.settings.key_prefix))
-            )
+            registry = KeyRegistry(store.redis, FleetKeys(self.settings.key_prefix))
+            signer = start_signer(self.settings, name, registry)
             store.signer = signer
             log.info("worker %s signs with key %s (%s)", name, signer.key.key_id, signer.path)
-            if pinned is None:
-                log.info(
-                    "worker %s verifies a job's chain before resuming it with the key register in Redis "
-                    "(not pinned: anyone who can write Redis can add a key); SANDFLEET_TRUSTED_KEYS pins",
-                    name,
-                )
-            elif signer.key.key_id not in pinned:
-                log.warning(
-                    "worker %s: its key %s is not in the pinned key set %s: other workers and auditors "
-                    "pinning it refuse what this worker signs; export the key set again",
-                    name,
-                    signer.key.key_id,
-                    self.settings.trusted_keys,
-                )
+            log.info(
+                "worker %s acts on state read back from Redis only when signed with %s",
+                name,
+                f"the pinned key set {self.settings.trusted_keys}"
+                if self.settings.trusted_keys
+                else "a key made on this host (SANDFLEET_TRUSTED_KEYS unset)",
+            )
+            for problem in trust_problems(self.settings, registry, signer.key_info()):
+                log.warning("worker %s: %s", name, problem)
         if not isinstance(store.signer, FileSigner):  # another kind of signer was set on the store
             raise SigningKeyError(
                 f"worker {name}: the store signs with a {type(store.signer).__name__}, not a key file"
@@ -179,11 +172,12 @@ class WorkerState:
 
     def key_ring(self) -> KeyRing:
         """The keys this worker verifies a job's chain with before it uses state the chain commits to:
-        the pinned key set (``SANDFLEET_TRUSTED_KEYS``) or else the register, and its own key."""
+        the pinned key set (``SANDFLEET_TRUSTED_KEYS``) or else this host's keys, and its own key
+        (never a key someone added to the register: sandfleet/core/host_keys.py)."""
         store = self.store
         registry = KeyRegistry(store.redis, FleetKeys(self.settings.key_prefix))
         if store.signer is None:  # not started as a worker (a test's state): no key of its own
-            return verification_ring(self.settings, registry)
+            return acting_ring(self.settings, registry)
         return worker_ring(self.settings, registry, store.signer.key_info())
 
     def start(self, name: str) -> None:

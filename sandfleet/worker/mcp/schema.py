@@ -17,8 +17,10 @@ then the arguments are validated against the whole schema with ``jsonschema`` on
 objects included: a wrong type raises ``TypeError``, any other violation ``ValueError``, naming the
 argument and where inside it (``address['zip']``). Patterns are matched by RE2 and ``uniqueItems`` is
 checked in one pass (patterns.py: a server's schema cannot make a check take seconds); a schema nested
-past ``MAX_JSON_DEPTH`` or with a pattern RE2 cannot compile makes the tool unusable. Pure, apart
-from jsonschema.
+past ``MAX_JSON_DEPTH``, with a pattern RE2 cannot compile, or whose ``$ref`` s and combinators could
+visit one value more than ``MAX_VISITS_PER_VALUE`` times (schema_cost.py) makes the tool unusable, and
+a call whose values times that bound exceed ``MAX_CHECK_VISITS`` is refused before it is checked.
+Pure, apart from jsonschema.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from sandfleet.core import json_limits
 from sandfleet.core.errors import JsonLimitError
 from sandfleet.worker.mcp import patterns
 from sandfleet.worker.mcp.patterns import PatternError
+from sandfleet.worker.mcp.schema_cost import SchemaCostError, check_call_budget, visits_per_value
 
 MAX_TYPE_DEPTH = 6  # deeper nesting (or a recursive $ref) is shown as Any
 _TYPES = {"string": "str", "integer": "int", "number": "float", "boolean": "bool", "null": "None"}
@@ -76,6 +79,7 @@ class ToolSignature:
     returns: str | None
     unwraps_result: bool
     input_schema: dict[str, Any]
+    visits_per_value: int = 1  # the most times the input schema visits one value (schema_cost.py)
 
     @classmethod
     def from_schemas(cls, input_schema: Any, output_schema: Any | None = None) -> ToolSignature:
@@ -86,12 +90,15 @@ class ToolSignature:
         """
         if not isinstance(input_schema, dict) or input_schema.get("type", "object") != "object":
             raise SchemaError("its inputSchema is not a JSON Schema of type object")
+        visits = 1
         for name, schema in (("inputSchema", input_schema), ("outputSchema", output_schema)):
             try:  # before jsonschema, whose checks recurse; the SDK checks output against outputSchema
                 json_limits.check_depth(json.dumps(schema), f"its {name}")
                 patterns.check_patterns(schema, f"its {name}")
-            except (JsonLimitError, PatternError) as e:
+                cost = visits_per_value(schema, f"its {name}") if schema is not None else 1
+            except (JsonLimitError, PatternError, SchemaCostError) as e:
                 raise SchemaError(str(e)) from None
+            visits = cost if name == "inputSchema" else visits
         try:
             jsonschema.validators.validator_for(input_schema).check_schema(input_schema)
         except jsonschema.SchemaError as e:
@@ -118,7 +125,7 @@ class ToolSignature:
         if isinstance(output_schema, dict):
             shown = output_schema["properties"]["result"] if unwraps else output_schema
             returns = type_text(shown, _definitions(output_schema))
-        return cls(tuple(params), returns, unwraps, input_schema)
+        return cls(tuple(params), returns, unwraps, input_schema, visits)
 
     def render(self, name: str) -> str:
         """``name(required: type, *, optional: type = default) -> type``."""
@@ -175,8 +182,10 @@ class ToolSignature:
         Raises:
             TypeError: a value of the wrong type, e.g. ``clock__now(): argument timezone: 5 is not of
                 type 'string'``.
-            ValueError: any other violation (enum, pattern, range, a nested required key ...).
+            ValueError: any other violation (enum, pattern, range, a nested required key ...), or
+                more values than the schema may check in one call (``MAX_CHECK_VISITS``).
         """
+        check_call_budget(tool, arguments, self.visits_per_value)
         validator = self._validator
         if validator.is_valid(arguments):  # the common case, without collecting errors
             return

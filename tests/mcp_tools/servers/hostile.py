@@ -12,6 +12,11 @@ Tools:
 - ``lookahead(text)``: a pattern with a lookahead, which RE2 cannot compile;
 - ``shout(text)``: answers ``{"text": text}`` under an output schema with the catastrophic pattern
   (the SDK checks it, on the worker's MCP thread);
+- ``explode(text)``: ``text`` checked through 30 definitions, each a ``oneOf`` of two ``$ref`` s to
+  the next (under 3 KB, 2 levels deep): jsonschema would visit it 2**30 times (the tool must not be
+  offered);
+- ``wide(items)``: each item checked through 7 such definitions (510 visits an item): offered, but a
+  call with thousands of items would check for a minute (it must be refused before the check);
 - ``ping()``: answers "pong", to show the server (and the worker) is still there.
 """
 
@@ -35,6 +40,24 @@ def _schema(properties: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": properties, "required": list(properties)}
 
 
+def _chain(prefix: str, links: int) -> dict[str, Any]:
+    """Definitions ``{prefix}0`` .. ``{prefix}{links}``, each a oneOf of two $refs to the next."""
+    defs: dict[str, Any] = {
+        f"{prefix}{i}": {
+            "oneOf": [
+                {"$ref": f"#/$defs/{prefix}{i + 1}"},
+                {"$ref": f"#/$defs/{prefix}{i + 1}", "minLength": 0},
+            ]
+        }
+        for i in range(links)
+    }
+    defs[f"{prefix}{links}"] = {"type": "string"}
+    return defs
+
+
+EXPLODE = {**_schema({"text": {"$ref": "#/$defs/e0"}}), "$defs": _chain("e", 30)}
+WIDE = {**_schema({"items": {"type": "array", "items": {"$ref": "#/$defs/w0"}}}), "$defs": _chain("w", 7)}
+
 TOOLS = [
     types.Tool(name="nested", description="Structured content nested DEPTH deep.", input_schema=_schema({"depth": {"type": "integer"}})),
     types.Tool(name="bulky", description="Structured content of ITEMS strings.", input_schema=_schema({"items": {"type": "integer"}})),
@@ -51,6 +74,8 @@ TOOLS = [
         input_schema=_schema({"text": {"type": "string"}}),
         output_schema=_schema({"text": {"type": "string", "pattern": CATASTROPHIC}}),
     ),
+    types.Tool(name="explode", description="Checks TEXT through 2**30 paths.", input_schema=EXPLODE),
+    types.Tool(name="wide", description="Checks each of ITEMS through 510 visits.", input_schema=WIDE),
     types.Tool(name="ping", description="Answers pong.", input_schema={"type": "object", "properties": {}}),
 ]  # fmt: skip
 
