@@ -31,7 +31,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"polling / bridge: median",
     ),
     "acquisition": (["--runs", "3"], r"cold / warm: median"),
-    "mcp_bridge": (["--calls", "20", "--rounds", "1"], r"\[http\][\s\S]*bridge adds: p50 [+-]\d"),
+    "mcp_bridge": (
+        ["--calls", "20", "--rounds", "1"],
+        r"\[http\][\s\S]*bridge adds: p50 [+-]?[\d.]+ ms \(95% interval [+-]?[\d.]+\.\.[+-]?[\d.]+ ms\)",
+    ),
     "mcp_changes": (
         ["--changes", "2", "--pings", "5"],
         r"\[http\][\s\S]*new job sees the tool \(no rate limit\): median +[\d.]+ ms[\s\S]*host CPU per ping: \d+ us",
@@ -102,7 +105,7 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     ),
     "egress": (
         ["--requests", "20", "--megabytes", "5", "--transfers", "1", "--sandboxes", "2"],
-        r"added +p50 [\d.]+[\s\S]*ratio \d+\.\d\d[\s\S]*"
+        r"added +p50 [+-]?[\d.]+ +paired p25\.\.p75 [+-]?[\d.]+\.\.[+-]?[\d.]+[\s\S]*ratio \d+\.\d\d[\s\S]*"
         r"counters' share: IPv6 route \+ 2 counter reads = [\d.]+ ms of start \+ stop \d+ ms: ratio \d\.\d{3}",
     ),
     "sanitise": (
