@@ -61,11 +61,26 @@ FIXTURE_MARKERS = {
 }
 
 
+# A ``backend`` or ``runtime`` parameter naming gVisor: such a test (or its fixture) takes the gvisor
+# fixture only for that parameter, with request.getfixturevalue, which collection cannot see.
+GVISOR_PARAMETERS = {("backend", "gvisor"), ("runtime", "runsc")}
+
+
+def derived_markers(item: pytest.Item) -> set[str]:
+    """The markers a test's fixtures (the closure: fixtures of fixtures count) and parameters imply."""
+    used = set(getattr(item, "fixturenames", ()))
+    found = {m for f in used & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[f]}
+    callspec = getattr(item, "callspec", None)
+    params = getattr(callspec, "params", {})
+    if any(isinstance(v, str) and (k, v) in GVISOR_PARAMETERS for k, v in params.items()):
+        found.update(FIXTURE_MARKERS["gvisor"])
+    return found
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count)."""
+    """Mark each test by what its fixtures and parameters imply (derived_markers)."""
     for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        for name in sorted({m for f in used & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[f]}):
+        for name in sorted(derived_markers(item)):
             item.add_marker(name)
 
 

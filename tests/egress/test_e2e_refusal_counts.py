@@ -21,7 +21,7 @@ from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, WorkerFactory
 from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
 from sandfleet.worker.egress.nflog import BURST
 
-from .test_e2e_egress import EgressFleet, audit_verify
+from .helpers import EgressFleet, audit_verify
 
 pytestmark = [pytest.mark.redis]
 
