@@ -58,6 +58,7 @@ FIXTURE_MARKERS = {
     "gvisor": ("docker", "gvisor"),
     "redis_server": ("redis",),
     "redis_factory": ("redis",),
+    "redis_binary": ("redis",),
 }
 
 
@@ -96,6 +97,14 @@ def skip_or_fail_fixture() -> Callable[[str], None]:
 def _require_redis_server() -> None:
     if shutil.which("redis-server") is None:
         skip_or_fail("redis-server is not installed")
+
+
+@pytest.fixture(scope="session")
+def redis_binary() -> str:
+    """The redis-server program, for a test that starts its own (with a password, TLS, Sentinels, a
+    whole fleet): skipped locally, failed in CI, without it; taking it marks the test ``redis``."""
+    _require_redis_server()
+    return str(shutil.which("redis-server"))
 
 
 @pytest.fixture(scope="session")

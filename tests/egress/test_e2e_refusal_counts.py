@@ -23,8 +23,6 @@ from sandfleet.worker.egress.nflog import BURST
 
 from .helpers import EgressFleet, audit_verify
 
-pytestmark = [pytest.mark.redis]
-
 FLOOD = 2 * BURST
 PORTS = (22, 80, 443, 8080)
 FLOOD_PROGRAM = """\

@@ -37,8 +37,6 @@ from sandfleet.core.settings import Settings
 
 from .helpers import program, record
 
-pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
-
 HOSTILE = SERVERS / "hostile.py"
 NESTED = "nested more than 64 deep (the JSON nesting cap, MAX_JSON_DEPTH)"
 JOB_TIMEOUT_S = 240.0
