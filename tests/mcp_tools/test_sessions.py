@@ -185,7 +185,7 @@ def test_stdio_a_garbled_answer_fails_its_call_at_once(
     began = time.monotonic()
     with pytest.raises(ToolServerError, match=message):
         value(lab_stdio, "lab", "garbled", timeout_s=30, kind=kind)
-    assert time.monotonic() - began < 5, "answered from the malformed line, not after the timeout"
+    assert time.monotonic() - began < 15, "answered from the malformed line, not after the 30 s timeout"
     assert value(lab_stdio, "lab", "stats", numbers=[3]) == {"count": 1, "mean": 3.0, "max": 3.0}
 
 
