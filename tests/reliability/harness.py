@@ -14,7 +14,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sandfleet_testing import wait_until as wait_for  # poll, True or False
+# wait_for here is sandfleet_testing.wait_until (True or False), not sandfleet_testing.wait_for (which fails)
+from sandfleet_testing import wait_until as wait_for
 
 from sandfleet.fleet.local import FleetConfig, LocalFleet
 from sandfleet.producer.client import Client
