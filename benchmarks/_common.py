@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -23,6 +24,32 @@ def summary_ms(samples_s: Sequence[float]) -> dict[str, float]:
         "mean": statistics.fmean(ms),
         "min": ms[0],
     }
+
+
+def paired_difference(first: Sequence[float], second: Sequence[float]) -> tuple[float, float, float]:
+    """Median, p25 and p75 of ``second[i] - first[i]``, for samples taken in turns (each pair saw the
+    same moment of a shared host). A difference of two noisy medians can take either sign: its spread
+    says whether it means anything."""
+    deltas = [b - a for a, b in zip(first, second, strict=True)]
+    if len(deltas) < 2:
+        return deltas[0], deltas[0], deltas[0]
+    q1, q2, q3 = statistics.quantiles(deltas, n=4)
+    return q2, q1, q3
+
+
+def median_difference_interval(
+    first: Sequence[float], second: Sequence[float], resamples: int = 1000, seed: int = 0
+) -> tuple[float, float, float]:
+    """``median(second) - median(first)`` with a 95 % bootstrap interval, for samples not taken in
+    pairs (blocks of calls); seeded, so one run's figures can be printed again."""
+    rng = random.Random(seed)
+    spread = sorted(
+        statistics.median(rng.choices(second, k=len(second)))
+        - statistics.median(rng.choices(first, k=len(first)))
+        for _ in range(resamples)
+    )
+    low, high = spread[int(0.025 * (resamples - 1))], spread[int(0.975 * (resamples - 1))]
+    return statistics.median(second) - statistics.median(first), low, high
 
 
 def fmt(stats: dict[str, float]) -> str:

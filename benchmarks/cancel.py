@@ -23,6 +23,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the harness imports sandfleet_testing, as the tests do
 
 from benchmarks._common import fmt, summary_ms, wait_until  # noqa: E402
 from sandfleet.fleet.local_redis import RedisServer  # noqa: E402

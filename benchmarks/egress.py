@@ -28,6 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import paired_difference
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
@@ -201,9 +205,10 @@ def main() -> None:
     print(f"HTTPS request (new connection + TLS + GET), {args.requests} each, interleaved, ms")
     print(f"  direct  p50 {p50['direct']:.2f}  p95 {p95['direct']:.2f}")
     print(f"  proxy   p50 {p50['proxy']:.2f}  p95 {p95['proxy']:.2f}")
-    print(
-        f"  added   p50 {p50['proxy'] - p50['direct']:.2f}  p95 {p95['proxy'] - p95['direct']:.2f}  (target: p50 <= 2 ms)"
-    )
+    added, q1, q3 = paired_difference(
+        latency["direct"], latency["proxy"]
+    )  # each request's pair, side by side
+    print(f"  added   p50 {added:+.2f}  paired p25..p75 {q1:+.2f}..{q3:+.2f}  (target: p50 <= 2 ms)")
     print(f"Transfer of {args.megabytes} MB on one connection, median of {args.transfers}, MB/s")
     print(
         f"  direct {mbps['direct']:.0f}  proxy {mbps['proxy']:.0f}  ratio {mbps['proxy'] / mbps['direct']:.2f}  (target >= 0.8)"

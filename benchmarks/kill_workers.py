@@ -21,6 +21,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the harness imports sandfleet_testing, as the tests do
 
 from sandfleet.fleet.local_redis import RedisServer  # noqa: E402
 from tests.reliability.harness import kill_round, reliability_fleet, sleeper_script  # noqa: E402

@@ -31,6 +31,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the harness imports sandfleet_testing, as the tests do
 
 from sandfleet.fleet.local import LocalFleet  # noqa: E402
 from sandfleet.fleet.local_redis import RedisServer, free_port  # noqa: E402

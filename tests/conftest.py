@@ -58,14 +58,30 @@ FIXTURE_MARKERS = {
     "gvisor": ("docker", "gvisor"),
     "redis_server": ("redis",),
     "redis_factory": ("redis",),
+    "redis_binary": ("redis",),
 }
 
 
+# A ``backend`` or ``runtime`` parameter naming gVisor: such a test (or its fixture) takes the gvisor
+# fixture only for that parameter, with request.getfixturevalue, which collection cannot see.
+GVISOR_PARAMETERS = {("backend", "gvisor"), ("runtime", "runsc")}
+
+
+def derived_markers(item: pytest.Item) -> set[str]:
+    """The markers a test's fixtures (the closure: fixtures of fixtures count) and parameters imply."""
+    used = set(getattr(item, "fixturenames", ()))
+    found = {m for f in used & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[f]}
+    callspec = getattr(item, "callspec", None)
+    params = getattr(callspec, "params", {})
+    if any(isinstance(v, str) and (k, v) in GVISOR_PARAMETERS for k, v in params.items()):
+        found.update(FIXTURE_MARKERS["gvisor"])
+    return found
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test by the fixtures it uses (the closure: fixtures of fixtures count)."""
+    """Mark each test by what its fixtures and parameters imply (derived_markers)."""
     for item in items:
-        used = set(getattr(item, "fixturenames", ()))
-        for name in sorted({m for f in used & FIXTURE_MARKERS.keys() for m in FIXTURE_MARKERS[f]}):
+        for name in sorted(derived_markers(item)):
             item.add_marker(name)
 
 
@@ -81,6 +97,14 @@ def skip_or_fail_fixture() -> Callable[[str], None]:
 def _require_redis_server() -> None:
     if shutil.which("redis-server") is None:
         skip_or_fail("redis-server is not installed")
+
+
+@pytest.fixture(scope="session")
+def redis_binary() -> str:
+    """The redis-server program, for a test that starts its own (with a password, TLS, Sentinels, a
+    whole fleet): skipped locally, failed in CI, without it; taking it marks the test ``redis``."""
+    _require_redis_server()
+    return str(shutil.which("redis-server"))
 
 
 @pytest.fixture(scope="session")

@@ -43,6 +43,7 @@ from sandfleet.core.signing import (
     read_key,
     write_key,
 )
+from sandfleet.core.validation_text import describe_validation_error
 
 APPROVERS_FORMAT = "sandfleet-approvers/1"
 APPROVER_KEY_FORMAT = "sandfleet-approver-key/1"  # the public half, as keygen writes it
@@ -202,7 +203,8 @@ class ApproversFile:
         """The approvers' keys as a key ring (key id -> entry; revoked ones marked so). Raises as entries."""
         with self._lock:
             self._reload()
-            assert self._ring is not None
+            if self._ring is None:  # _reload reads the file or raises; said again so python -O keeps it
+                raise ApproverKeyError(f"{self.source} was not read")
             return self._ring
 
     def _reload(self) -> None:  # holds _lock
@@ -310,7 +312,7 @@ def _parse(path: Path, source: str) -> list[ApproverEntry]:
     try:
         entries = [ApproverEntry.model_validate(e) for e in data.get("approvers", [])]
     except ValidationError as e:
-        raise ApproverKeyError(f"{source}: invalid entry: {e.errors()[0]['msg']}") from None
+        raise ApproverKeyError(f"{source}: invalid entry: {describe_validation_error(e, 'entry')}") from None
     problems = [p for p in (key_id_problem(e.key_info()) for e in entries) if p is not None]
     if problems:  # a file is all or nothing, like a pinned key set
         raise ApproverKeyError(f"{source}: refused: " + "; ".join(problems))

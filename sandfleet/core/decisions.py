@@ -34,6 +34,7 @@ from sandfleet.core.approvers import ApproversFile
 from sandfleet.core.chain import canonical_json, sha256_hex
 from sandfleet.core.errors import ApproverKeyError
 from sandfleet.core.signing import KeyStatus, WorkerKey
+from sandfleet.core.validation_text import describe_validation_error
 
 DECISION_FORMAT: Literal["sandfleet-decision/1"] = "sandfleet-decision/1"
 DECISION_DOMAIN = b"sandfleet-decision-v1\n"
@@ -152,7 +153,10 @@ def check_decision(
         refused = _binding_problem(what, body, expected)
     if refused is not None:
         return DecisionCheck(False, key_id=key_id, problem=refused, raw_sha256=digest)
-    assert approvers is not None  # _key_problem refuses without a file
+    if approvers is None:  # _key_problem refuses without a file; said again so python -O keeps it
+        return DecisionCheck(
+            False, key_id=key_id, problem=f"{what} has no approvers file: refused", raw_sha256=digest
+        )
     info = approvers.ring().get(key_id)
     return DecisionCheck(True, approver=info.worker if info else "?", key_id=key_id, signed=parsed)
 
@@ -164,8 +168,7 @@ def _parse(raw: str) -> SignedDecision | str:
     try:
         return SignedDecision.model_validate(json_limits.loads(raw, "a decision", cap=8))
     except ValidationError as e:
-        first = e.errors()[0]
-        return f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}"
+        return describe_validation_error(e, root="decision")[:200]
     except ValueError as e:
         return str(e)[:200]
 

@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from sandfleet.core.errors import SigningKeyError
+from sandfleet.core.validation_text import describe_validation_error
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +300,9 @@ class KeyRing:
         try:
             infos = [KeyInfo.model_validate(k) for k in data.get("keys", [])]
         except ValidationError as e:
-            raise SigningKeyError(f"{source}: invalid key entry: {e.errors()[0]['msg']}") from None
+            raise SigningKeyError(
+                f"{source}: invalid key entry: {describe_validation_error(e, 'entry')}"
+            ) from None
         if problems := [p for p in map(key_id_problem, infos) if p is not None]:  # a file is all or nothing
             raise SigningKeyError(f"{source}: refused: " + "; ".join(problems))
         return cls(infos, source)

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
+from sandfleet_testing import wait_for as wait_for
 from sandfleet_testing.workers import APPROVERS, SANDFLEET, FleetWorker, WorkerFactory
 from sandfleet_testing.workers import JOB_TIMEOUT_S as JOB_TIMEOUT_S  # the approval tests wait this long
 
@@ -153,17 +151,6 @@ def ledger(data_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def wait_for(predicate: Callable[[], Any], timeout_s: float = DECISION_TIMEOUT_S, what: str = "it") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def approval_events(events: list[Any]) -> list[tuple[str, str]]:

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
+from sandfleet_testing import skip_or_fail
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
@@ -46,13 +47,6 @@ IMAGE_TAG = "test"
 UP_TIMEOUT_S = 1500  # a cold build downloads Debian packages and wheels
 JOB_TIMEOUT_S = 180
 PASSED_THROUGH = ("SANDFLEET_BASE_IMAGE", "SANDFLEET_BUILD_NETWORK", "SANDFLEET_EXTRA_CA_CERTS")
-
-
-def skip_or_fail(reason: str) -> None:
-    """As tests/conftest.py: skip locally, fail in CI (a module-scoped fixture cannot use that one)."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")

@@ -132,17 +132,12 @@ def unused_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.mark.redis  # the demo starts a redis-server of its own
 @pytest.mark.slow
 @pytest.mark.timeout(DEMO_TIMEOUT_S + 30)
-def test_demo_end_to_end(docker_engine, skip_or_fail, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_demo_end_to_end(docker_engine, redis_binary, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``sandfleet demo --compare --json`` with no Redis answering: it starts one, a worker and Flower,
     runs the reference question with the replay model, reports the exact totals beside the chat
     baseline's, and stops what it started."""
-    import shutil
-
-    if shutil.which("redis-server") is None:
-        skip_or_fail("redis-server is not installed")
     missing_redis = f"redis://127.0.0.1:{unused_port()}/0"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SANDFLEET_", "OPENAI_"))}
     env.update(SANDFLEET_REDIS_URL=missing_redis, TMPDIR=str(tmp_path))

@@ -7,10 +7,7 @@ filter, and each refusal is in the job's result, its limits and its signed audit
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +15,11 @@ import pytest
 from sandbox.helpers import BACKENDS
 from sandfleet_testing import skip_or_fail
 from sandfleet_testing.wheels import DEBIAN_WHEELS, publish
-from sandfleet_testing.workers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory
+from sandfleet_testing.workers import JOB_TIMEOUT_S, WorkerFactory
 
 from sandfleet.core.contracts import AuditKind, JobStatus
-from sandfleet.core.settings import Settings
+
+from .helpers import EgressFleet, audit_verify
 
 FETCH = """\
 import json, urllib.request
@@ -46,13 +44,6 @@ DENIED_QUESTION = "Fetch the greeting of the other egress test service"
 DIRECT_QUESTION = "Connect straight to the address of the egress test service"
 INSTALL_QUESTION = "Install sfe2epkg from the mirror and say its value"
 PACKAGE = "sfe2epkg"
-
-
-@dataclass
-class EgressFleet:
-    worker: FleetWorker
-    settings: Settings
-    model: str
 
 
 def replay_script(service_address: str) -> dict[str, Any]:
@@ -107,15 +98,6 @@ def pip_wheelhouse(folder: Path) -> Path:
 
 def restricted(backend: str) -> dict[str, Any]:
     return {"backend": backend, "network": "restricted", "allow_hosts": ["api.egress.test"]}
-
-
-def audit_verify(settings: Settings, job_id: str) -> subprocess.CompletedProcess[str]:
-    """``sandfleet audit JOB --verify`` as a user runs it, with the fleet's Redis and prefix only."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")}
-    env |= {"SANDFLEET_REDIS_URL": settings.redis_url, "SANDFLEET_KEY_PREFIX": settings.key_prefix}
-    return subprocess.run(
-        [SANDFLEET, "audit", job_id, "--verify"], env=env, capture_output=True, text=True, timeout=60
-    )
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

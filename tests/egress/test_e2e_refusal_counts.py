@@ -25,9 +25,7 @@ from sandfleet_testing.workers import APPROVERS, JOB_TIMEOUT_S, SANDFLEET, Worke
 from sandfleet.core.contracts import AuditKind, JobResult, JobStatus
 from sandfleet.worker.egress.nflog import BURST
 
-from .test_e2e_egress import EgressFleet, audit_verify
-
-pytestmark = [pytest.mark.redis]
+from .helpers import EgressFleet, audit_verify
 
 FLOOD = 2 * BURST
 PORTS = (22, 80, 443, 8080)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
+from sandfleet_testing import skip_or_fail as skip_or_fail
 
 from sandfleet.core.contracts import JobResult, JobSpec
 from sandfleet.core.settings import Settings
@@ -28,13 +28,6 @@ TOOL_MODULES = [
 ]
 # The replay server answers "openai:<anything>" at its base URL; the id sent is "replay".
 REPLAY_MODEL = "openai:replay"
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skip locally; fail in CI, where every prerequisite must be present."""
-    if IN_CI:
-        pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 def owner_label(pid: int | None = None) -> str:

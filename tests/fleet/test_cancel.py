@@ -9,10 +9,10 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sandfleet_testing import wait_for
 
 from sandfleet.core.cancel import CancelOutcome
 from sandfleet.core.contracts import JobStatus
@@ -32,14 +32,6 @@ def sleeper(folder: Path, seconds: float, *, model_latency_s: float = 0.0) -> st
     path = folder / f"sleep-{seconds:g}-{model_latency_s:g}.json"
     path.write_text(json.dumps({"rules": [], "default": [reply] * 3}))
     return f"replay:{path}"
-
-
-def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def worker_containers(fleet: FleetWorker) -> list[str]:

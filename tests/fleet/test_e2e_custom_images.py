@@ -22,8 +22,6 @@ from sandfleet.worker.images.custom import LABEL_CUSTOM, LABEL_PACKAGES, custom_
 
 from .helpers import JOB_TIMEOUT_S, WorkerFactory
 
-pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
-
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
 BUILD_TIMEOUT_S = 600
 IMPORT_SIX = '```python\nimport json, six\nprint("RESULT: " + json.dumps({"six": six.__version__, "file": six.__file__}))\n```'

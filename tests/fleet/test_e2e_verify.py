@@ -20,8 +20,6 @@ from sandfleet.producer.cli.jobs import write_results
 
 from .helpers import JOB_TIMEOUT_S, SANDFLEET, FleetWorker, WorkerFactory, free_port, stop_worker
 
-pytestmark = [pytest.mark.redis]  # by hand: some tests here start their own redis-server or none
-
 TRIVIAL = '```python\nprint("RESULT: " + str(6 * 7))\n```'
 RANDOM = '```python\nimport random\nprint("RESULT: " + str(random.random()))\n```'
 BATCH_SIZE = 16

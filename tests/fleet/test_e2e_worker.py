@@ -11,11 +11,10 @@ import json
 import os
 import pickle
 import subprocess
-import time
 import uuid
-from collections.abc import Callable
 
 import pytest
+from sandfleet_testing import wait_for
 
 from sandfleet.core.contracts import JobSpec, JobStatus
 from sandfleet.core.queue import TASK_NAME, queue_name
@@ -28,14 +27,6 @@ def fleet(module_fleet_worker: WorkerFactory) -> FleetWorker:
     """A worker with no tools, for the cases decided before the engine runs (a valid job that races
     them does reach the engine, hence the engine)."""
     return module_fleet_worker("fleet")
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 def send_raw(fleet: FleetWorker, job_id: str, spec: object) -> None:

@@ -8,29 +8,19 @@ and the test reads the DOM it rendered and keeps a screenshot in artifacts/flowe
 
 from __future__ import annotations
 
-import base64
-import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import redis
+from sandfleet_testing.flower import AUTH, Fleet, get, running_fleet
 
 from sandfleet.core.contracts import JobStatus
-from sandfleet.core.settings import Settings
 from sandfleet.fleet.demo import demo_replay_script
-from sandfleet.fleet.local_redis import free_port
 from sandfleet.producer.client import Client
 from sandfleet.worker.tools.examples.scenario import (
     REFERENCE_ANSWER,
@@ -41,10 +31,7 @@ from sandfleet.worker.tools.examples.scenario import (
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 IN_CI = bool(os.environ.get("CI"))
-SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts"
-AUTH = ("watcher", "flower-test-pw")
-START_TIMEOUT_S = 60.0
 JOB_TIMEOUT_S = 120.0
 BROWSER_TIMEOUT_S = 90.0
 CHROMIUM_FLAGS = [
@@ -74,87 +61,6 @@ def chromium(skip_or_fail) -> str:  # type: ignore[no-untyped-def]
     if found is None:
         skip_or_fail("chromium is not installed (apt-get install chromium)")
     return found
-
-
-@dataclass
-class Fleet:
-    settings: Settings
-    flower_url: str
-    folder: Path
-    processes: dict[str, subprocess.Popen[bytes]]
-
-    def log(self, name: str) -> str:
-        return (self.folder / f"{name}.log").read_text(errors="replace")[-3000:]
-
-
-def wait_until(fleet: Fleet, name: str, ready, timeout_s: float = START_TIMEOUT_S) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        if fleet.processes[name].poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"{name} did not start:\n{fleet.log(name)}")
-        time.sleep(0.1)
-
-
-def get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if auth:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as e:
-        return e.code, b""
-    except OSError:
-        return 0, b""
-
-
-@contextlib.contextmanager
-def running_fleet(
-    redis_url: str, prefix: str, tmp_path: Path, env: dict[str, str], *, concurrency: int, sandboxes: int
-) -> Iterator[Fleet]:
-    """``sandfleet flower`` first (it shows only tasks whose events it saw), then ``sandfleet worker``,
-    both with ``env`` over the fleet's own settings; stopped, and the fleet's keys deleted, afterwards."""
-    settings = Settings(redis_url=redis_url, key_prefix=f"{prefix}{uuid.uuid4().hex[:8]}")
-    port = free_port()
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("SANDFLEET_", "FLOWER_", "OPENAI_"))},
-        "SANDFLEET_REDIS_URL": settings.redis_url,
-        "SANDFLEET_KEY_PREFIX": settings.key_prefix,
-        "SANDFLEET_WORKER_STATE_DIR": str(tmp_path / "worker-state"),
-        "SANDFLEET_POOL_SIZE": "0",
-        "SANDFLEET_FLOWER_AUTH": f"{AUTH[0]}:{AUTH[1]}",
-        **env,
-    }
-    name = f"{prefix}-{uuid.uuid4().hex[:6]}@%h"
-    commands = {
-        "flower": [SANDFLEET, "flower", "--port", str(port), "--address", "127.0.0.1"],
-        "worker": [SANDFLEET, "worker", "-c", str(concurrency), "-s", str(sandboxes), "-n", name],
-    }
-    fleet = Fleet(settings, f"http://127.0.0.1:{port}", tmp_path, {})
-    try:
-        for role, cmd in commands.items():
-            with (tmp_path / f"{role}.log").open("wb") as log:
-                fleet.processes[role] = subprocess.Popen(
-                    cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-                )
-        wait_until(fleet, "flower", lambda: get(fleet.flower_url + "/healthcheck")[0] == 200)
-        wait_until(fleet, "worker", lambda: "ready." in fleet.log("worker"))
-        yield fleet
-    finally:
-        for process in fleet.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in fleet.processes.values():
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        r = redis.Redis.from_url(redis_url)
-        if keys := list(r.scan_iter(match=f"{settings.key_prefix}*")):
-            r.delete(*keys)
-        r.close()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from test_flower_browser import AUTH, Fleet, get, running_fleet
+from sandfleet_testing.flower import AUTH, Fleet, get, running_fleet
 
 from sandfleet.core.contracts import JobSpec, JobStatus
 from sandfleet.producer.client import Client

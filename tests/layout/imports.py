@@ -17,7 +17,7 @@ PACKAGE_DIR = ROOT / "sandfleet"
 
 
 def module_files() -> dict[str, Path]:
-    """``module name -> file`` for every module of the ``sandfleet`` package (symlinked rooms included)."""
+    """``module name -> file`` for every module of the ``sandfleet`` package."""
     modules: dict[str, Path] = {}
     for path in sorted(_walk(PACKAGE_DIR)):
         parts = list(path.relative_to(PACKAGE_DIR).with_suffix("").parts)
@@ -28,7 +28,7 @@ def module_files() -> dict[str, Path]:
 
 
 def _walk(folder: Path) -> Iterator[Path]:
-    for entry in folder.iterdir():  # iterdir follows the rooms' symlinks, as setuptools does
+    for entry in folder.iterdir():
         if entry.is_dir() and (entry / "__init__.py").exists():
             yield from _walk(entry)
         elif entry.suffix == ".py":

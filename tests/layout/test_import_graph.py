@@ -28,14 +28,29 @@ ALLOWED = {
 # up to the one that drives it, and the code that runs inside the container, like the scripted model,
 # stands alone. room -> worker rooms it must never import.
 WORKER_STAGES_NEVER = {
+    "delivery": {"cli"},
     "engine": {"delivery", "cli"},
     "program": {"delivery", "engine", "cli"},
-    "sandbox": {"delivery", "engine", "cli", "approval", "llm", "rerun"},
+    # the host end of the channel (sandbox/calls.py) serves whatever handler the program room gives it
+    "sandbox": {"delivery", "engine", "program", "cli", "approval", "llm", "rerun"},
     "sandbox.docker": {"delivery", "engine", "program", "cli", "approval", "llm", "rerun"},
     "llm": {"delivery", "engine", "program", "sandbox", "cli"},
     "rerun": {"delivery", "engine", "cli"},
 }
 STANDALONE = ("sandfleet.worker.sandbox.inside", "sandfleet.worker.llm.scripted")
+
+# The services the stages call sit below every stage and beside each other: room -> the only worker
+# rooms it may import (besides its own). A new edge here is a design change: say why beside it.
+SERVICES_MAY = {
+    "tools": set(),
+    "mcp": {"tools"},  # an MCP server's tools are registry tools
+    "approval": {"webhooks"},  # an approval request is announced by webhook
+    "cancel": {"llm"},  # a cancel cuts the job's model call in flight
+    "egress": set(),
+    "metrics": set(),
+    "webhooks": set(),
+    "images": set(),
+}
 
 
 def worker_room(module: str) -> str | None:
@@ -94,6 +109,27 @@ def test_no_worker_stage_reaches_back_up(graph: dict[str, set[str]], room: str) 
         if worker_room(target) in WORKER_STAGES_NEVER[room]
     )
     assert crossings == []
+
+
+@pytest.mark.parametrize("room", sorted(SERVICES_MAY))
+def test_each_service_room_imports_only_the_services_it_may(graph: dict[str, set[str]], room: str) -> None:
+    crossings = sorted(
+        f"{source} -> {target}"
+        for source, targets in graph.items()
+        if (worker_room(source) or "").split(".")[0] == room
+        for target in targets
+        if (worker_room(target) or room).split(".")[0] not in SERVICES_MAY[room] | {room}
+    )
+    assert crossings == []
+
+
+def test_every_worker_room_has_a_rule(graph: dict[str, set[str]]) -> None:
+    """A new room gets a place among the stages or the services (cli, the commands, may use any)."""
+    ruled = {*WORKER_STAGES_NEVER, *SERVICES_MAY, "cli"} | {
+        p.removeprefix("sandfleet.worker.") for p in STANDALONE
+    }
+    rooms = {worker_room(m) for m in graph} - {None}
+    assert sorted(rooms - ruled) == []
 
 
 @pytest.mark.parametrize("package", STANDALONE)

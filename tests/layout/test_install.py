@@ -46,7 +46,8 @@ def test_the_wheel_holds_only_the_sandfleet_namespace(wheel: Path) -> None:
 
 def test_a_fresh_venv_imports_sandfleet_and_nothing_else(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # No pip inside (ensurepip took most of this test's time): this venv's pip installs into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
     site = Path(
         subprocess.run(
@@ -57,7 +58,11 @@ def test_a_fresh_venv_imports_sandfleet_and_nothing_else(wheel: Path, tmp_path: 
         ).stdout.strip()
     )
     before = {p.name for p in site.iterdir()}
-    subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
+        timeout=300,
+    )
     added = {p.name for p in site.iterdir()} - before
     assert {a for a in added if not a.endswith(".dist-info") and a != "__pycache__"} == {"sandfleet"}
     probe = (

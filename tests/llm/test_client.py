@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ from sandfleet.core.errors import InvalidSpecError, ModelError, ModelUnavailable
 from sandfleet.core.settings import Settings
 from sandfleet.worker.llm.client import ModelReply, ModelTrust, make_model_client
 from sandfleet.worker.llm.retry import RetryPolicy
+from sandfleet.worker.llm.scripted import server as replay_server
 from sandfleet.worker.llm.scripted.registry import parse_replay_spec, shared_replay_server
 from sandfleet.worker.llm.scripted.server import ReplayServer
 
@@ -180,17 +182,33 @@ def test_a_replay_model_starts_one_server_and_reuses_it(
     assert server.stats().requests == 2
 
 
+class _CountedSleeps:
+    """The replay server's ``time`` module, with each ``sleep`` noted before it sleeps."""
+
+    def __init__(self, slept: list[float]) -> None:
+        self.slept = slept
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        time.sleep(seconds)
+
+
 def test_a_replay_model_takes_a_latency_per_request_from_one_server(
-    write_script: Callable[..., Path], make_settings: MakeSettings
+    write_script: Callable[..., Path], make_settings: MakeSettings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_script({"default": ["slow"]})
+    slept: list[float] = []
+    monkeypatch.setattr(replay_server, "time", _CountedSleeps(slept))  # counted, not timed
     reply = make_model_client(f"replay:{path}?latency=0.3", make_settings(), trust=OPERATOR).complete(
         [user("q")]
     )
     assert reply.text == "slow"
     assert reply.latency_s >= 0.3
     fast = make_model_client(f"replay:{path}", make_settings(), trust=OPERATOR).complete([user("q")])
-    assert fast.latency_s < 0.3
+    assert fast.text == "slow" and slept == [0.3]  # the second request, without the latency, waited not
     server = shared_replay_server(str(path), trust=OPERATOR)
     assert server.stats().requests == 2  # both names were answered by the one server
     sent = [r.get("model") for r in server.requests()]

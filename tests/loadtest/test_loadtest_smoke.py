@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,18 +17,13 @@ import pytest
 
 from sandfleet.fleet.loadtest.phases import PHASES
 
-pytestmark = [
-    pytest.mark.redis,
-    pytest.mark.slow,
-]  # by hand: some tests here start their own redis-server or none
+pytestmark = [pytest.mark.slow]
 JOBS = 50
 RUN_TIMEOUT_S = 280
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 20)
-def test_local_loadtest_writes_report_and_plot(tmp_path: Path, docker_engine: Any, skip_or_fail: Any) -> None:
-    if shutil.which("redis-server") is None:
-        skip_or_fail("redis-server is not installed")
+def test_local_loadtest_writes_report_and_plot(tmp_path: Path, docker_engine: Any, redis_binary: str) -> None:
     out = tmp_path / "report"
     env = {k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")}
     env["SANDFLEET_CLIENT_STATE_DIR"] = os.environ["SANDFLEET_CLIENT_STATE_DIR"]  # tests/conftest.py

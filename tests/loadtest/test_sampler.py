@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
+
+from sandfleet_testing import wait_until
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.fleet.loadtest.sampler import LiveContainers
 from sandfleet.worker.sandbox.backends import backend_named
 from sandfleet.worker.sandbox.docker.spec import Owner
-
-
-def wait_for(predicate: Any, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_live_containers_follow_starts_and_deaths_of_their_owners_only(docker_engine: Any) -> None:
@@ -30,10 +22,10 @@ def test_live_containers_follow_starts_and_deaths_of_their_owners_only(docker_en
     try:
         assert counter.series[-1][1] == 1  # seeded from docker ps
         started = [backend_named().start(SandboxConfig(), owner=o) for o in (mine, mine, stranger)]
-        assert wait_for(lambda: counter.series[-1][1] == 3)
+        assert wait_until(lambda: counter.series[-1][1] == 3)
         for sandbox in (already, *started):
             sandbox.destroy()
-        assert wait_for(lambda: counter.series[-1][1] == 0)
+        assert wait_until(lambda: counter.series[-1][1] == 0)
     finally:
         for sandbox in (already, *started):
             sandbox.destroy()

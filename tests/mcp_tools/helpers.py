@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sandfleet_testing import wait_until as wait_until
 
 from sandfleet.fleet.local_redis import free_port as free_port  # the one copy; the tests here use it
 
@@ -74,16 +75,6 @@ class HttpServer:
                 self.process.wait()
         if self.process is not None and self.process.stderr is not None:
             self.process.stderr.close()
-
-
-def wait_until(condition: Any, timeout_s: float = 30.0, every_s: float = 0.05) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout_s`` passed (False)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every_s)
-    return True
 
 
 def git(repo: Path, *args: str) -> str:

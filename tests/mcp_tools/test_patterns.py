@@ -29,7 +29,7 @@ def test_after_install_jsonschema_matches_patterns_with_re2_in_linear_time() -> 
     began = time.perf_counter()
     for n in (26, 30, 40, 100_000):  # Python's re: 1.9 s at 26, doubling per character
         assert not validator.is_valid("a" * n + "b")
-    assert time.perf_counter() - began < 0.5
+    assert time.perf_counter() - began < 10  # Python's re: 30 s at 30, days at 40
     assert validator.is_valid("a" * 100)
 
 
@@ -47,7 +47,7 @@ def test_every_keyword_that_matches_a_pattern_goes_through_re2(schema: dict[str,
     validator = jsonschema.validators.validator_for(schema)(schema)
     began = time.perf_counter()
     validator.is_valid({"a" * 40 + "b": 1, "aaaa": 2})
-    assert time.perf_counter() - began < 0.5
+    assert time.perf_counter() - began < 10  # Python's re: days at 40 characters
 
 
 def test_re2_follows_json_schemas_regex_dialect_where_pythons_re_does_not() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import psutil
 import pytest
+from sandfleet_testing import wait_until
 
 from sandfleet.worker.mcp.config import parse_mcp_config
 from sandfleet.worker.mcp.errors import ToolError, ToolServerError
@@ -57,15 +58,6 @@ def server_processes(script: str) -> list[psutil.Process]:
         if script in argv and "--http" not in argv:
             found.append(process)
     return found
-
-
-def wait_until(condition: Any, timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 # ---- third-party servers from PyPI, over stdio ----------------------------------------------------
@@ -128,15 +120,17 @@ def test_http_calls_from_many_threads_run_concurrently_on_one_session(lab: McpSe
     for thread in threads:
         thread.join()
     took = time.monotonic() - began
-    assert len(results) == 6 and all(r.startswith("slept 1.0") for r in results)
-    assert took < 3.0, f"six 1-second calls took {took:.1f} s: they ran one after another"
+    assert len(results) == 6 and all(r.startswith("slept ") for r in results), results
+    # counted, not timed: one after another, each wait would have seen only itself sleeping
+    assert max(int(r.split("; ")[1].split()[0]) for r in results) >= 2, results
+    assert took < 30, f"six 1-second calls took {took:.1f} s"
 
 
 def test_http_a_slow_call_times_out_and_the_session_carries_on(lab: McpSessions) -> None:
     began = time.monotonic()
     with pytest.raises(TimeoutError, match=r"MCP server 'lab' did not answer wait within 0\.5 s"):
         value(lab, "lab", "wait", timeout_s=0.5, seconds=30)
-    assert time.monotonic() - began < 3
+    assert time.monotonic() - began < 15  # cut at 0.5 s, not after the call's 30 s
     assert value(lab, "lab", "stats", numbers=[2]) == {"count": 1, "mean": 2.0, "max": 2.0}
 
 
@@ -191,7 +185,7 @@ def test_stdio_a_garbled_answer_fails_its_call_at_once(
     began = time.monotonic()
     with pytest.raises(ToolServerError, match=message):
         value(lab_stdio, "lab", "garbled", timeout_s=30, kind=kind)
-    assert time.monotonic() - began < 5, "answered from the malformed line, not after the timeout"
+    assert time.monotonic() - began < 15, "answered from the malformed line, not after the 30 s timeout"
     assert value(lab_stdio, "lab", "stats", numbers=[3]) == {"count": 1, "mean": 3.0, "max": 3.0}
 
 

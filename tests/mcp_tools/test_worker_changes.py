@@ -27,8 +27,6 @@ from sandfleet.fleet.loadtest.scrape import scrape
 
 from .helpers import CHANGING, ODD, HttpServer, stdio, wait_until, write_config
 
-pytestmark = [pytest.mark.redis]
-
 PING_INTERVAL_S = 1.0
 UP = "sandfleet_mcp_server_up{server=flaky}"
 

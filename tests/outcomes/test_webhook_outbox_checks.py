@@ -42,7 +42,7 @@ from sandfleet.worker.webhooks.sender import retry_schedule_s
 
 from .webhook_receiver import OutboxReceiver
 
-pytestmark = [pytest.mark.redis, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.timeout(120)]
 
 SECRET = "outbox-test-secret"
 WORKER = "outbox-test@host"

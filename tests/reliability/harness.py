@@ -14,6 +14,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+# wait_for here is sandfleet_testing.wait_until (True or False), not sandfleet_testing.wait_for (which fails)
+from sandfleet_testing import wait_until as wait_for
+
 from sandfleet.fleet.local import FleetConfig, LocalFleet
 from sandfleet.producer.client import Client
 
@@ -75,15 +78,6 @@ def running_on(client: Client, job_id: str) -> str | None:
     if record.status.value != "running":
         return None
     return getattr(record, "worker", None) or None
-
-
-def wait_for(predicate: Any, timeout_s: float, every_s: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(every_s)
-    return True
 
 
 def kill_round(fleet: LocalFleet, client: Client, model: str, *, limit_s: float = 60.0) -> dict[str, Any]:

@@ -23,10 +23,7 @@ from sandfleet.fleet.local import LocalFleet
 
 from .harness import note_figure, wait_for
 
-pytestmark = [
-    pytest.mark.redis,
-    pytest.mark.slow,
-]  # by hand: some tests here start their own redis-server or none
+pytestmark = [pytest.mark.slow]
 
 LABEL_RUN = "sandfleet.test.run"
 LABEL_NAME = "sandfleet.test.owner"

@@ -25,13 +25,11 @@ from sandfleet.fleet.sentinel_redis import SentinelRedis
 
 from .harness import final_state_events, note_figure, outcome_of, running_on, sleeper_script, wait_for
 
-pytestmark = [pytest.mark.redis]
-
 JOBS = 6
 
 
 @pytest.fixture
-def sentinel_redis(tmp_path: Path) -> Iterator[SentinelRedis]:
+def sentinel_redis(tmp_path: Path, redis_binary: str) -> Iterator[SentinelRedis]:
     cluster = SentinelRedis(tmp_path / "sentinel").start()
     try:
         yield cluster

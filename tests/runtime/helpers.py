@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from sandfleet_testing import container_gone as container_gone
 from sandfleet_testing import program as program
 from sandfleet_testing import skip_or_fail as skip_or_fail
+from sandfleet_testing import wait_until as wait_until
 
 BACKENDS = ("docker", "gvisor")
 # Besides Sandfleet's own labels: marks the containers these tests make, to tell them from others'
@@ -40,11 +40,3 @@ def labelled(client, key: str, value: str) -> list[str]:  # type: ignore[no-unty
     """Ids of every container (running or not) carrying the label ``key=value``."""
     # sparse: no inspect per container, which would race with removals going on meanwhile
     return [c.id for c in client.containers.list(all=True, sparse=True, filters={"label": f"{key}={value}"})]
-
-
-def wait_until(condition, timeout_s: float = 10.0, every_s: float = 0.02) -> bool:  # type: ignore[no-untyped-def]
-    """Poll ``condition()`` until it is true or ``timeout_s`` passes; returns its last value."""
-    deadline = time.monotonic() + timeout_s
-    while not (ok := condition()) and time.monotonic() < deadline:
-        time.sleep(every_s)
-    return bool(ok)

@@ -1,7 +1,7 @@
 """Helpers shared by several test packages (importable as ``sandfleet_testing``: pytest puts tests/ on
 sys.path for the root conftest.py). Fixtures stay in the conftest files.
 
-- this module: skip-or-fail, program sources, container checks;
+- this module: skip-or-fail, waiting for a condition, program sources, container checks;
 - ``sandfleet_testing.workers``: real ``sandfleet worker`` processes (``FleetWorker``, ``start_worker``,
   ``WorkerFactory``, the one behind the ``fleet_worker`` fixtures) and their cleanup;
 - ``sandfleet_testing.approvers``: approver key pairs and the approvers file a gating worker trusts.
@@ -12,7 +12,8 @@ from __future__ import annotations
 import os
 import textwrap
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
@@ -46,6 +47,33 @@ def skip_or_fail(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (CI is set: a missing prerequisite is a failure, not a skip)", pytrace=False)
     pytest.skip(reason)
+
+
+T = TypeVar("T")
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = 30.0, every_s: float = 0.05) -> bool:
+    """Poll ``condition()`` until it is true (True) or ``timeout_s`` passed (False, after one last look):
+    for a test that asserts with its own message."""
+    deadline = time.monotonic() + timeout_s
+    while not (ok := condition()) and time.monotonic() < deadline:
+        time.sleep(every_s)
+    return bool(ok)
+
+
+def wait_for(
+    predicate: Callable[[], T], timeout_s: float = 60.0, what: str = "condition", every_s: float = 0.05
+) -> T:
+    """Poll ``predicate()`` until it returns a true value, and return that value; after ``timeout_s``
+    the test fails naming ``what`` it waited for."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(every_s)
 
 
 def program(source: str) -> str:

@@ -35,8 +35,6 @@ from sandfleet.producer.client import Client
 
 from .helpers import REPO, free_port, program, record, skip_or_fail
 
-pytestmark = [pytest.mark.redis]
-
 PASSWORD = "access-test-Pw-91f3"
 FLOWER_AUTH = "ops:flower-Pw-27ac"
 SANDFLEET = str(Path(sys.executable).with_name("sandfleet"))
@@ -76,10 +74,8 @@ def stop(process: subprocess.Popen[Any]) -> None:
 
 
 @pytest.fixture(scope="module")
-def protected_redis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Listener]:
+def protected_redis(tmp_path_factory: pytest.TempPathFactory, redis_binary: str) -> Iterator[Listener]:
     """Our own redis-server with --requirepass, on 0.0.0.0 (as a careless operator might bind it)."""
-    if shutil.which("redis-server") is None:
-        skip_or_fail("redis-server is not installed")
     port = free_port()
     folder = tmp_path_factory.mktemp("protected-redis")
     cmd = ["redis-server", "--bind", "0.0.0.0", "--port", str(port), "--requirepass", PASSWORD,

@@ -23,8 +23,6 @@ from sandfleet.core.settings import Settings
 from sandfleet.fleet.local_redis import free_port
 from sandfleet.fleet.redis_security import make_ca_and_cert
 
-pytestmark = [pytest.mark.redis]
-
 ACL_FILE = Path(__file__).resolve().parents[2] / "deploy" / "redis-acl.conf"
 
 
@@ -66,7 +64,7 @@ def test_the_auditor_reads_but_cannot_write_and_is_told_so(redis_server: str) ->
 
 
 @pytest.fixture
-def tls_redis(tmp_path: Path) -> Iterator[tuple[int, Path, Path]]:
+def tls_redis(tmp_path: Path, redis_binary: str) -> Iterator[tuple[int, Path, Path]]:
     """A redis-server speaking only TLS on a free port: ``(port, its CA, another CA)``."""
     if shutil.which("openssl") is None:
         pytest.fail("openssl is needed to make the test's CA (apt-get install openssl)")

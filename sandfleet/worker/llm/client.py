@@ -40,6 +40,7 @@ from sandfleet.core.errors import InvalidSpecError, ModelError, ModelTimeBudgetE
 from sandfleet.core.settings import Settings
 from sandfleet.worker.llm.retry import RetryPolicy, compute_backoff, is_retryable_status
 from sandfleet.worker.llm.scripted.access import ModelTrust
+from sandfleet.worker.llm.scripted.payloads import REPLAY_MODEL_ID
 from sandfleet.worker.llm.scripted.registry import parse_replay_spec, shared_replay_server
 from sandfleet.worker.llm.scripted.server import REPLAY_LATENCY_HEADER
 
@@ -59,7 +60,6 @@ logger = logging.getLogger("sandfleet.llm")
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Sent when the endpoint needs no key (local servers, the replay server): the SDK insists on one.
 PLACEHOLDER_API_KEY = "sandfleet-no-key"
-REPLAY_MODEL_ID = "replay"
 DEFAULT_REQUEST_TIMEOUT_S = 60.0  # when the SDK client's timeout is not a plain number
 
 # What to check, by status, when the endpoint refuses a request.

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
 from sandfleet.core.vocabulary import Limit
-from sandfleet.worker.program.calls import OVERDUE_POLL_S, Call, CallConversation
+from sandfleet.worker.sandbox.calls import OVERDUE_POLL_S, Call, CallConversation
 from sandfleet.worker.sandbox.channel import (
     AgentChannel,
     BodyWatcher,
@@ -46,7 +46,7 @@ KILLED_FROM_OUTSIDE = "the sandbox was killed from outside (docker kill, its rem
 
 # (header, body, number) of one tool call from the program -> the JSON reply bytes to send back
 # (None: the handler's ``overdue()`` answered it already); ``number``: the call's place in reading
-# order. See sandfleet.worker.program.calls.
+# order. See sandfleet.worker.sandbox.calls.
 CallHandler = Callable[[dict[str, Any], bytes, int], bytes | None]
 
 

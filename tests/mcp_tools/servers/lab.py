@@ -67,12 +67,20 @@ def fail(reason: str) -> str:
     raise ToolError(f"failed on purpose: {reason}")  # the SDK sends this message as an error result
 
 
+_waiting = [0]  # calls of ``wait`` in flight on this server
+
+
 @server.tool()
 async def wait(seconds: float) -> str:
-    """Sleep, then say how long."""
+    """Sleep, then say how long and how many calls were sleeping at the end (concurrency counted,
+    not timed: served one by one, every call sees only itself)."""
     began = time.monotonic()
-    await anyio.sleep(seconds)
-    return f"slept {time.monotonic() - began:.2f}"
+    _waiting[0] += 1
+    try:
+        await anyio.sleep(seconds)
+        return f"slept {time.monotonic() - began:.2f}; {_waiting[0]} waiting"
+    finally:
+        _waiting[0] -= 1
 
 
 @server.tool()
