@@ -21,7 +21,7 @@ REDIS_LOG=${SANDFLEET_REDIS_LOG:-/var/log/sandfleet-redis.log}
 DOCKERD_PIDFILE=${SANDFLEET_DOCKERD_PIDFILE:-/var/run/docker.pid}
 REDIS_PORT=6379
 DEBIAN_KEYRING=/usr/share/keyrings/debian-archive-keyring.gpg
-ALL_PACKAGES="docker.io runsc crun redis-server debootstrap iptables python3-venv linux-libc-dev squid-openssl docker-compose"
+ALL_PACKAGES="docker.io runsc crun redis-server debootstrap iptables python3-venv linux-libc-dev squid-openssl docker-compose openssl faketime"
 
 say() { printf '\033[1m[bootstrap]\033[0m %s\n' "$*" >&2; }
 warn() { printf '\033[1;33m[bootstrap] warning:\033[0m %s\n' "$*" >&2; }
@@ -45,6 +45,10 @@ missing_packages() {
   command -v ip >/dev/null || echo iproute2  # the egress proxy's destination rule reads the host's addresses
   # The egress proxy of network "restricted" (sandfleet/worker/egress/): Squid built with OpenSSL (ssl_bump peek).
   [ -x /usr/sbin/squid ] || command -v squid >/dev/null || echo squid-openssl
+  # The multi-host fleet's secured Redis (sandfleet/fleet/redis_security.py) makes its CA with openssl.
+  command -v openssl >/dev/null || echo openssl
+  # libfaketime: a host whose clock is off (tests/hosts/test_host_clock.py runs one worker under it).
+  command -v faketime >/dev/null || echo faketime
   command -v git >/dev/null || echo git  # mcp-server-git, the MCP tests' third-party server
   command -v docker-compose >/dev/null || echo docker-compose  # tests/compose: the compose stack, for real
   # A real browser for the Flower tests (tests/flower), driven by selenium through chromedriver.

@@ -117,7 +117,11 @@ def processes_mentioning(needle: str) -> list[int]:
 
 
 def cgroup_dirs(name: str) -> list[Path]:
-    """Every controller's folder of the cgroup ``name`` under the root (a host's cgroup parent)."""
+    """The folders of the cgroup ``name`` under the root (a host's cgroup parent): one per controller
+    on cgroup v1 (``memory/NAME``, ``pids/NAME``, ...), the one folder ``NAME`` of the unified tree on
+    cgroup v2 (its root holds ``cgroup.controllers``)."""
+    if (CGROUP_ROOT / "cgroup.controllers").is_file():
+        return [CGROUP_ROOT / name] if (CGROUP_ROOT / name).is_dir() else []
     return [d / name for d in CGROUP_ROOT.iterdir() if (d / name).is_dir()]
 
 

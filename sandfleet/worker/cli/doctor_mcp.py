@@ -3,7 +3,8 @@ every live worker of the fleet holds, as it reported them with its last heartbea
 
 Both are informational (a worker still runs jobs that do not need a server that is down), except that
 a malformed config file is a failure: a worker would refuse to start with it. A worker's report is
-read back from Redis (``{p}:worker:{name}:mcp``): parsed with bounds (sandfleet/worker/mcp/status.py),
+read back from the records' Redis (``{p}:worker:{name}:mcp``, with ``SANDFLEET_RESULTS_REDIS_URL``
+apart from the broker): parsed with bounds (sandfleet/worker/mcp/status.py),
 shown on one line each and escaped by the doctor's printing.
 """
 
@@ -45,15 +46,15 @@ def fleet_mcp_checks(settings: Settings) -> list[Check]:
     tools and last ping, or down since when and why; as the worker saw it at most a heartbeat ago."""
     import redis
 
-    from sandfleet.core.redis_connect import RedisUrlError, connect
+    from sandfleet.core.redis_connect import RedisUrlError, connect, records_url
     from sandfleet.core.redis_keys import FleetKeys
     from sandfleet.core.replies import text_list
 
     keys = FleetKeys(settings.key_prefix)
     rows: list[Check] = []
     try:
-        client = connect(
-            settings.redis_url,
+        client = connect(  # where WorkerPresence writes them: the records' Redis, not the broker's
+            records_url(settings),
             settings,
             socket_connect_timeout=REDIS_TIMEOUT_S,
             socket_timeout=REDIS_TIMEOUT_S,
