@@ -6,7 +6,9 @@ Layout of run ``R`` (a free number 1..250; every name starts with ``sfh``)::
 
     this namespace   sfh<R>r 10.213.R.254/24 ──┐  (the driver: producer, reader)
     sfh-R-c          bridge sfhbr 10.213.R.1/24, redis-server on 10.213.R.1:6379 (``secured``:
-                     TLS only, a CA of the run's own, an ACL user per role: redis_security.py)
+                     TLS only, a CA of the run's own, an ACL user per role: redis_security.py;
+                     ``sentinel``: its replica on :6380 and three Sentinels on :26379-26381,
+                     sentinel_redis.py, everyone on the ``sentinel://`` URL)
     sfh-R-<i>        sfh<R>h<i> 10.213.R.(10+i)/24 ──veth── sfh<R>c<i> on the bridge
                      dockerd (socket, data-root, exec-root, pidfile under /tmp/sfh-R/h<i>/,
                      cgroup parent /sfh-R-<i>, its own iptables), one ``sandfleet worker``
@@ -42,11 +44,14 @@ from sandfleet.fleet.host_engine import HostEngine, cached_image_tarball
 from sandfleet.fleet.local import SANDFLEET_ARGV, FleetConfig, LocalFleet, WorkerProcess
 from sandfleet.fleet.local_redis import NO_PERSISTENCE
 from sandfleet.fleet.redis_security import ADMIN, RedisSecurity
+from sandfleet.fleet.sentinel_redis import SentinelPlacement, SentinelRedis
+from sandfleet.fleet.skewed_clock import SLEEP_WITHOUT_ABSTIME, check_clocks, skewed_clock_env
 
 MAX_HOSTS = 16
 BASE = Path("/tmp")
 SUBNET = "10.213.{run}"
 REDIS_PORT = 6379
+SENTINEL_PORTS = (REDIS_PORT, 6380, 26379, 26380, 26381)  # primary, replica, three Sentinels
 HOST_UID_BASE = 21_300_000
 BRIDGE = "sfhbr"
 # The worker keeps uid 0 (the interpreter may live under /root) but no capability at all: file
@@ -58,8 +63,10 @@ NO_CAPABILITIES = ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
 REDIS_READY_TIMEOUT_S = 20.0
 
 
-def check_hosts(hosts: int, kill_host: int | None = None) -> None:
-    """Refuse a host count or a host to kill that cannot be (before anything starts).
+def check_hosts(
+    hosts: int, kill_host: int | None = None, *, secured: bool = False, sentinel: bool = False
+) -> None:
+    """Refuse a host count, a host to kill or a Redis that cannot be (before anything starts).
 
     Raises:
         ValueError: naming the valid range.
@@ -71,6 +78,10 @@ def check_hosts(hosts: int, kill_host: int | None = None) -> None:
             raise ValueError("--kill-host needs at least --hosts 2 (another host must finish the jobs)")
         if not 1 <= kill_host <= hosts:
             raise ValueError(f"--kill-host must name a host within 1..{hosts}, got {kill_host}")
+    if secured and sentinel:
+        raise ValueError(
+            "--secure-redis and --sentinel cannot be combined yet (the Sentinels speak no TLS here)"
+        )
     if os.geteuid() != 0:
         raise ValueError("a multi-host fleet makes network namespaces: run it as root")
 
@@ -100,6 +111,10 @@ class HostFleet(LocalFleet):
         secured: Redis speaks TLS only and knows only the ACL users of deploy/redis-acl.conf; the
             workers connect as ``worker``, :attr:`settings` (the driver) as ``producer``,
             :attr:`redis_url` is the harness's ``fleet-admin`` (SCALING.md §4a, issue 24 point 4).
+        sentinel: Redis is a primary, a replica and three Sentinels (quorum 2) in the control
+            namespace; workers and driver use the ``sentinel://`` URL; :meth:`kill_redis_primary`.
+        clocks: a wall-clock offset per host for its worker (libfaketime's ``FAKETIME`` form,
+            ``{2: "+30s"}``): sandfleet/fleet/skewed_clock.py.
     """
 
     def __init__(
@@ -109,17 +124,28 @@ class HostFleet(LocalFleet):
         images: tuple[str, ...] = (),
         *,
         secured: bool = False,
+        sentinel: bool = False,
+        clocks: dict[int, str] | None = None,
     ) -> None:
-        check_hosts(hosts)
+        check_hosts(hosts, secured=secured, sentinel=sentinel)
+        self.clocks = check_clocks(clocks or {}, hosts)
         self.run = _claim_run()
         self.base = BASE / f"sfh-{self.run}"
+        self.control = f"sfh-{self.run}-c"
         net = SUBNET.format(run=self.run)
         self.security = RedisSecurity(self.base / "tls", f"{net}.1") if secured else None
+        self.sentinel = (
+            SentinelRedis(
+                self.base / "control" / "sentinel",
+                SentinelPlacement(f"{net}.1", SENTINEL_PORTS, tuple(netns.enter(self.control))),
+            )
+            if sentinel
+            else None
+        )
         url = self.security.url(ADMIN, REDIS_PORT) if self.security else f"redis://{net}.1:{REDIS_PORT}/0"
-        super().__init__(config, self.base, redis_url=url)
+        super().__init__(config, self.base, redis_url=self.sentinel.url if self.sentinel else url)
         self.hosts = hosts
         self.images = list(images or (DEFAULT_IMAGE,))
-        self.control = f"sfh-{self.run}-c"
         self.engines = {
             i: HostEngine(self.namespace(i), self.base / f"h{i}" / "engine", self.uid(i))
             for i in range(1, hosts + 1)
@@ -199,6 +225,9 @@ class HostFleet(LocalFleet):
     def _start_redis(self) -> None:
         folder = self.base / "control"
         folder.mkdir(exist_ok=True)
+        if self.sentinel is not None:
+            self.sentinel.start()  # waits until the replica syncs and each Sentinel sees the others
+            return
         bind = SUBNET.format(run=self.run) + ".1"
         ports = self.security.server_args(REDIS_PORT) if self.security else ["--port", str(REDIS_PORT)]
         cmd = [*netns.enter(self.control), "redis-server", "--bind", bind, *ports]
@@ -239,6 +268,7 @@ class HostFleet(LocalFleet):
             "DOCKER_HOST": self.engines[host].url,
             "HOME": str(home),
             "SANDFLEET_WORKER_STATE_DIR": str(home / "state"),
+            **(skewed_clock_env(self.clocks[host]) if host in self.clocks else {}),
         }
         worker = self.start_worker(f"h{host}-{self.token}-{restarts}", env=env, wait=wait)
         self.host_workers[host] = worker
@@ -249,7 +279,8 @@ class HostFleet(LocalFleet):
         :func:`clean_leftovers` finds the process by its command line."""
         host = int(name[1:].split("-")[0])
         command = super().worker_command(name, concurrency, sandboxes)
-        command[2] = f"{SANDFLEET_ARGV[2]}  # sandfleet host {self.base / f'h{host}'}/"
+        code = f"{SLEEP_WITHOUT_ABSTIME}; {SANDFLEET_ARGV[2]}" if host in self.clocks else SANDFLEET_ARGV[2]
+        command[2] = f"{code}  # sandfleet host {self.base / f'h{host}'}/"
         return self.as_host(host, command)
 
     def as_host(self, host: int, command: list[str]) -> list[str]:
@@ -273,6 +304,12 @@ class HostFleet(LocalFleet):
         """The host comes back: its engine restarted (stale pidfiles removed), a new worker."""
         self.engines[host].start()
         return self.start_host_worker(host, wait=wait)
+
+    def kill_redis_primary(self) -> None:
+        """SIGKILL the Redis primary (``sentinel`` fleets): the Sentinels promote the replica."""
+        if self.sentinel is None:
+            raise RuntimeError("kill_redis_primary needs a fleet made with sentinel=True")
+        self.sentinel.primary.stop(kill=True)
 
     def partition(self, host: int, cut: bool = True) -> None:
         """Cut the host off the control namespace (its veth down), or join it again."""
@@ -300,6 +337,8 @@ class HostFleet(LocalFleet):
             if self._redis_process is not None and self._redis_process.poll() is None:
                 self._redis_process.terminate()
                 self._redis_process.wait(timeout=10)
+            if self.sentinel is not None:
+                self.sentinel.stop()
             clean_run(self.run)
 
 
@@ -308,8 +347,8 @@ def clean_run(run: int) -> None:
     base = BASE / f"sfh-{run}"
     netns.kill_all(netns.processes_mentioning(f"{base}/"))
     names = [n for n in netns.namespaces() if n.startswith(f"sfh-{run}-")]
-    for name in names:
-        netns.kill_all(netns.cgroup_pids(name))
+    for name in names:  # the control namespace's Redis renames its process title: found by namespace
+        netns.kill_all(netns.cgroup_pids(name) | netns.processes_in(name))
     netns.unmount_under(base)
     for name in names:
         netns.delete_namespace(name)

@@ -35,18 +35,32 @@ def free_port(preferred: int | None = None) -> int:
 
 
 class RedisServer:
-    """``redis-server --bind 127.0.0.1 --port P --dir DIR`` plus ``args`` (persistence off by default)."""
+    """``redis-server --bind HOST --port P --dir DIR`` plus ``args`` (persistence off by default).
 
-    def __init__(self, directory: Path, args: tuple[str, ...] = NO_PERSISTENCE) -> None:
+    ``host``, ``port`` and ``enter`` (a command prefix, e.g. :func:`sandfleet.fleet.netns.enter`) place
+    it elsewhere: the multi-host fleet runs its Redis in its control namespace on fixed ports.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        args: tuple[str, ...] = NO_PERSISTENCE,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        enter: tuple[str, ...] = (),
+    ) -> None:
         self.directory = directory
         self.args = args
-        self.port = free_port()
+        self.host = host
+        self.port = port or free_port()
+        self.enter = enter
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     @property
     def running(self) -> bool:
@@ -54,7 +68,8 @@ class RedisServer:
 
     def start(self) -> RedisServer:
         self.directory.mkdir(parents=True, exist_ok=True)
-        cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.directory)]
+        cmd = [*self.enter, "redis-server", "--bind", self.host, "--port", str(self.port)]
+        cmd += ["--dir", str(self.directory)]
         self._log = open(self.directory / "redis.log", "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
             [*cmd, *self.args], stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
@@ -86,7 +101,7 @@ class RedisServer:
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        client = redis.Redis(host=self.host, port=self.port, socket_connect_timeout=0.5)
         try:
             while True:
                 assert self.process is not None

@@ -116,6 +116,25 @@ def processes_mentioning(needle: str) -> list[int]:
     return found
 
 
+def processes_in(namespace: str) -> set[int]:
+    """Pids whose network namespace is ``namespace`` (a killed run's Redis and Sentinels, whose
+    command lines no longer name its folder: redis-server rewrites its process title)."""
+    try:
+        wanted = (NETNS_DIR / namespace).stat().st_ino
+    except OSError:
+        return set()
+    found, mine = set(), os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == mine:
+            continue
+        try:
+            if (entry / "ns" / "net").stat().st_ino == wanted:
+                found.add(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
 def cgroup_dirs(name: str) -> list[Path]:
     """The folders of the cgroup ``name`` under the root (a host's cgroup parent): one per controller
     on cgroup v1 (``memory/NAME``, ``pids/NAME``, ...), the one folder ``NAME`` of the unified tree on

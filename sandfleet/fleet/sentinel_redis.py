@@ -1,6 +1,7 @@
-"""A throwaway Redis without a single point of failure: primary + replica + three Sentinels on 127.0.0.1.
+"""A throwaway Redis without a single point of failure: primary + replica + three Sentinels on 127.0.0.1
+(or on the multi-host fleet's control address, inside its namespace: :class:`SentinelPlacement`).
 
-For tests and local fleets. The Sentinels are ``redis-server CONF --sentinel`` (Debian's
+For tests, local fleets and the multi-host fleet. The Sentinels are ``redis-server CONF --sentinel`` (Debian's
 ``redis-sentinel`` is the same binary); they agree (quorum 2) that the primary is down after
 ``DOWN_AFTER_MS`` and promote the replica. :attr:`url` is the fleet's ``sentinel://`` form
 (sandfleet/core/redis_connect.py).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,12 +27,29 @@ FAILOVER_TIMEOUT_MS = 5000
 READY_TIMEOUT_S = 15.0
 
 
-class SentinelProcess:
-    """One ``redis-server sentinel.conf --sentinel`` watching ``primary_port``."""
+@dataclass(frozen=True)
+class SentinelPlacement:
+    """Where the five processes listen and how they are started: ``host`` (every one binds it),
+    ``ports`` (primary, replica, then the Sentinels; empty: free loopback ports), ``enter`` (a command
+    prefix: the multi-host fleet's control namespace)."""
 
-    def __init__(self, directory: Path, primary_port: int) -> None:
+    host: str = "127.0.0.1"
+    ports: tuple[int, ...] = ()
+    enter: tuple[str, ...] = ()
+
+    def port(self, index: int) -> int:
+        return self.ports[index] if self.ports else free_port()
+
+
+class SentinelProcess:
+    """One ``redis-server sentinel.conf --sentinel`` watching the primary at ``primary_port``."""
+
+    def __init__(
+        self, directory: Path, primary_port: int, placement: SentinelPlacement, port: int | None = None
+    ) -> None:
         self.directory = directory
-        self.port = free_port()
+        self.placement = placement
+        self.port = port or free_port()
         self.primary_port = primary_port
         self.process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
@@ -39,15 +58,15 @@ class SentinelProcess:
         self.directory.mkdir(parents=True, exist_ok=True)
         conf = self.directory / "sentinel.conf"  # Sentinel rewrites its file: one per process
         conf.write_text(
-            f"port {self.port}\nbind 127.0.0.1\ndir {self.directory}\n"
-            f"sentinel monitor {MASTER_NAME} 127.0.0.1 {self.primary_port} {QUORUM}\n"
+            f"port {self.port}\nbind {self.placement.host}\nprotected-mode no\ndir {self.directory}\n"
+            f"sentinel monitor {MASTER_NAME} {self.placement.host} {self.primary_port} {QUORUM}\n"
             f"sentinel down-after-milliseconds {MASTER_NAME} {DOWN_AFTER_MS}\n"
             f"sentinel failover-timeout {MASTER_NAME} {FAILOVER_TIMEOUT_MS}\n"
             f"sentinel parallel-syncs {MASTER_NAME} 1\n"
         )
         self._log = open(self.directory / "sentinel.log", "ab")  # noqa: SIM115 - closed in stop()
         self.process = subprocess.Popen(
-            ["redis-server", str(conf), "--sentinel"],
+            [*self.placement.enter, "redis-server", str(conf), "--sentinel"],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -67,19 +86,25 @@ class SentinelProcess:
 class SentinelRedis:
     """Primary, replica (``--replicaof``) and three Sentinels, each in a folder under ``directory``."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, placement: SentinelPlacement | None = None) -> None:
         self.directory = directory
-        self.primary = RedisServer(directory / "primary", NO_PERSISTENCE)
+        self.placement = place = placement or SentinelPlacement()
+        host, enter = place.host, place.enter
+        # Bound to one address only; protected mode would refuse every client not on loopback.
+        args = (*NO_PERSISTENCE, "--protected-mode", "no")
+        self.primary = RedisServer(directory / "primary", args, host=host, port=place.port(0), enter=enter)
+        replica_of = ("--replicaof", host, str(self.primary.port))
         self.replica = RedisServer(
-            directory / "replica", (*NO_PERSISTENCE, "--replicaof", "127.0.0.1", str(self.primary.port))
+            directory / "replica", (*args, *replica_of), host=host, port=place.port(1), enter=enter
         )
         self.sentinels = [
-            SentinelProcess(directory / f"sentinel{i}", self.primary.port) for i in range(SENTINELS)
+            SentinelProcess(directory / f"sentinel{i}", self.primary.port, place, place.port(2 + i))
+            for i in range(SENTINELS)
         ]
 
     @property
     def url(self) -> str:
-        hosts = ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
+        hosts = ",".join(f"{self.placement.host}:{s.port}" for s in self.sentinels)
         return f"sentinel://{hosts}/0?master={MASTER_NAME}"
 
     def start(self) -> SentinelRedis:
@@ -100,10 +125,15 @@ class SentinelRedis:
         self.replica.stop(kill=True)
         self.primary.stop(kill=True)
 
+    def _client(self, port: int) -> redis.Redis:
+        return redis.Redis(
+            host=self.placement.host, port=port, socket_connect_timeout=0.5, decode_responses=True
+        )
+
     def primary_port(self) -> int | None:
         """The port the Sentinels name as primary now (None: none answers)."""
         for sentinel in self.sentinels:
-            client = redis.Redis(port=sentinel.port, socket_connect_timeout=0.5, decode_responses=True)
+            client = self._client(sentinel.port)
             try:
                 addr = client.execute_command("SENTINEL", "get-master-addr-by-name", MASTER_NAME)
                 if addr:
@@ -124,12 +154,12 @@ class SentinelRedis:
             time.sleep(0.1)
 
     def _ready(self) -> bool:
-        replica = redis.Redis(port=self.replica.port, decode_responses=True)
+        replica = self._client(self.replica.port)
         try:
             if replica.info("replication").get("master_link_status") != "up":
                 return False
             for sentinel in self.sentinels:
-                client = redis.Redis(port=sentinel.port, socket_connect_timeout=0.5, decode_responses=True)
+                client = self._client(sentinel.port)
                 try:
                     masters: Any = client.sentinel_masters()
                     [info] = [m for m in masters.values() if m.get("name") == MASTER_NAME]

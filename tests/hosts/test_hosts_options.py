@@ -1,4 +1,4 @@
-"""A bad --hosts, --kill-host or --secure-redis is refused before anything starts (no namespace, no engine)."""
+"""A bad --hosts, --kill-host, --secure-redis, --sentinel or --kill-redis-primary is refused before anything starts (no namespace, no engine)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def namespaces_of_this_process() -> set[str]:
         (["--local", "--hosts", "3", "--kill-host", "4"], "within 1..3"),
         (["--local", "--hosts", "2", "--workers", "2"], "each host runs one worker"),
         (["--local", "--secure-redis"], "--secure-redis needs --local --hosts N"),
+        (["--local", "--sentinel"], "--sentinel needs --local --hosts N"),
+        (["--local", "--hosts", "2", "--kill-redis-primary"], "--kill-redis-primary needs --sentinel"),
+        (["--local", "--hosts", "2", "--sentinel", "--secure-redis"], "cannot be combined"),
     ],
 )
 def test_bad_hosts_options_are_refused_before_anything_starts(args: list[str], message: str) -> None:

@@ -230,7 +230,11 @@ class _ProgressWatcher:
     def _loop(self) -> None:
         total = self._data.plan.jobs
         while not self._stop.is_set():
-            raw = self._redis.hgetall(self._key)
+            try:
+                raw = self._redis.hgetall(self._key)
+            except redis.RedisError:  # Redis failing over (--kill-redis-primary): poll again
+                self._stop.wait(PROGRESS_INTERVAL_S)
+                continue
             self.polls += 1
             counts = {text(k): int(v) for k, v in raw.items() if text(k) != CREATOR_FIELD}
             failed = sum(counts.get(s, 0) for s in FAILED_STATES)

@@ -1,10 +1,15 @@
-"""``sandfleet loadtest --local --hosts N [--kill-host K]``: the load test through a multi-host fleet
-(sandfleet/fleet/hosts.py), with the figures a fault needs: jobs lost, jobs done twice, recovery.
+"""``sandfleet loadtest --local --hosts N [--kill-host K] [--sentinel [--kill-redis-primary]]``: the
+load test through a multi-host fleet (sandfleet/fleet/hosts.py), with the figures a fault needs: jobs
+lost, jobs done twice, recovery.
 
 ``lost``: jobs with no final record when the wait ended. ``done_twice``: jobs whose audit holds more
 than one final ``state`` event (a job that ran to the end twice). With ``kill_host``, host K's worker
 and engine are SIGKILLed once a quarter of the jobs ended, and K comes back ``REJOIN_AFTER_S`` later
-(a new engine and worker, whose reaper removes what the dead one left).
+(a new engine and worker, whose reaper removes what the dead one left). With ``kill_redis_primary``
+(a ``sentinel`` fleet), the Redis primary is SIGKILLed at the same point; ``recovery_s`` is the time
+from the kill until a job that started running after it has ended: the fleet takes and finishes new
+work again (the next job to end is usually one that was in flight, and says less: Celery's consumers
+reconnect after the jobs in flight have sealed their records).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from sandfleet.producer.client import Client
 
 FINAL_STATES = frozenset({"succeeded", "failed", "timed_out", "refused", "cancelled"})
 REJOIN_AFTER_S = 10.0
+PROMOTION_TIMEOUT_S = 30.0
 KILL_AT_FRACTION = 0.25
 
 
@@ -55,6 +61,59 @@ class HostKiller:
             self._thread.join(timeout=120)
 
 
+class PrimaryKiller:
+    """Kills the Redis primary once ``KILL_AT_FRACTION`` of the jobs ended; times the recovery."""
+
+    def __init__(self, fleet: HostFleet, jobs: int) -> None:
+        self.fleet, self.jobs = fleet, jobs
+        self.done_at_kill: int | None = None
+        self.killed_at: float | None = None  # monotonic
+        self.killed_wall: float | None = None  # time.time(), against the records' timestamps
+        self.promoted_s: float | None = None
+        self.recovery_s: float | None = None
+        self.error: str | None = None
+
+    def on_progress(self, done: int) -> None:
+        if self.done_at_kill is None and done >= max(1, int(self.jobs * KILL_AT_FRACTION)):
+            self.done_at_kill = done
+            self.killed_at, self.killed_wall = time.monotonic(), time.time()
+            threading.Thread(target=self._kill, name="kill-redis-primary", daemon=True).start()
+        elif self.killed_at is not None and self.recovery_s is None and done > (self.done_at_kill or 0):
+            self.recovery_s = time.monotonic() - self.killed_at
+
+    def _kill(self) -> None:
+        cluster = self.fleet.sentinel
+        try:
+            assert cluster is not None and self.killed_at is not None
+            self.fleet.kill_redis_primary()
+            deadline = self.killed_at + PROMOTION_TIMEOUT_S
+            while time.monotonic() < deadline:
+                if cluster.primary_port() == cluster.replica.port:
+                    self.promoted_s = time.monotonic() - self.killed_at
+                    return
+                time.sleep(0.05)
+            self.error = f"no replica promoted within {PROMOTION_TIMEOUT_S:g} s"
+        except Exception as e:  # reported, not raised: the jobs are still counted
+            self.error = f"{type(e).__name__}: {e}"
+
+    def new_job_done_s(self, jobs: list[dict[str, Any]]) -> float | None:
+        """Seconds from the kill until the first job that began running after it ended (None: none)."""
+        if self.killed_wall is None:
+            return None
+        kill = self.killed_wall
+        ends = [j["ended_at"] for j in jobs if j.get("ended_at") and (j.get("running_at") or 0) > kill]
+        return min(ends) - kill if ends else None
+
+    def figures(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "promoted_s": self.promoted_s,
+            "next_job_done_s": self.recovery_s,
+            "new_job_done_s": self.new_job_done_s(jobs),
+            "done_before_kill": self.done_at_kill,
+            "error": self.error,
+        }
+
+
 def exactly_once_counts(client: Client, job_ids: list[str]) -> dict[str, int]:
     """``{"lost": .., "done_twice": ..}`` over the jobs, from their records and audit chains."""
     lost = twice = 0
@@ -74,18 +133,27 @@ def run_on_hosts(
     progress: TextIO | None = sys.stderr,
     *,
     secured: bool = False,
+    sentinel: bool = False,
+    kill_redis_primary: bool = False,
 ) -> dict[str, Any]:
-    """Start ``hosts`` hosts, drive them with ``plan_for(model)``, optionally kill one; the report.
+    """Start ``hosts`` hosts, drive them with ``plan_for(model)``, optionally kill one (or the Redis
+    primary); the report.
 
-    ``secured``: the fleet's Redis speaks TLS only, with an ACL user per role (HostFleet)."""
-    fleet = HostFleet(hosts, config, secured=secured)
+    ``secured``: the fleet's Redis speaks TLS only, with an ACL user per role; ``sentinel``: it is a
+    primary, a replica and three Sentinels (HostFleet)."""
+    fleet = HostFleet(hosts, config, secured=secured, sentinel=sentinel)
     with fleet:
         plan: LoadPlan = plan_for(fleet.model)
         killer = HostKiller(fleet, kill_host, plan.jobs) if kill_host else None
+        primary_killer = PrimaryKiller(fleet, plan.jobs) if kill_redis_primary else None
+
+        def on_progress(done: int) -> None:
+            for fault in (killer, primary_killer):
+                if fault is not None:
+                    fault.on_progress(done)
+
         with Client(settings=fleet.settings) as client:
-            data = run_load(
-                client, plan, progress_stream=progress, on_progress=killer.on_progress if killer else None
-            )
+            data = run_load(client, plan, progress_stream=progress, on_progress=on_progress)
             if killer is not None:
                 killer.join()
             counts = exactly_once_counts(client, client.reader.batch_job_ids(data.batch_id))
@@ -94,6 +162,7 @@ def run_on_hosts(
             "hosts": hosts,
             "redis_url": fleet.settings.redis_url,
             "redis_secured": secured,
+            "redis_sentinel": sentinel,
             "concurrency": config.concurrency,
             "sandboxes": config.sandboxes,
             "model_latency_s": config.model_latency_s,
@@ -105,6 +174,9 @@ def run_on_hosts(
     report["jobs_per_s"] = report["throughput_jobs_per_s"]
     report["succeeded"] = report["counts"]["succeeded"]
     report["sandboxes_at_end_per_host"] = left
+    if primary_killer is not None:
+        report["kill_redis_primary"] = primary_killer.figures(data.jobs)
+        report["recovery_s"] = report["kill_redis_primary"]["new_job_done_s"]
     if killer is not None:
         report["kill_host"] = {
             "host": kill_host,

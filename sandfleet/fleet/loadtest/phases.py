@@ -94,7 +94,7 @@ def job_phases(
 def record_summary(record: Mapping[str, Any]) -> dict[str, Any]:
     """The few fields of a job record the report needs, from ``JobRecord.model_dump(mode="json")``.
 
-    Returns ``{"job_id", "status", "ended_at", "error_kind", "attempts", "deliveries", "worker",
+    Returns ``{"job_id", "status", "ended_at", "queued_at", "running_at", "error_kind", "attempts", "deliveries", "worker",
     "phases"}``; ``ended_at`` is None for a job that has not ended.
     """
     timestamps = record.get("timestamps") or {}
@@ -107,6 +107,7 @@ def record_summary(record: Mapping[str, Any]) -> dict[str, Any]:
         "status": status,
         "ended_at": timestamps.get(final) if final else None,
         "queued_at": timestamps.get("queued"),
+        "running_at": timestamps.get("running"),
         "error_kind": error.get("kind") if status != "succeeded" else None,
         "attempts": record.get("attempts", 0),
         "deliveries": record.get("deliveries", 0),

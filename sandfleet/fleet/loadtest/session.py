@@ -51,6 +51,8 @@ class LoadTestOptions:
     hosts: int = 0  # with local: a multi-host fleet of this many hosts (sandfleet/fleet/hosts.py)
     kill_host: int | None = None  # with hosts: the host lost mid-batch
     secure_redis: bool = False  # with hosts: Redis over TLS only, an ACL user per role
+    sentinel: bool = False  # with hosts: Redis as primary + replica + three Sentinels
+    kill_redis_primary: bool = False  # with sentinel: the primary SIGKILLed mid-batch
 
     def wait_s(self) -> float:
         return self.timeout_s or 120.0 + 2.0 * self.jobs
@@ -84,6 +86,8 @@ def run_loadtest(opts: LoadTestOptions) -> dict[str, Any]:
             opts.kill_host,
             opts.progress,
             secured=opts.secure_redis,
+            sentinel=opts.sentinel,
+            kill_redis_primary=opts.kill_redis_primary,
         )
     elif opts.local:
         config = FleetConfig(
