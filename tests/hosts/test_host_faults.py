@@ -2,7 +2,9 @@
 
 Each job sleeps in its sandbox, so some are running on the host when the fault strikes. What is
 asserted: every job ends succeeded with exactly one final state event (none lost, none done twice),
-and no Sandfleet container is left on any engine afterwards. Recovery times are printed (and noted
+and no Sandfleet container is left on any engine afterwards. A lost host stays down until the batch
+has ended, so the other host is seen to finish every job left; then it returns, and its new
+worker's reaper removes what its engine still held. Recovery times are printed (and noted
 in artifacts/reliability-results.json), never asserted.
 """
 
@@ -47,16 +49,38 @@ def test_a_host_lost_mid_batch_loses_no_job_and_its_containers_are_reaped_when_i
     assert wait_for(_running_on(fleet, 2), 60), "no job reached host 2"
     killed = time.monotonic()
     fleet.kill_host(2)
-    fleet.restore_host(2)  # its new worker's reaper removes what the dead one left
-    outcome = _outcome(fleet, jobs)
+    with fleet.client() as client:  # the jobs host 1 must finish alone: every one not ended yet
+        open_jobs = {j.job_id for j in jobs if not client.get(j.job_id).record().status.is_final}
+    outcome = _outcome(fleet, jobs)  # host 2 stays down until the whole batch has ended
     recovered_s = time.monotonic() - killed
+    with fleet.client() as client:
+        finishers = {client.get(j).record().worker or "?" for j in open_jobs}
+    left_on_dead_host = fleet.engines[2].sandboxes  # read from its engine once it is back
     assert outcome["statuses"] == ["succeeded"] * JOBS, outcome
     assert outcome["finals"] == [1] * JOBS, outcome  # none lost, none done twice
+    assert open_jobs and {w.split("-")[0] for w in finishers} == {"h1"}, finishers
+    fleet.restore_host(2)  # its new worker's reaper removes what the dead one left
+    left_at_return = left_on_dead_host()
     for engine in fleet.engines.values():  # host 1's last used containers go in the background (CI
         # once saw one still there as the last result came in), host 2's by its new worker's reaper
         assert wait_for(lambda e=engine: not e.sandboxes(), 60, 0.5), engine.sandboxes()
     note_figure(
-        "hosts_lost_host", {"jobs": JOBS, "lost": 0, "done_twice": 0, "all_done_after_kill_s": recovered_s}
+        "hosts_lost_host",
+        {
+            "jobs": JOBS,
+            "lost": 0,
+            "done_twice": 0,
+            "ended_after_kill_on_host_1": len(open_jobs),
+            "all_done_after_kill_s": recovered_s,
+            "containers_on_host_2_at_return": len(left_at_return),
+        },
+    )
+    print(
+        {
+            "all_done_after_kill_s": round(recovered_s, 1),
+            "open_at_kill": len(open_jobs),
+            "containers_on_host_2_at_return": len(left_at_return),
+        }
     )
 
 

@@ -374,8 +374,13 @@ def lost_jobs(
     moves a message from the queue to ``unacked`` in two steps), when a task's retry could not be
     published while Redis was down, or when a producer dies between recording a job and publishing
     it. The job id keeps a republished job idempotent if the old message shows up after all.
+
+    Ages by Redis's clock (``TIME``), the one clock every host shares: a sweeping host whose own
+    clock ran 30 s ahead took every job a producer had just recorded, and was still publishing, for
+    10 s old and lost, and published it a second time (tests/reliability/test_lost_jobs_clock.py).
     """
-    cutoff = time.time() - min_age_s
+    seconds, micros = client.time()
+    cutoff = seconds + micros / 1e6 - min_age_s
     candidates = [
         *client.zrangebyscore(keys.status_index(JobStatus.QUEUED), 0, cutoff),
         *client.zrangebyscore(keys.status_index(JobStatus.RUNNING), 0, cutoff),
