@@ -96,22 +96,21 @@ class PrimaryKiller:
         except Exception as e:  # reported, not raised: the jobs are still counted
             self.error = f"{type(e).__name__}: {e}"
 
-    def new_job_done_s(self, jobs: list[dict[str, Any]]) -> float | None:
-        """Seconds from the kill until the first job that began running after it ended (None: none)."""
-        if self.killed_wall is None:
-            return None
-        kill = self.killed_wall
-        ends = [j["ended_at"] for j in jobs if j.get("ended_at") and (j.get("running_at") or 0) > kill]
-        return min(ends) - kill if ends else None
-
     def figures(self, jobs: list[dict[str, Any]]) -> dict[str, Any]:
         return {
             "promoted_s": self.promoted_s,
             "next_job_done_s": self.recovery_s,
-            "new_job_done_s": self.new_job_done_s(jobs),
+            "new_job_done_s": None if self.killed_wall is None else new_job_done_s(jobs, self.killed_wall),
             "done_before_kill": self.done_at_kill,
             "error": self.error,
         }
+
+
+def new_job_done_s(jobs: list[dict[str, Any]], since: float) -> float | None:
+    """Seconds from ``since`` (epoch s) until the first job that began running after it ended, from
+    the jobs' record summaries (``running_at``, ``ended_at``); None when no such job ended."""
+    ends = [j["ended_at"] for j in jobs if j.get("ended_at") and (j.get("running_at") or 0) > since]
+    return min(ends) - since if ends else None
 
 
 def exactly_once_counts(client: Client, job_ids: list[str]) -> dict[str, int]:
