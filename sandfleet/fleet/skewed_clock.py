@@ -12,8 +12,9 @@ libfaketime 0.9.10 (Debian 12) fails ``clock_nanosleep(CLOCK_MONOTONIC, TIMER_AB
 EINVAL under ``FAKETIME_DONT_FAKE_MONOTONIC`` (wolfcw/libfaketime#426), and Python 3.11's
 ``time.sleep`` is made of that call; every other wait (events, locks, conditions, select, sockets)
 works. So a skewed worker's ``time.sleep`` waits on an event instead (:data:`SLEEP_WITHOUT_ABSTIME`,
-put in front of its ``-c`` code); without ``FAKETIME_DONT_FAKE_MONOTONIC`` the monotonic clock
-becomes the faked wall clock and a ``-30s`` worker hangs in its first timed wait.
+put in front of its ``-c`` code; a Python child of the worker would inherit the preload but not
+this, so a skewed host runs no MCP stdio server here). Without ``FAKETIME_DONT_FAKE_MONOTONIC`` the
+monotonic clock becomes the faked wall clock and a ``-30s`` worker hangs in its first timed wait.
 """
 
 from __future__ import annotations
