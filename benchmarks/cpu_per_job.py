@@ -46,7 +46,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import labelled_pool
+from _common import labelled_pool, model_server, served_model_env
 
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpuacct/docker"), Path("/sys/fs/cgroup/docker"))
 TRIVIAL = 'print("RESULT: 1")'
@@ -131,17 +131,6 @@ def inside_one_sandbox(runs: int, root: Path) -> dict[str, list[float]]:
     return found
 
 
-MODEL_SERVER = """
-import sys, time
-from sandfleet.worker.llm.scripted.script import parse_script
-from sandfleet.worker.llm.scripted.server import ReplayServer
-answer = "```python\\n" + sys.argv[1] + "\\n```"
-with ReplayServer(parse_script({"rules": [], "default": [answer]}), latency_s=0.0) as server:
-    print(server.base_url, flush=True)
-    sys.stdin.read()
-"""
-
-
 def tree_cpu_s(pid: int) -> float:
     """CPU seconds of a process and its children, live and reaped (user + system)."""
     try:
@@ -173,22 +162,11 @@ def fleet_cpu(args: argparse.Namespace) -> None:
     """The worker's own CPU per trivial job through a real fleet, the model in its own process."""
     from sandfleet.fleet.local import FleetConfig, LocalFleet
 
-    server = subprocess.Popen(
-        [sys.executable, "-c", MODEL_SERVER, TRIVIAL],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert server.stdout is not None
-        base_url = server.stdout.readline().strip()
+    answer = {"rules": [], "default": [f"```python\n{TRIVIAL}\n```"]}
+    with model_server(answer) as (base_url, server_pid):
         model = "openai:replay"
-        env = {
-            "SANDFLEET_MODEL_BASE_URL": base_url,
-            "SANDFLEET_MODEL_API_KEY": "replay",
-            "SANDFLEET_POOL_SIZE": "2",
-            **dict(kv.split("=", 1) for kv in args.worker_env),
-        }
+        env = {**served_model_env(base_url), "SANDFLEET_POOL_SIZE": "2"}
+        env.update(dict(kv.split("=", 1) for kv in args.worker_env))
         config = FleetConfig(workers=1, sandboxes=args.sandboxes, tools="", program=TRIVIAL, env=env)
         with LocalFleet(config) as fleet:
             worker_pid = fleet.worker_pids()[0]
@@ -206,9 +184,9 @@ def fleet_cpu(args: argparse.Namespace) -> None:
             print(f"worker idle CPU: {1000 * idle_per_s:.1f} ms per second")
             rows = []
             for _ in range(args.rounds):
-                w0, s0, me0 = tree_cpu_s(worker_pid), tree_cpu_s(server.pid), psutil.Process().cpu_times()
+                w0, s0, me0 = tree_cpu_s(worker_pid), tree_cpu_s(server_pid), psutil.Process().cpu_times()
                 wall = fleet_batch(fleet, args.jobs, model)
-                w1, s1, me1 = tree_cpu_s(worker_pid), tree_cpu_s(server.pid), psutil.Process().cpu_times()
+                w1, s1, me1 = tree_cpu_s(worker_pid), tree_cpu_s(server_pid), psutil.Process().cpu_times()
                 worker_ms = 1000 * (w1 - w0) / args.jobs
                 rows.append(
                     {
@@ -232,10 +210,6 @@ def fleet_cpu(args: argparse.Namespace) -> None:
             )
             if args.profile:
                 profile_batch(fleet, worker_pid, args, model)
-    finally:
-        if server.stdin:
-            server.stdin.close()
-        server.wait(timeout=10)
 
 
 def profile_batch(fleet: Any, pid: int, args: argparse.Namespace, model: str) -> None:
@@ -261,9 +235,12 @@ def profile_batch(fleet: Any, pid: int, args: argparse.Namespace, model: str) ->
         stderr=subprocess.DEVNULL,
     )
     time.sleep(1.0)
+    before = tree_cpu_s(pid)
     fleet_batch(fleet, args.jobs, model)
+    spent = tree_cpu_s(pid) - before
     spy.send_signal(signal.SIGINT)
     spy.wait(timeout=60)
+    print(f"worker CPU per job while py-spy samples it: {1000 * spent / args.jobs:.1f} ms")
     print(f"py-spy collapsed stacks of one {args.jobs}-job batch: {stacks}")
     summarise_stacks(stacks.read_text())
 
