@@ -25,7 +25,8 @@ submitted and awaited; the worker's process tree's CPU (psutil: user + system of
 its children, the containers are the engine's and not among them) is read before and after. Printed
 beside it: the worker's start-up CPU (imports, key, pool warm-up), its idle CPU per second
 (heartbeats, sweeps, Celery's event loop), the model server's and this process's CPU per job: the
-scopes an "ms per job" can mean. ``--profile DIR`` also records the worker with py-spy during one
+scopes an "ms per job" can mean; and the main thread's share (Celery's event loop) against
+the other threads' (the jobs), from /proc's per-thread stat. ``--profile DIR`` also records the worker with py-spy during one
 more batch (``DIR/worker.txt``, collapsed stacks, and the top functions printed).
 """
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import statistics
 import subprocess
@@ -52,6 +54,7 @@ CGROUP_ROOTS = (Path("/sys/fs/cgroup/cpuacct/docker"), Path("/sys/fs/cgroup/dock
 TRIVIAL = 'print("RESULT: 1")'
 SCRIPT = "/workspace/cpu/program.py"
 TRIVIAL_QUESTION = "print RESULT 1"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cgroup_cpu_s(folder: Path) -> float | None:
@@ -146,6 +149,16 @@ def tree_cpu_s(pid: int) -> float:
         return 0.0
 
 
+def main_thread_cpu_s(pid: int) -> float:
+    """CPU seconds of a process's main thread alone (Celery's event loop in a worker): /proc's
+    utime + stime of the thread whose id is the pid."""
+    try:
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def fleet_batch(fleet: Any, jobs: int, model: str) -> float:
     """Submit ``jobs`` trivial jobs as one batch and wait for all; the wall seconds."""
     began = time.monotonic()
@@ -185,13 +198,17 @@ def fleet_cpu(args: argparse.Namespace) -> None:
             rows = []
             for _ in range(args.rounds):
                 w0, s0, me0 = tree_cpu_s(worker_pid), tree_cpu_s(server_pid), psutil.Process().cpu_times()
+                m0 = main_thread_cpu_s(worker_pid)
                 wall = fleet_batch(fleet, args.jobs, model)
                 w1, s1, me1 = tree_cpu_s(worker_pid), tree_cpu_s(server_pid), psutil.Process().cpu_times()
                 worker_ms = 1000 * (w1 - w0) / args.jobs
+                main_ms = 1000 * (main_thread_cpu_s(worker_pid) - m0) / args.jobs
                 rows.append(
                     {
                         "worker": worker_ms,
                         "worker less idle": worker_ms - 1000 * idle_per_s * wall / args.jobs,
+                        "main thread (Celery loop)": main_ms,
+                        "other threads (jobs)": worker_ms - main_ms,
                         "model server": 1000 * (s1 - s0) / args.jobs,
                         "this process": 1000 * (me1.user + me1.system - me0.user - me0.system) / args.jobs,
                         "jobs/s": args.jobs / wall,
@@ -202,7 +219,7 @@ def fleet_cpu(args: argparse.Namespace) -> None:
                 f"CPU ms per trivial job through the fleet, mean of {args.rounds} x {args.jobs}-job batches:"
             )
             for key in rows[0]:
-                print(f"  {key:<18}{statistics.mean(r[key] for r in rows):8.1f}")
+                print(f"  {key:<28}{statistics.mean(r[key] for r in rows):8.1f}")
             whole = tree_cpu_s(worker_pid)
             done = args.sandboxes + args.rounds * args.jobs
             print(
