@@ -79,3 +79,40 @@ def engine_runtimes() -> set[str]:
     from sandfleet.worker.sandbox.docker.backend import engine_info
 
     return set(engine_info().runtimes)
+
+
+MODEL_SERVER = """
+import json, sys
+from sandfleet.worker.llm.scripted.script import parse_script
+from sandfleet.worker.llm.scripted.server import ReplayServer
+with ReplayServer(parse_script(json.loads(sys.stdin.readline())), latency_s=0.0) as server:
+    print(server.base_url, flush=True)
+    sys.stdin.read()
+"""
+
+
+@contextmanager
+def model_server(script: dict[str, Any]) -> Iterator[tuple[str, int]]:
+    """A replay model server answering from ``script``, in a process of its own (so a worker's CPU
+    is the worker's alone): yields its base URL and pid; stopped when stdin closes."""
+    import json
+    import subprocess
+    import sys
+
+    server = subprocess.Popen(
+        [sys.executable, "-c", MODEL_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert server.stdin is not None and server.stdout is not None
+        server.stdin.write(json.dumps(script) + "\n")
+        server.stdin.flush()
+        yield server.stdout.readline().strip(), server.pid
+    finally:
+        if server.stdin:
+            server.stdin.close()
+        server.wait(timeout=10)
+
+
+def served_model_env(base_url: str) -> dict[str, str]:
+    """Worker settings for a model reached at ``base_url`` with the openai client (model ``openai:replay``)."""
+    return {"SANDFLEET_MODEL_BASE_URL": base_url, "SANDFLEET_MODEL_API_KEY": "replay"}

@@ -232,21 +232,35 @@ class JobStore:
         value = self.redis.hget(self.keys.job(job_id), "status")
         return None if value is None else JobStatus(text(value))
 
-    def mark_running(self, job_id: str, worker: str) -> Transition:
-        """queued (or running, on a redelivery) -> running; counts one more attempt."""
-        return self._transition_to(job_id, JobStatus.RUNNING, worker=worker)
+    def mark_running(self, job_id: str, worker: str, *, batch_id: str | None = None) -> Transition:
+        """queued (or running, on a redelivery) -> running; counts one more attempt.
+
+        ``batch_id``: the job's batch as its record names it ("" for none), when the caller has
+        just read the record (a delivery has): saves the read of it here. A batch never changes.
+        """
+        outcome, _detail = self._apply(job_id, JobStatus.RUNNING, worker=worker, batch_id=batch_id)
+        return Transition(outcome)
 
     def mark_queued(self, job_id: str) -> Transition:
         """running -> queued: the job waits for a retry after a transient failure."""
         return self._transition_to(job_id, JobStatus.QUEUED)
 
-    def finish(self, job_id: str, result: JobResult, *, worker: str = "", token: str = "") -> Transition:
+    def finish(
+        self,
+        job_id: str,
+        result: JobResult,
+        *,
+        worker: str = "",
+        token: str = "",
+        batch_id: str | None = None,
+    ) -> Transition:
         """Write the final record and the chain's seal. Only the first call for a job writes; later
         ones get ALREADY_FINAL and write nothing (no second seal).
 
         Args:
             worker: the finishing worker; must be the signer's (the default).
             token: stored in the final-record guard, to tell which delivery wrote the record.
+            batch_id: the job's batch as its record names it ("" for none), if known (mark_running).
         """
         if not result.status.is_final:
             raise ValueError(f"a final record needs a final status, got {result.status}")
@@ -277,6 +291,7 @@ class JobStore:
                 result_json=result_json,
                 token=token or signer.worker,
                 seal=seal,
+                batch_id=batch_id,
             )
             if outcome == Transition.APPLIED:
                 self.await_replicas(job_id)
@@ -339,9 +354,13 @@ class JobStore:
         result_json: str = "",
         token: str = "",
         seal: list[str] | None = None,
+        batch_id: str | None = None,
     ) -> tuple[str, str]:
-        """Run the TRANSITION script; ``(outcome, detail)`` as it returns them."""
-        batch_id = text_or_none(self.redis.hget(self.keys.job(job_id), "batch_id")) or "-"
+        """Run the TRANSITION script; ``(outcome, detail)`` as it returns them. ``batch_id`` None:
+        read from the record (one round trip)."""
+        if batch_id is None:
+            batch_id = text_or_none(self.redis.hget(self.keys.job(job_id), "batch_id"))
+        batch_id = batch_id or "-"
         keys = [
             self.keys.job(job_id),
             self.keys.final_guard(job_id),

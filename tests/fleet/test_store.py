@@ -121,6 +121,27 @@ def test_batch_counts_follow_every_transition(client: Client, store: JobStore) -
     assert batch.progress().counts["queued"] == 1
 
 
+def test_batch_counts_follow_transitions_told_the_batch_by_the_caller(
+    client: Client, store: JobStore
+) -> None:
+    """A delivery passes the batch its record named (no read of it in the store): same counts."""
+    batch = client.submit_batch(["a?", "b?"])
+    a, b = batch.job_ids
+    record = store.record(a)
+    assert record is not None and record.batch_id == batch.batch_id
+    store.mark_running(a, "w", batch_id=record.batch_id)
+    store.mark_running(b, "w", batch_id=batch.batch_id)
+    assert batch.progress().counts["running"] == 2
+    store.finish(a, succeeded(a), batch_id=batch.batch_id)
+    progress = batch.progress()
+    assert (progress.counts["running"], progress.counts["succeeded"]) == (1, 1)
+    alone = client.submit("alone?").job_id  # no batch: "" touches no batch's counts
+    store.mark_running(alone, "w", batch_id="")
+    store.finish(alone, succeeded(alone), batch_id="")
+    assert store.status(alone) == JobStatus.SUCCEEDED
+    assert batch.progress().counts == progress.counts
+
+
 def test_every_key_of_a_job_expires_with_the_retention(
     client: Client, store: JobStore, settings: Settings
 ) -> None:

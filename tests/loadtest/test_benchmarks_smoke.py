@@ -38,6 +38,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
     "run_overhead": (["--runs", "3", "--cold-runs", "2"], r"through ProgramRuntime\.run"),
     "engine_overhead": (["--jobs", "10"], r"overhead share of total"),
     "cpu_per_job": (["--jobs", "6", "--rounds", "1", "--runs", "2"], r"runtime / raw churn throughput: \d"),
+    "small_tasks": (
+        ["--tasks", "6", "--sizes", "3,6"],
+        r"batch of +6: fleet [\d.]+ jobs/s, raw [\d.]+ jobs/s, fleet/raw [\d.]+[\s\S]*overall: fleet",
+    ),
     "fleet_vs_churn": (
         ["--jobs", "4", "--rounds", "1"],
         r"raw disabled \(network_disabled=True\): [\d.]+ jobs/s -> fleet/raw \d+\.\d\d[\s\S]*"

@@ -108,7 +108,9 @@ class JobEnd:
         hooks = self._snapshot()
         _call(hooks, "before_seal", ending)
         store, job_id, result = ending.store, ending.job_id, ending.result
-        ending.outcome = store.finish(job_id, result, worker=ending.worker)
+        known = ending.record  # the delivery's copy: its batch, which never changes, saves a read
+        batch_id = None if known is None else known.batch_id or ""
+        ending.outcome = store.finish(job_id, result, worker=ending.worker, batch_id=batch_id)
         if ending.outcome == Transition.APPLIED:
             ending.status = result.status
             _call(hooks, "on_recorded", ending)

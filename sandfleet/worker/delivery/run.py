@@ -152,7 +152,8 @@ class Delivery:
         except ValidationError as e:
             message = f"invalid job spec: {describe_validation_error(e)}"
             return self._end_with_error(JobStatus.REFUSED, ErrorKind.INVALID_SPEC, message)
-        if self.store.mark_running(self.job_id, self.worker) != Transition.APPLIED:
+        batch_id = self.record.batch_id or "" if self.record else None  # read by _admit just now
+        if self.store.mark_running(self.job_id, self.worker, batch_id=batch_id) != Transition.APPLIED:
             return None
         audit = self.store.audit_sink(self.job_id)
         audit.emit(AuditKind.STATE, self._running_event(spec))
