@@ -6,17 +6,24 @@ on the egress bridge registered as a client allowed ``api.egress.test``. Both pa
 process, interleaved, so the figures are side by side in one run.
 
     flock /work/bench.lock .venv/bin/python benchmarks/egress.py [--requests 300] [--megabytes 500] [--sandboxes 20]
+        [--variant 'NAME=DIRECTIVE; DIRECTIVE' ...] [--throughput-only]
 
 Latency: a new TCP connection, TLS handshake and ``GET /hello`` per request (through the proxy: the
 CONNECT first). Throughput: one connection reading ``/bytes`` to the end. Refusal counters: per
 restricted sandbox (runc), its start and stop, and what the counters of refused connections add to
 them (sandbox_filter.py): IPv6 routed into the filter at the start, the filter's REJECT counters
 read at each take of a run's refusals and once more at the stop. Needs root.
+
+``--variant``: one more Squid per variant, the worker's configuration with the directives appended
+(ProxyConfig.extra), on its own port and folder; its transfers are interleaved with the others (the
+order rotated per round), so a setting is judged against the configuration as it is in the same
+run. ``--variant same=`` (nothing appended) is the control: how far two identical proxies differ.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -27,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -129,12 +137,68 @@ def counter_costs(sandboxes: int) -> dict[str, list[float]]:
     return {label: values[1:] for label, values in costs.items()}
 
 
+def start_variants(
+    gateway: Any, specs: list[str], base: Path, started: dict[str, tuple[Any, tuple[str, int]]]
+) -> None:
+    """One proxy per ``NAME=DIRECTIVE; DIRECTIVE`` into ``started``: its configuration and address."""
+    from sandfleet.worker.egress.squid import ensure_proxy
+
+    for number, spec in enumerate(specs, start=1):
+        name, _, directives = spec.partition("=")
+        config = dataclasses.replace(
+            gateway.proxy,
+            port=gateway.proxy.port + number,
+            state_dir=base / f"variant-{number}",
+            extra=tuple(d.strip() for d in directives.split(";") if d.strip()),
+        )
+        ensure_proxy(config)
+        (config.state_dir / "clients" / config.listen_ip).write_text(
+            json.dumps({"sandbox": "benchmark", "allow": [NAME]})
+        )
+        started[name.strip()] = (config, (config.listen_ip, config.port))
+
+
+def transfers(
+    ctx: ssl.SSLContext,
+    address: str,
+    routes: dict[str, Any],
+    pids: dict[str, int | None],
+    size: int,
+    count: int,
+) -> tuple[dict[str, list[float]], dict[str, float], float]:
+    """MB/s per route, interleaved; the proxies' CPU seconds and the client's during the proxied ones."""
+    throughput: dict[str, list[float]] = {label: [] for label in routes}
+    cpu = dict.fromkeys(pids, 0.0)
+    client = 0.0
+    labels = list(routes)
+    for number in range(count):
+        shift = number % len(labels)  # the order rotates per round: no route always follows another
+        for label in labels[shift:] + labels[:shift]:
+            route = routes[label]
+            with open_tls(ctx, address, route) as tls:
+                proxy_before, client_before = cpu_seconds(pids.get(label)), client_cpu_seconds()
+                began = time.perf_counter()
+                got = get(tls, f"/bytes?n={size}")
+                throughput[label].append(got / (time.perf_counter() - began) / 1e6)
+                if route is not None:
+                    cpu[label] += cpu_seconds(pids.get(label)) - proxy_before
+                    client += client_cpu_seconds() - client_before
+    return throughput, cpu, client
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--megabytes", type=int, default=500)
     parser.add_argument("--transfers", type=int, default=5)
     parser.add_argument("--sandboxes", type=int, default=20, help="restricted sandboxes started and stopped")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="NAME=DIRECTIVE; DIRECTIVE: a Squid with these appended",
+    )
+    parser.add_argument("--throughput-only", action="store_true", help="no latency, no refusal counters")
     args = parser.parse_args()
 
     base = Path(tempfile.mkdtemp(prefix="sfeg-bench-", dir="/tmp"))
@@ -156,6 +220,7 @@ def main() -> None:
 
     gateway = egress_gateway()
     client = docker_client()
+    variants: dict[str, tuple[Any, tuple[str, int]]] = {}
     try:
         gateway.prepare(client)
         proxy = (gateway.network.gateway, gateway.network.proxy_port)
@@ -163,33 +228,31 @@ def main() -> None:
         (gateway.state_dir / "clients" / proxy[0]).write_text(
             json.dumps({"sandbox": "benchmark", "allow": [NAME]})
         )
+        start_variants(gateway, args.variant, base, variants)
+        routes: dict[str, Any] = {"direct": None, "proxy": proxy, **{k: v[1] for k, v in variants.items()}}
+        pids = {
+            "proxy": running_pid(gateway.state_dir),
+            **{k: running_pid(v[0].state_dir) for k, v in variants.items()},
+        }
         ctx = ssl.create_default_context(cafile=str(service.ca))
-        for route in (None, proxy):  # warm both paths
+        for route in routes.values():  # warm every path
             with open_tls(ctx, service.address, route) as tls:
                 get(tls, "/hello")
         latency: dict[str, list[float]] = {"direct": [], "proxy": []}
-        for _ in range(args.requests):
+        for _ in range(0 if args.throughput_only else args.requests):
             for label, route in (("direct", None), ("proxy", proxy)):
                 began = time.perf_counter()
                 with open_tls(ctx, service.address, route) as tls:
                     get(tls, "/hello")
                 latency[label].append((time.perf_counter() - began) * 1000)
         size = args.megabytes * 1024 * 1024
-        throughput: dict[str, list[float]] = {"direct": [], "proxy": []}
-        squid_pid = running_pid(gateway.state_dir)
-        cpu = {"squid": 0.0, "client": 0.0}  # CPU seconds during the proxy transfers
-        for _ in range(args.transfers):
-            for label, route in (("direct", None), ("proxy", proxy)):
-                with open_tls(ctx, service.address, route) as tls:
-                    squid_before, client_before = cpu_seconds(squid_pid), client_cpu_seconds()
-                    began = time.perf_counter()
-                    got = get(tls, f"/bytes?n={size}")
-                    throughput[label].append(got / (time.perf_counter() - began) / 1e6)
-                    if route is not None:
-                        cpu["squid"] += cpu_seconds(squid_pid) - squid_before
-                        cpu["client"] += client_cpu_seconds() - client_before
-        counters = counter_costs(args.sandboxes)
+        load_before = os.getloadavg()[0]
+        throughput, cpu, client_cpu = transfers(ctx, service.address, routes, pids, size, args.transfers)
+        load_after = os.getloadavg()[0]
+        counters = {} if args.throughput_only else counter_costs(args.sandboxes)
     finally:
+        for config, _address in variants.values():
+            stop_proxy(config)
         stop_proxy(gateway.proxy)
         remove_host_rules(gateway.network)
         try:
@@ -199,29 +262,54 @@ def main() -> None:
         service.stop()
         shutil.rmtree(base, ignore_errors=True)
 
-    p50 = {k: statistics.median(v) for k, v in latency.items()}
-    p95 = {k: percentile(v, 0.95) for k, v in latency.items()}
+    if latency["direct"]:
+        p50 = {k: statistics.median(v) for k, v in latency.items()}
+        p95 = {k: percentile(v, 0.95) for k, v in latency.items()}
+        print(f"HTTPS request (new connection + TLS + GET), {args.requests} each, interleaved, ms")
+        print(f"  direct  p50 {p50['direct']:.2f}  p95 {p95['direct']:.2f}")
+        print(f"  proxy   p50 {p50['proxy']:.2f}  p95 {p95['proxy']:.2f}")
+        added, q1, q3 = paired_difference(latency["direct"], latency["proxy"])  # each request's pair
+        print(f"  added   p50 {added:+.2f}  paired p25..p75 {q1:+.2f}..{q3:+.2f}  (target: p50 <= 2 ms)")
+    print_transfers(args, throughput, cpu, client_cpu, (load_before, load_after))
+    if counters:
+        print_counters(args.sandboxes, counters)
+
+
+def print_transfers(
+    args: argparse.Namespace,
+    throughput: dict[str, list[float]],
+    cpu: dict[str, float],
+    client_cpu: float,
+    load: tuple[float, float],
+) -> None:
     mbps = {k: statistics.median(v) for k, v in throughput.items()}
-    print(f"HTTPS request (new connection + TLS + GET), {args.requests} each, interleaved, ms")
-    print(f"  direct  p50 {p50['direct']:.2f}  p95 {p95['direct']:.2f}")
-    print(f"  proxy   p50 {p50['proxy']:.2f}  p95 {p95['proxy']:.2f}")
-    added, q1, q3 = paired_difference(
-        latency["direct"], latency["proxy"]
-    )  # each request's pair, side by side
-    print(f"  added   p50 {added:+.2f}  paired p25..p75 {q1:+.2f}..{q3:+.2f}  (target: p50 <= 2 ms)")
-    print(f"Transfer of {args.megabytes} MB on one connection, median of {args.transfers}, MB/s")
     print(
-        f"  direct {mbps['direct']:.0f}  proxy {mbps['proxy']:.0f}  ratio {mbps['proxy'] / mbps['direct']:.2f}  (target >= 0.8)"
+        f"Transfer of {args.megabytes} MB on one connection, median of {args.transfers}, MB/s, interleaved "
+        f"(load average {load[0]:.1f} before, {load[1]:.1f} after, {os.cpu_count()} cores); ratios paired "
+        "per round (the transfer against the direct one, and the configured proxy's, of the same round)"
     )
-    relayed_gb = args.transfers * size / 1e9
+    relayed_gb = args.transfers * args.megabytes * 1024 * 1024 / 1e9
+    for label, value in mbps.items():
+        line = f"  {label:<12} {value:6.0f}"
+        if label != "direct":
+            paired = [v / d for v, d in zip(throughput[label], throughput["direct"], strict=True)]
+            line += f"  ratio {statistics.median(paired):.2f} ({min(paired):.2f}..{max(paired):.2f})"
+            if label != "proxy":
+                against = [v / p for v, p in zip(throughput[label], throughput["proxy"], strict=True)]
+                line += f"  / proxy {statistics.median(against):.2f}"
+            line += f"  Squid CPU {cpu[label] / relayed_gb:.2f} s/GB"
+        print(line)
+    print("  (target: ratio >= 0.8)")
     print(
-        f"  CPU per GB through the proxy: Squid {cpu['squid'] / relayed_gb:.2f} s, "
-        f"the client {cpu['client'] / relayed_gb:.2f} s (the service, on this host too, is not counted)"
+        f"  the client's CPU per GB proxied: {client_cpu / relayed_gb / max(1, len(cpu)):.2f} s "
+        "(the service, on this host too, is not counted)"
     )
 
+
+def print_counters(sandboxes: int, counters: dict[str, list[float]]) -> None:
     c50 = {k: statistics.median(v) for k, v in counters.items()}
     added = c50["ipv6 route"] + 2 * c50["counter read"]  # a code-action run: one take, one at the stop
-    print(f"Refusal counters per restricted sandbox (runc), {args.sandboxes} sandboxes, ms p50 (p95)")
+    print(f"Refusal counters per restricted sandbox (runc), {sandboxes} sandboxes, ms p50 (p95)")
     print("  " + "  ".join(f"{k} {c50[k]:.1f} ({percentile(v, 0.95):.1f})" for k, v in counters.items()))
     print(
         f"  counters' share: IPv6 route + 2 counter reads = {added:.1f} ms of start + stop "

@@ -52,7 +52,8 @@ class EgressError(SandboxError):
 class ProxyConfig:
     """Where the proxy listens and keeps its files. ``hosts_file`` is read before DNS (the servers
     ``dns_servers``, or the host's resolv.conf); ``denied``: the destinations it refuses; ``mark``:
-    the netfilter mark of its connections (the host's destination filter matches it, network.py)."""
+    the netfilter mark of its connections (the host's destination filter matches it, network.py);
+    ``extra``: directives appended as they are (benchmarks/egress.py compares settings with it)."""
 
     listen_ip: str
     port: int
@@ -61,6 +62,7 @@ class ProxyConfig:
     denied: DeniedRanges = field(default_factory=DeniedRanges.build)
     dns_servers: tuple[str, ...] = ()
     mark: int = 0
+    extra: tuple[str, ...] = ()
 
     def render(self) -> str:
         """The squid.conf of this proxy."""
@@ -126,6 +128,7 @@ class ProxyConfig:
                 "ssl_bump splice step2 sf_tls_ok",
                 "ssl_bump terminate all",
                 "on_unsupported_protocol respond all",
+                *self.extra,
                 "",
             ]
         )
