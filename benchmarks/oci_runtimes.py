@@ -18,7 +18,9 @@ difference printed: a faster runtime that isolates differently is no candidate f
 
 ``--gvisor-variants``: gVisor's options (platform, overlay) as runtimes of their own, registered with a
 dockerd of this script's own (its socket, data-root, exec-root and containerd under a temporary
-folder, no bridge, no iptables: the machine's engine and its daemon.json are never touched), with the
+folder, in a network namespace of its own with no bridge and no iptables: the machine's engine, its
+daemon.json and its docker0 are never touched; a dockerd started with ``--bridge=none`` in the
+machine's namespace deletes docker0, which broke every bridged test running beside it), with the
 sandbox image loaded from the machine's engine. Each variant's view from inside is compared with
 runsc's as bootstrap registers it (ptrace, no overlay), and timed beside it and runc.
 """
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from container_options import ONE_SHOT, one_shot
 
 from sandfleet.core.config import SandboxConfig
+from sandfleet.fleet import netns
 from sandfleet.worker.sandbox.docker import backend as engine
 from sandfleet.worker.sandbox.docker.probe import isolation_view, view_differences
 from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs
@@ -150,9 +153,11 @@ def private_engine(image: str) -> Iterator[str]:
             runtimes[name] = {"path": "/usr/bin/runsc", "runtimeArgs": args}
     (folder / "daemon.json").write_text(json.dumps({"runtimes": runtimes}))
     url = f"unix://{folder}/docker.sock"
+    namespace = f"sf-oci-{os.getpid()}"
+    netns.add_namespace(namespace)
     log = open(folder / "dockerd.log", "ab")  # noqa: SIM115 - the child holds it
     process = subprocess.Popen(
-        ["dockerd", f"--config-file={folder}/daemon.json", f"--host={url}", f"--data-root={folder}/data",
+        [*netns.enter(namespace), "dockerd", f"--config-file={folder}/daemon.json", f"--host={url}", f"--data-root={folder}/data",
          f"--exec-root={folder}/x", f"--pidfile={folder}/docker.pid", "--bridge=none", "--iptables=false",
          "--ip-masq=false", "--log-level=warn"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
@@ -181,6 +186,7 @@ def private_engine(image: str) -> Iterator[str]:
             os.kill(pid, signal.SIGKILL)
         subprocess.run(["umount", "-R", str(folder / "data")], capture_output=True)
         subprocess.run(["rm", "-rf", "--one-file-system", str(folder)], capture_output=True)
+        netns.delete_namespace(namespace)
 
 
 def quartiles(values: list[float]) -> tuple[float, float, float]:
