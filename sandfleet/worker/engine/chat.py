@@ -23,7 +23,7 @@ from sandfleet.worker.engine.loop_resume import loop_gate, note_resumed, resume_
 from sandfleet.worker.engine.outcome import loop_result
 from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
 from sandfleet.worker.engine.services import EngineServices
-from sandfleet.worker.engine.toolloop import ToolLoop
+from sandfleet.worker.engine.toolloop import LoopSetup, ToolLoop
 
 
 def run_chat_job(
@@ -59,9 +59,11 @@ def run_chat_job(
         admitted.prepared,
         spec.tool_loop,
         audit,
-        request_timeout_s=services.settings.model_request_timeout_s,
-        redact=tuple(services.settings.approval_redact),
-        gate=loop_gate(start, admitted.allowed),
+        LoopSetup(
+            request_timeout_s=services.settings.model_request_timeout_s,
+            redact=tuple(services.settings.approval_redact),
+            gate=loop_gate(start, admitted.allowed),
+        ),
     )
     try:
         outcome = loop.run(messages, deadline=deadline, resume=resume.loop if resume is not None else None)

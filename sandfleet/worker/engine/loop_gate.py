@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import Any
 
 from sandfleet.core.audit_sink import AuditSink
@@ -29,6 +30,7 @@ from sandfleet.worker.approval.checkpoint import LoopState
 from sandfleet.worker.approval.gate import Admission, ApprovalService, RunGate
 from sandfleet.worker.approval.policy import is_gated
 from sandfleet.worker.engine.functions import CallOutcome
+from sandfleet.worker.engine.job_start import JobStart
 from sandfleet.worker.program.recorded import call_key
 from sandfleet.worker.tools.registry import ToolRegistry
 from sandfleet.worker.tools.tool import Tool
@@ -46,26 +48,31 @@ class LoopSuspended(Exception):
         self.request_id = request_id
 
 
+@dataclass(frozen=True)
+class GatedCall:
+    """A call of a gated tool, as the loop asks the gate about it: where it was asked (turn, seq),
+    the tool, its raw arguments text (shown, redacted, to the approver) and their parsed form."""
+
+    turn: int
+    seq: int
+    name: str
+    arguments: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+
 class LoopGate:
     """The approval gate of one shell or chat job: only the job's own tools (never shell mode's five
     sandbox tools) are gated, by the worker's and the job's patterns, read-only tools never."""
 
-    def __init__(
-        self,
-        service: ApprovalService,
-        *,
-        job_id: str,
-        spec: JobSpec,
-        audit: AuditSink,
-        tools: ToolRegistry,
-        redact: tuple[str, ...] = (),
-    ) -> None:
+    def __init__(self, service: ApprovalService, start: JobStart, tools: ToolRegistry) -> None:
+        """``start``: the job (its id, spec, audit, and the worker's redacted argument fields)."""
         self.service = service
-        self.job_id = job_id
-        self.spec = spec
-        self.audit = audit
-        self.redact = redact
-        patterns = service.patterns(spec)
+        self.job_id = start.job_id
+        self.spec: JobSpec = start.spec
+        self.audit: AuditSink = start.audit
+        self.redact = tuple(start.services.settings.approval_redact)
+        patterns = service.patterns(self.spec)
         self._gated: Collection[str] = frozenset(
             t.name for t in tools if not t.read_only and is_gated(t.name, patterns)
         )
@@ -76,19 +83,11 @@ class LoopGate:
     def gates(self, name: str) -> bool:
         return name in self._gated
 
-    def admit(
-        self,
-        *,
-        turn: int,
-        seq: int,
-        name: str,
-        arguments: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        reply: str | None,
-    ) -> Admission | CallOutcome:
+    def admit(self, call: GatedCall, *, reply: str | None) -> Admission | CallOutcome:
         """Ask the gate about the call (waiting at most the grace); a CallOutcome when the call cannot
-        be bound to its tool's signature (a plain function's TypeError, before a person sees it)."""
+        be bound to its tool's signature (a plain function's TypeError, before a person sees it).
+        ``reply``: the model's reply of the turn, shown to the approver."""
+        turn, name, args, kwargs = call.turn, call.name, call.args, call.kwargs
         tool = self._tools.get(name)
         try:
             bound = tool.bind(args, kwargs)
@@ -100,10 +99,10 @@ class LoopGate:
             job_id=self.job_id,
             spec=self.spec,
             attempt=turn,
-            program=self._shown(turn, name, arguments, reply),
+            program=self._shown(turn, name, call.arguments, reply),
             audit=self.audit,
         )
-        admission = gate.admit(call_key(name, args, kwargs), name, bound, args, kwargs, self._never, seq)
+        admission = gate.admit(call_key(name, args, kwargs), name, bound, args, kwargs, self._never, call.seq)
         self._runs[admission.request_id] = gate
         return admission
 

@@ -68,14 +68,7 @@ def loop_gate(start: JobStart, tools: ToolRegistry) -> LoopGate | None:
     approvals = start.services.approvals
     if approvals is None:
         return None
-    return LoopGate(
-        approvals,
-        job_id=start.job_id,
-        spec=start.spec,
-        audit=start.audit,
-        tools=tools,
-        redact=tuple(start.services.settings.approval_redact),
-    )
+    return LoopGate(approvals, start, tools)
 
 
 def suspension(

@@ -46,7 +46,7 @@ from sandfleet.core.redaction import redact_arguments_text
 from sandfleet.worker.approval.checkpoint import LoopState, PendingCall
 from sandfleet.worker.engine.clip import clip_text
 from sandfleet.worker.engine.functions import CallOutcome, FunctionTable
-from sandfleet.worker.engine.loop_gate import LoopGate, LoopSuspended, outcome_of
+from sandfleet.worker.engine.loop_gate import GatedCall, LoopGate, LoopSuspended, outcome_of
 from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.llm.client import ModelClient, ModelReply
 from sandfleet.worker.program.bridge import BUDGET_ERROR
@@ -88,6 +88,28 @@ def parse_answer(text: str) -> Any:
     return text.strip()
 
 
+@dataclass(frozen=True)
+class LoopSetup:
+    """How one job's loop is wired beyond its model, functions, caps and audit.
+
+    Args:
+        request_timeout_s: the model request timeout of the settings; shortened to the time left.
+        redact: argument fields shown as ``***`` in the audit and the records (the function runs
+            with them; sandfleet/core/redaction.py).
+        gate: the job's approval gate (loop_gate.py), asked before each call of a gated tool; a call
+            still undecided after the grace stops the loop with :class:`LoopSuspended`.
+        resume_note: on resume, a message from the host the model reads after the resumed calls'
+            results (shell: what its fresh session sandbox lacks); shown in the next ``model_call``.
+        clock: seconds, monotonic (injectable for tests of the caps).
+    """
+
+    request_timeout_s: float
+    redact: tuple[str, ...] = ()
+    gate: LoopGate | None = None
+    resume_note: str = ""
+    clock: Callable[[], float] = time.monotonic
+
+
 class ToolLoop:
     """One job's loop: a model, the functions it may call, the caps and where events go.
 
@@ -96,14 +118,7 @@ class ToolLoop:
         functions: the job's functions.
         caps: the job's ``tool_loop`` settings.
         audit: where every model call and function call is reported.
-        request_timeout_s: the model request timeout of the settings; shortened to the time left.
-        clock: seconds, monotonic (injectable for tests of the caps).
-        redact: argument fields shown as ``***`` in the audit and the records (the function runs
-            with them; sandfleet/core/redaction.py).
-        gate: the job's approval gate (loop_gate.py), asked before each call of a gated tool; a call
-            still undecided after the grace stops the loop with :class:`LoopSuspended`.
-        resume_note: on resume, a message from the host the model reads after the resumed calls'
-            results (shell: what its fresh session sandbox lacks); shown in the next ``model_call``.
+        setup: the rest of the job's wiring (:class:`LoopSetup`).
     """
 
     def __init__(
@@ -112,25 +127,17 @@ class ToolLoop:
         functions: FunctionTable,
         caps: ToolLoopSettings,
         audit: AuditSink,
-        *,
-        request_timeout_s: float,
-        clock: Callable[[], float] = time.monotonic,
-        redact: tuple[str, ...] = (),
-        gate: LoopGate | None = None,
-        resume_note: str = "",
+        setup: LoopSetup,
     ) -> None:
-        self.gate = gate
-        self.resume_note = resume_note
-        self._deadline = 0.0
-        self._sent = 0  # of the conversation, for a checkpoint: messages shown in model_call events
-        self._budget_refused = False
         self.model = model
         self.functions = functions
         self.caps = caps
         self.audit = audit
-        self.request_timeout_s = request_timeout_s
-        self.clock = clock
-        self.redact = redact
+        self.gate = setup.gate
+        self.resume_note = setup.resume_note
+        self.request_timeout_s = setup.request_timeout_s
+        self.clock = setup.clock
+        self.redact = setup.redact
 
     def run(
         self,
@@ -147,117 +154,118 @@ class ToolLoop:
             LoopSuspended: a gated call is still undecided after the grace (its state resumes it).
         """
         deadline = self.clock() + self.caps.wall_timeout if deadline is None else deadline
-        self._deadline = deadline
-        out = LoopOutcome(status=JobStatus.RUNNING)
-        sent = 0  # messages already shown in an earlier model_call event
-        budget_refused = False
+        job = _Job(LoopOutcome(status=JobStatus.RUNNING), messages, deadline)
         first = 1
         if resume is not None:
-            out, sent, budget_refused = self._resumed(resume, messages, deadline)
-            if out.status != JobStatus.RUNNING:
-                return out
+            self._resumed(job, resume)
+            if job.out.status != JobStatus.RUNNING:
+                return job.out
             first = resume.turn + 1
         for number in range(first, self.caps.max_turns + 1):
-            left = deadline - self.clock()
-            if left <= 0:
-                return self._wall_time(out)
-            try:
-                reply = self.model.complete(
-                    messages, tools=self.functions.schemas, timeout_s=min(self.request_timeout_s, left)
-                )
-            except ModelError as e:
-                kind, limit = budget_outcome(e)
-                return self._stop(out, JobStatus.FAILED, kind, str(e), limit)
-            except ModelUnavailableError:
-                if self.clock() >= deadline:
-                    return self._wall_time(out)
-                raise
-            turn = self._account(out, number, reply, messages[sent:])
-            sent = self._sent = len(messages) + 1
-            assistant = _assistant_message(reply, number)
-            messages.append(assistant)
-            ids = [call["id"] for call in assistant.get("tool_calls", [])]
-            if not reply.tool_calls:
-                return self._answered(out, reply)
-            if number == self.caps.max_turns:
-                self._not_run(
-                    out, turn, reply, ids, messages, f"the job reached its cap of {number} model turns"
-                )
-                return self._stop(
-                    out, JobStatus.FAILED, ErrorKind.LIMIT,
-                    f"the model still asked for tool calls after {number} turns (max_turns)", Limit.TURNS,
-                )  # fmt: skip
-            if budget_refused:
-                self._not_run(out, turn, reply, ids, messages, "the tool-call budget was already spent")
-                return self._stop(
-                    out, JobStatus.FAILED, ErrorKind.LIMIT,
-                    f"the model kept asking for tool calls past the budget of {self.caps.max_tool_calls}",
-                    Limit.TOOL_CALLS,
-                )  # fmt: skip
-            if out.usage.prompt_tokens + out.usage.completion_tokens > self.caps.max_tokens:
-                self._not_run(out, turn, reply, ids, messages, "the job used up its token budget")
-                return self._stop(
-                    out, JobStatus.FAILED, ErrorKind.LIMIT,
-                    f"the job used {out.usage.prompt_tokens + out.usage.completion_tokens} tokens, more "
-                    f"than its max_tokens of {self.caps.max_tokens}",
-                    Limit.TOKENS,
-                )  # fmt: skip
-            calls = list(zip(reply.tool_calls, ids, strict=True))
-            self._budget_refused = budget_refused
-            budget_refused = self._serve_calls(out, turn, calls, messages, deadline) or budget_refused
-            if budget_refused and Limit.TOOL_CALLS not in out.limits_hit:
-                out.limits_hit.append(Limit.TOOL_CALLS)
-            if out.status != JobStatus.RUNNING:  # a call found state the chain does not commit to
-                return out
-            if self.clock() >= deadline:
-                return self._wall_time(out)
+            ended = self._turn(job, number)
+            if ended is not None:
+                return ended
         raise AssertionError("unreachable: the last turn returns")  # pragma: no cover
 
     # -- steps ----------------------------------------------------------------------------------
 
-    def _resumed(
-        self, resume: LoopState, messages: list[dict[str, Any]], deadline: float
-    ) -> tuple[LoopOutcome, int, bool]:
-        """Serve the suspended reply's calls still to serve (the approved one through the gate): the
-        outcome so far (ended, when a call or the wall time ended the job), ``sent``, ``budget_refused``."""
-        out, sent, budget_refused = _restored(resume), resume.sent, resume.budget_refused
-        self._sent, self._budget_refused = sent, budget_refused
-        pending = [(p, p.call_id) for p in resume.pending]
-        served = self._serve_calls(out, out.turns[-1], pending, messages, deadline, resumed=True)
-        budget_refused = served or budget_refused
-        if budget_refused and Limit.TOOL_CALLS not in out.limits_hit:
-            out.limits_hit.append(Limit.TOOL_CALLS)
-        if out.status == JobStatus.RUNNING and self.clock() >= deadline:
-            self._wall_time(out)
-        if out.status == JobStatus.RUNNING and self.resume_note:
-            messages.append({"role": "user", "content": self.resume_note})
-        return out, sent, budget_refused
+    def _turn(self, job: _Job, number: int) -> LoopOutcome | None:
+        """One model reply and the calls it asks for; the outcome when the job ended, else None."""
+        out, messages = job.out, job.messages
+        left = job.deadline - self.clock()
+        if left <= 0:
+            return self._wall_time(out)
+        try:
+            reply = self.model.complete(
+                messages, tools=self.functions.schemas, timeout_s=min(self.request_timeout_s, left)
+            )
+        except ModelError as e:
+            kind, limit = budget_outcome(e)
+            return self._stop(out, JobStatus.FAILED, kind, str(e), limit)
+        except ModelUnavailableError:
+            if self.clock() >= job.deadline:
+                return self._wall_time(out)
+            raise
+        turn = self._account(out, number, reply, messages[job.sent :])
+        job.sent = len(messages) + 1
+        assistant = _assistant_message(reply, number)
+        messages.append(assistant)
+        if not reply.tool_calls:
+            return self._answered(out, reply)
+        asked = [
+            _Asked(call_id=c["id"], name=c["function"]["name"], arguments=c["function"]["arguments"])
+            for c in assistant["tool_calls"]
+        ]
+        capped = self._capped(job, turn, asked)
+        if capped is not None:
+            return capped
+        self._serve_calls(job, turn, asked)
+        if out.status != JobStatus.RUNNING:  # a call found state the chain does not commit to
+            return out
+        if self.clock() >= job.deadline:
+            return self._wall_time(out)
+        return None
 
-    def _serve_calls(
-        self,
-        out: LoopOutcome,
-        turn: TurnRecord,
-        calls: list[tuple[Any, str]],
-        messages: list[dict[str, Any]],
-        deadline: float,
-        *,
-        resumed: bool = False,
-    ) -> bool:
-        """Run the calls of one reply (each counts), in order; True when the budget refused one.
-        ``resumed``: the first call was announced (its function_call event) before a suspension.
+    def _capped(self, job: _Job, turn: TurnRecord, asked: list[_Asked]) -> LoopOutcome | None:
+        """A reply's calls that a cap (turns, tool-call budget, tokens) stops: recorded as not run,
+        the job ended; None when they may run."""
+        out, number, spent = (
+            job.out,
+            turn.number,
+            job.out.usage.prompt_tokens + job.out.usage.completion_tokens,
+        )
+        if number == self.caps.max_turns:
+            self._not_run(job, turn, asked, f"the job reached its cap of {number} model turns")
+            return self._stop(
+                out, JobStatus.FAILED, ErrorKind.LIMIT,
+                f"the model still asked for tool calls after {number} turns (max_turns)", Limit.TURNS,
+            )  # fmt: skip
+        if job.budget_refused:
+            self._not_run(job, turn, asked, "the tool-call budget was already spent")
+            return self._stop(
+                out, JobStatus.FAILED, ErrorKind.LIMIT,
+                f"the model kept asking for tool calls past the budget of {self.caps.max_tool_calls}",
+                Limit.TOOL_CALLS,
+            )  # fmt: skip
+        if spent > self.caps.max_tokens:
+            self._not_run(job, turn, asked, "the job used up its token budget")
+            return self._stop(
+                out, JobStatus.FAILED, ErrorKind.LIMIT,
+                f"the job used {spent} tokens, more than its max_tokens of {self.caps.max_tokens}",
+                Limit.TOKENS,
+            )  # fmt: skip
+        return None
+
+    def _resumed(self, job: _Job, resume: LoopState) -> None:
+        """Serve the suspended reply's calls still to serve (the approved one through the gate); the
+        job ends here when a call or the wall time ended it."""
+        job.out, job.sent, job.budget_refused = _restored(resume), resume.sent, resume.budget_refused
+        pending = [
+            _Asked(call_id=p.call_id, name=p.name, arguments=p.arguments, announced=i == 0)
+            for i, p in enumerate(resume.pending)
+        ]
+        self._serve_calls(job, job.out.turns[-1], pending)
+        if job.out.status == JobStatus.RUNNING and self.clock() >= job.deadline:
+            self._wall_time(job.out)
+        if job.out.status == JobStatus.RUNNING and self.resume_note:
+            job.messages.append({"role": "user", "content": self.resume_note})
+
+    def _serve_calls(self, job: _Job, turn: TurnRecord, calls: list[_Asked]) -> None:
+        """Run the calls of one reply (each counts), in order; a call the budget refuses marks the job
+        ``budget_refused`` (the model gets one more turn to answer).
 
         Raises:
             LoopSuspended: a gated call waits for a person past the grace (the calls from it on
                 are in the state, the gated one first).
         """
-        budget_refused = False
-        for index, (call, call_id) in enumerate(calls):
+        out, refused = job.out, False
+        for index, asked in enumerate(calls):
             if out.status != JobStatus.RUNNING:
                 outcome = CallOutcome(False, error_type=NOT_RUN, error="not run: the job ended")
-            elif self.clock() >= deadline:
+            elif self.clock() >= job.deadline:
                 outcome = CallOutcome(False, error_type=NOT_RUN, error="the job ran out of wall time")
             elif out.tool_calls >= self.caps.max_tool_calls:
-                budget_refused = True
+                refused = True
                 outcome = CallOutcome(
                     False,
                     error_type=BUDGET_ERROR,
@@ -267,28 +275,23 @@ class ToolLoop:
             else:
                 outcome = None
             out.tool_calls += 1
-            announced = resumed and index == 0
             try:
-                self._call(out, turn, call_id, call.name, call.arguments, messages, outcome, announced)
+                self._call(job, turn, asked, outcome)
             except _Waiting as waiting:
                 out.tool_calls -= 1
-                raise self._suspended(out, turn, calls[index:], messages, waiting.request_id) from None
-        return budget_refused
+                raise self._suspended(job, turn, calls[index:], waiting.request_id) from None
+        job.budget_refused = job.budget_refused or refused
+        if job.budget_refused and Limit.TOOL_CALLS not in out.limits_hit:
+            out.limits_hit.append(Limit.TOOL_CALLS)
 
-    def _suspended(
-        self,
-        out: LoopOutcome,
-        turn: TurnRecord,
-        rest: list[tuple[Any, str]],
-        messages: list[dict[str, Any]],
-        request_id: str,
-    ) -> LoopSuspended:
+    def _suspended(self, job: _Job, turn: TurnRecord, rest: list[_Asked], request_id: str) -> LoopSuspended:
         """The loop's state at a gated call that waits: everything so far, the calls still to serve."""
+        out = job.out
         pending = [
-            PendingCall(call_id=call_id, name=call.name, arguments=call.arguments, announced=i == 0)
-            for i, (call, call_id) in enumerate(rest)
+            PendingCall(call_id=a.call_id, name=a.name, arguments=a.arguments, announced=i == 0)
+            for i, a in enumerate(rest)
         ]
-        used = self.caps.wall_timeout - (self._deadline - self.clock())
+        used = self.caps.wall_timeout - (job.deadline - self.clock())
         state = LoopState(
             mode="",  # the mode fills it in
             turn=turn.number,
@@ -298,12 +301,12 @@ class ToolLoop:
             model_s=out.model_s,
             tool_s=out.tool_s,
             limits_hit=list(out.limits_hit),
-            budget_refused=self._budget_refused,
-            sent=self._sent,
+            budget_refused=job.budget_refused,
+            sent=job.sent,
             usage=out.usage,
             elapsed_s=max(0.0, used),
         )
-        return LoopSuspended(state, list(messages), request_id)
+        return LoopSuspended(state, list(job.messages), request_id)
 
     def _account(
         self, out: LoopOutcome, number: int, reply: ModelReply, new_messages: list[dict[str, Any]]
@@ -325,43 +328,33 @@ class ToolLoop:
         out.turns.append(turn)
         return turn
 
-    def _call(
-        self,
-        out: LoopOutcome,
-        turn: TurnRecord,
-        call_id: str,
-        name: str,
-        arguments: str,
-        messages: list[dict[str, Any]],
-        outcome: CallOutcome | None,
-        announced: bool = False,
-    ) -> None:
+    def _call(self, job: _Job, turn: TurnRecord, asked: _Asked, outcome: CallOutcome | None) -> None:
         """Run one call (unless ``outcome`` already says it may not run), record it, answer the model.
-        ``announced``: its function_call event was written before the job was suspended.
+        ``asked.announced``: its function_call event was written before the job was suspended.
 
         Raises:
             _Waiting: the call is gated and nobody decided within the grace.
         """
-        seq = out.tool_calls
-        shown_arguments, hidden = redact_arguments_text(arguments, self.redact)
-        digest = _text_sha256(arguments) if hidden else None
+        out, seq = job.out, job.out.tool_calls
+        shown_arguments, hidden = redact_arguments_text(asked.arguments, self.redact)
+        digest = _text_sha256(asked.arguments) if hidden else None
         redaction = {"redacted": hidden, "arguments_sha256": digest} if hidden else {}
-        if not announced:
+        if not asked.announced:
             self.audit.emit(
                 AuditKind.FUNCTION_CALL,
-                {"seq": seq, "call_id": call_id, "tool": name, "arguments": shown_arguments, **redaction},
+                {"seq": seq, "call_id": asked.call_id, "tool": asked.name, "arguments": shown_arguments}
+                | redaction,
                 turn.number,
             )
         if outcome is None:
-            outcome = self._run_call(out, turn, seq, name, arguments)
+            outcome = self._run_call(out, turn, seq, asked)
         out.tool_s += outcome.duration_s
-        text = outcome.text()
-        shown, size = clip_text(text, self.caps.max_result_bytes)
+        shown, size = clip_text(outcome.text(), self.caps.max_result_bytes)
         record = FunctionCallRecord(
             seq=seq,
             turn=turn.number,
-            call_id=call_id,
-            tool=name,
+            call_id=asked.call_id,
+            tool=asked.name,
             arguments=shown_arguments,
             redacted=hidden,
             arguments_sha256=digest,
@@ -379,12 +372,11 @@ class ToolLoop:
             {**record.model_dump(mode="json", exclude={"result"}), "shown": shown},
             turn.number,
         )
-        messages.append({"role": "tool", "tool_call_id": call_id, "content": shown})
+        job.messages.append({"role": "tool", "tool_call_id": asked.call_id, "content": shown})
 
-    def _run_call(
-        self, out: LoopOutcome, turn: TurnRecord, seq: int, name: str, arguments: str
-    ) -> CallOutcome:
+    def _run_call(self, out: LoopOutcome, turn: TurnRecord, seq: int, asked: _Asked) -> CallOutcome:
         """Run one call, through the approval gate when its tool is gated."""
+        name, arguments = asked.name, asked.arguments
         if self.gate is None or not self.gate.gates(name):
             return self.functions.call(name, arguments, seq)
         began = time.perf_counter()
@@ -393,12 +385,7 @@ class ToolLoop:
             return prepared
         args, kwargs = prepared
         admission = self.gate.admit(
-            turn=turn.number,
-            seq=seq,
-            name=name,
-            arguments=arguments,
-            args=args,
-            kwargs=kwargs,
+            GatedCall(turn=turn.number, seq=seq, name=name, arguments=arguments, args=args, kwargs=kwargs),
             reply=turn.reply,
         )
         if isinstance(admission, CallOutcome):
@@ -414,20 +401,12 @@ class ToolLoop:
             return CallOutcome(False, error_type=NOT_RUN, error=f"not run: {admission.message}")
         return outcome_of(admission)  # served (the approved call ran once already) or denied
 
-    def _not_run(
-        self,
-        out: LoopOutcome,
-        turn: TurnRecord,
-        reply: ModelReply,
-        ids: list[str],
-        messages: list[dict[str, Any]],
-        why: str,
-    ) -> None:
+    def _not_run(self, job: _Job, turn: TurnRecord, asked: list[_Asked], why: str) -> None:
         """Record the calls of a reply that a cap stopped, without running them."""
-        for call, call_id in zip(reply.tool_calls, ids, strict=True):
+        for call in asked:
             outcome = CallOutcome(False, error_type=NOT_RUN, error=f"not run: {why}")
-            out.tool_calls += 1
-            self._call(out, turn, call_id, call.name, call.arguments, messages, outcome)
+            job.out.tool_calls += 1
+            self._call(job, turn, call, outcome)
 
     def _answered(self, out: LoopOutcome, reply: ModelReply) -> LoopOutcome:
         text = reply.text.strip()
@@ -455,6 +434,29 @@ class ToolLoop:
         if limit is not None and limit not in out.limits_hit:
             out.limits_hit.append(limit)
         return out
+
+
+@dataclass
+class _Job:
+    """One job's loop state: its outcome so far, the conversation, the wall-time deadline, how many
+    messages the model_call events showed already (``sent``), and whether the budget refused a call."""
+
+    out: LoopOutcome
+    messages: list[dict[str, Any]]
+    deadline: float
+    sent: int = 0
+    budget_refused: bool = False
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """One call the model asked for, as the assistant message names it (its id made unique).
+    ``announced``: its function_call event was written before a suspension (a resumed call)."""
+
+    call_id: str
+    name: str
+    arguments: str
+    announced: bool = False
 
 
 class _Waiting(Exception):

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass
 
 from sandfleet.core.audit_sink import AuditSink
 from sandfleet.core.config import DATA_SCIENCE_IMAGE, SandboxConfig
@@ -46,7 +47,7 @@ from sandfleet.worker.engine.shell.workspace import (
     resume_note,
     save_workspace,
 )
-from sandfleet.worker.engine.toolloop import LoopOutcome, ToolLoop
+from sandfleet.worker.engine.toolloop import LoopOutcome, LoopSetup, ToolLoop
 from sandfleet.worker.program.artifacts import ArtifactCaps, out_dir
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -72,38 +73,23 @@ def run_shell_job(
     caps = spec.tool_loop
     left = max(0.0, caps.wall_timeout - (resume.loop.elapsed_s if resume and resume.loop else 0.0))
     deadline = time.monotonic() + left
+    session = _open_session(start, admitted, left)
+    if isinstance(session, JobResult):
+        return session
     config = admitted.config
-    try:
-        session = services.sessions.open(
-            config, job_id=job_id, lifetime_s=min(config.timeout, left), idle_s=caps.idle_timeout, wait_s=left
-        )
-    except SandboxError as e:
-        message = f"the session sandbox could not be made: {e}"
-        return failed_before_loop(start, ErrorKind.SANDBOX, message)
-    audit.emit(
-        AuditKind.SESSION,
-        {
-            "event": "started",
-            "container_id": session.container.id,
-            "runtime": session.container.runtime,
-            "start_s": session.container.start_s,
-            "lifetime_s": session.seconds_left(),
-            "idle_s": caps.idle_timeout,
-        },
-    )
     files = admitted.prepared
     collected, collect_s = None, 0.0
     try:
-        note = ""  # on resume: what the model is told its fresh session lacks
+        resumed = None
         if resume is not None:
             restored = _restore(start, session, resume)
             if isinstance(restored, JobResult):
                 return restored
-            note = restored
+            resumed = _Resumed(resume, note=restored)
         if files.enabled:
             session.make_folders([out_dir(config.workdir)])
         try:
-            outcome = _converse(start, admitted, session, deadline, resume, note)
+            outcome = _converse(start, admitted, session, deadline, resumed)
         except LoopSuspended as e:  # a gated call waits: save /workspace, then no container is kept
             saved = _save(start, session, e)
             if not isinstance(saved, LoopOutcome):
@@ -124,6 +110,36 @@ def run_shell_job(
         timings={"session_start_s": session.container.start_s, "artifacts_s": collect_s},
         collected=collected,
     )
+
+
+def _open_session(
+    start: JobStart, admitted: Admitted[ArtifactCaps], left: float
+) -> SessionSandbox | JobResult:
+    """The job's session sandbox, its ``started`` event written; a failed result when none can be made."""
+    config = admitted.config
+    try:
+        session = start.services.sessions.open(
+            config,
+            job_id=start.job_id,
+            lifetime_s=min(config.timeout, left),
+            idle_s=start.spec.tool_loop.idle_timeout,
+            wait_s=left,
+        )
+    except SandboxError as e:
+        message = f"the session sandbox could not be made: {e}"
+        return failed_before_loop(start, ErrorKind.SANDBOX, message)
+    start.audit.emit(
+        AuditKind.SESSION,
+        {
+            "event": "started",
+            "container_id": session.container.id,
+            "runtime": session.container.runtime,
+            "start_s": session.container.start_s,
+            "lifetime_s": session.seconds_left(),
+            "idle_s": start.spec.tool_loop.idle_timeout,
+        },
+    )
+    return session
 
 
 def _restore(start: JobStart, session: SessionSandbox, resume: Checkpoint) -> JobResult | str:
@@ -223,16 +239,24 @@ def _no_clash(allowed: ToolRegistry) -> None:
     function_tools(allowed)  # every job tool can be offered by name
 
 
+@dataclass(frozen=True)
+class _Resumed:
+    """Where a resumed shell job's loop starts: its verified checkpoint, and what the model is told its
+    fresh session lacks (``note``: what was not restored into /workspace)."""
+
+    checkpoint: Checkpoint
+    note: str
+
+
 def _converse(
     start: JobStart,
     admitted: Admitted[ArtifactCaps],
     session: SessionSandbox,
     deadline: float,
-    resume: Checkpoint | None = None,
-    note: str = "",
+    resumed: _Resumed | None = None,
 ) -> LoopOutcome:
-    """The tool-calling loop of the job over its tools and the session's five (``note``: told to the
-    model on resume)."""
+    """The tool-calling loop of the job over its tools and the session's five."""
+    resume, note = (resumed.checkpoint, resumed.note) if resumed is not None else (None, "")
     services, spec, config, caps = start.services, start.spec, admitted.config, start.spec.tool_loop
     tools = ShellTools(
         session,
@@ -263,11 +287,11 @@ def _converse(
         functions,
         caps,
         start.audit,
-        request_timeout_s=services.settings.model_request_timeout_s,
-        redact=tuple(services.settings.approval_redact),
-        gate=loop_gate(
-            start, admitted.allowed
-        ),  # the job's tools only: the five sandbox tools are never gated
-        resume_note=note,
+        LoopSetup(
+            request_timeout_s=services.settings.model_request_timeout_s,
+            redact=tuple(services.settings.approval_redact),
+            gate=loop_gate(start, admitted.allowed),  # the job's tools only: the sandbox's are never gated
+            resume_note=note,
+        ),
     )
     return loop.run(messages, deadline=deadline, resume=resume.loop if resume is not None else None)
