@@ -1,11 +1,13 @@
 """Network "restricted" on a host of the multi-host fleet: the host's own Squid, in its namespace.
 
-A plain HTTP service runs in the control namespace on the fleet's service address; the proxy of host 1
-resolves ``api.hosts.test`` and ``other.hosts.test`` to it from the test's hosts file. A job allowed
-only ``api.hosts.test:8080`` reaches it through the proxy; ``other.hosts.test`` is refused by the
-proxy's allow-list and listed in the result's network denials. The proxy's process lives in host
-1's network namespace, whose only addresses are the run's private range (no default route), and
-connected to the service's address.
+A plain HTTP service runs in the control namespace on the fleet's service address; host 1's proxy
+resolves ``api.hosts.test`` and ``other.hosts.test`` to it, and ``redis.hosts.test`` to Redis's
+address, from the run's hosts file. A job allowed ``api.hosts.test:8080`` and
+``redis.hosts.test:8080`` reaches the service through the proxy; ``other.hosts.test`` is refused by
+the proxy's allow-list, ``redis.hosts.test`` by its destination filter (a private address), and both
+are listed in the result's network denials. The proxy's process lives in host 1's network namespace,
+whose only addresses are the run's private range (no default route), and its log shows the service's
+address as where it connected.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ pytestmark = [pytest.mark.slow]  # ~30 s: an engine, a worker and a Squid start
 FETCH = """\
 import json, urllib.request
 answers = {}
-for host in ("api.hosts.test", "other.hosts.test"):
+for host in ("api.hosts.test", "other.hosts.test", "redis.hosts.test"):
     try:
         with urllib.request.urlopen(f"http://{host}:8080/hello", timeout=20) as reply:
             answers[host] = reply.read().decode()
@@ -53,7 +55,9 @@ def test_a_restricted_job_goes_through_its_hosts_own_proxy(
         SANDFLEET_POLICY_ALLOW_HOSTS="*.hosts.test:8080",
     )
     service = fleet.service_address
-    fleet.egress_hosts_file.write_text(f"{service} api.hosts.test\n{service} other.hosts.test\n")
+    redis_address = f"{service.rsplit('.', 1)[0]}.1"  # the control namespace's Redis
+    names = f"{service} api.hosts.test\n{service} other.hosts.test\n{redis_address} redis.hosts.test\n"
+    fleet.egress_hosts_file.write_text(names)
     server = subprocess.Popen(
         [*netns.enter(fleet.control), sys.executable, "-m", "http.server", "8080", "--bind", service,
          "--directory", str(site)],
@@ -63,7 +67,11 @@ def test_a_restricted_job_goes_through_its_hosts_own_proxy(
         assert wait_for(lambda: _answers(service, 8080), 20), "the test service does not answer"
         script = fleet.scripts_dir / "fetch.json"
         script.write_text(json.dumps({"rules": [], "default": [f"```python\n{FETCH}```\n"] * 3}))
-        sandbox = {"backend": "docker", "network": "restricted", "allow_hosts": ["api.hosts.test:8080"]}
+        sandbox = {
+            "backend": "docker",
+            "network": "restricted",
+            "allow_hosts": ["api.hosts.test:8080", "redis.hosts.test:8080"],
+        }
         with fleet.client() as client:
             job = client.submit("Fetch both", model=f"replay:{script}", sandbox=sandbox)
             result = job.result(timeout=120)
@@ -76,7 +84,11 @@ def test_a_restricted_job_goes_through_its_hosts_own_proxy(
     access = (proxy / "access.log").read_text()
     assert answers["api.hosts.test"] == "hello from the control namespace", (answers, access)
     assert answers["other.hosts.test"] == "refused: HTTP Error 403: Forbidden", answers
-    assert [(d.host, d.port) for d in result.network_denied] == [("other.hosts.test", 8080)]
+    assert answers["redis.hosts.test"] == "refused: HTTP Error 403: Forbidden", answers
+    denied = {d.host: (d.port, d.reason) for d in result.network_denied}
+    assert denied.keys() == {"other.hosts.test", "redis.hosts.test"}, result.network_denied
+    assert denied["other.hosts.test"] == (8080, "the name is not in the allow-list")
+    assert "private" in denied["redis.hosts.test"][1], denied  # the proxy's destination filter
     assert f"HIER_DIRECT/{service} " in access, access  # Squid connected to the service, in the range
     squid = int((proxy / "squid.pid").read_text().split()[0])
     assert squid in netns.processes_in(fleet.namespace(1))  # host 1's own proxy, in its namespace
