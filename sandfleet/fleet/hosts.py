@@ -12,6 +12,8 @@ Layout of run ``R`` (a free number 1..250; every name starts with ``sfh``)::
     sfh-R-<i>        sfh<R>h<i> 10.213.R.(10+i)/24 ──veth── sfh<R>c<i> on the bridge
                      dockerd (socket, data-root, exec-root, pidfile under /tmp/sfh-R/h<i>/,
                      cgroup parent /sfh-R-<i>, its own iptables), one ``sandfleet worker``
+                     (``egress``: its own egress network 10.214.i.0/24, rules and Squid, all in
+                     this namespace; the service address 10.213.R.2 on the control bridge)
 
 No namespace has a default route, so the test range goes nowhere off the machine. Each host's worker
 runs without any capability in a group of its own (gid 21300000 + 100 R + i) that alone may open its
