@@ -2,8 +2,10 @@
 socket, data-root, exec-root, pidfile, cgroup parent and iptables (those of its namespace).
 
 The machine's own engine is never touched: this dockerd reads its own (empty) config file, so it
-registers no runtime of the machine's ``daemon.json``, and it has no bridge (``--bridge none``, safe
-here because the namespace has no ``docker0`` to delete; jobs run with network disabled). Images come
+registers no runtime of the machine's ``daemon.json``, and it has no default bridge (``--bridge none``,
+safe here because the namespace has no ``docker0`` to delete; jobs run with network disabled). A fleet
+with ``egress`` creates the internal egress network (a user-defined bridge) on it, whose rules the
+engine and the worker write in the namespace's own iptables. Images come
 from the machine's engine without a registry: ``docker save`` once into a cached tarball, ``docker
 load`` into each engine. The socket belongs to the host's own user and group, mode 0660, so
 a worker of another host (another group, no capabilities) cannot open it.

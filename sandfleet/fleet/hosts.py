@@ -12,6 +12,8 @@ Layout of run ``R`` (a free number 1..250; every name starts with ``sfh``)::
     sfh-R-<i>        sfh<R>h<i> 10.213.R.(10+i)/24 ──veth── sfh<R>c<i> on the bridge
                      dockerd (socket, data-root, exec-root, pidfile under /tmp/sfh-R/h<i>/,
                      cgroup parent /sfh-R-<i>, its own iptables), one ``sandfleet worker``
+                     (``egress``: its own egress network 10.214.i.0/24, rules and Squid, all in
+                     this namespace; the service address 10.213.R.2 on the control bridge)
 
 No namespace has a default route, so the test range goes nowhere off the machine. Each host's worker
 runs without any capability in a group of its own (gid 21300000 + 100 R + i) that alone may open its
@@ -60,6 +62,15 @@ BRIDGE = "sfhbr"
 # worker's mount namespace covers it with /dev/null (no capability: it cannot unmount that).
 HIDE_MACHINE_SOCKET = 'for s in /run/docker.sock /var/run/docker.sock; do [ -S "$s" ] && mount --bind /dev/null "$s"; done; exec "$@"'
 NO_CAPABILITIES = ("--inh-caps=-all", "--bounding-set=-all", "--no-new-privs")
+# An ``egress`` host's worker runs the egress gateway as a real host's worker does: iptables and
+# NFLOG in its namespace (net_admin), setns into each sandbox's namespace (sys_admin), Squid dropping
+# to its user (setuid, setgid, chown). sys_admin could also undo HIDE_MACHINE_SOCKET: SCALING.md §5.
+EGRESS_CAPABILITIES = (
+    "--inh-caps=-all",
+    "--bounding-set=-all,+net_admin,+net_bind_service,+sys_admin,+sys_ptrace,+setuid,+setgid,+chown,+fowner,+dac_override,+kill",
+    "--no-new-privs",
+)
+EGRESS_SUBNET = "10.214.{host}.0/24"  # each host's egress network, inside its namespace only
 REDIS_READY_TIMEOUT_S = 20.0
 
 
@@ -115,6 +126,9 @@ class HostFleet(LocalFleet):
             namespace; workers and driver use the ``sentinel://`` URL; :meth:`kill_redis_primary`.
         clocks: a wall-clock offset per host for its worker (libfaketime's ``FAKETIME`` form,
             ``{2: "+30s"}``): sandfleet/fleet/skewed_clock.py.
+        egress: each host runs network "restricted" with its own egress gateway (Docker network,
+            host rules, Squid) in its namespace: :meth:`egress_env`. The test or operator adds the
+            proxy's hosts file, allowed destinations and the policy through ``config.env``.
     """
 
     def __init__(
@@ -126,9 +140,11 @@ class HostFleet(LocalFleet):
         secured: bool = False,
         sentinel: bool = False,
         clocks: dict[int, str] | None = None,
+        egress: bool = False,
     ) -> None:
         check_hosts(hosts, secured=secured, sentinel=sentinel)
         self.clocks = check_clocks(clocks or {}, hosts)
+        self.egress = egress
         self.run = _claim_run()
         self.base = BASE / f"sfh-{self.run}"
         self.control = f"sfh-{self.run}-c"
@@ -182,6 +198,35 @@ class HostFleet(LocalFleet):
             env["SANDFLEET_REDIS_CA_FILE"] = str(worker.redis_ca_file)
         return env
 
+    @property
+    def service_address(self) -> str:
+        """A second address of the control namespace's bridge, for a service restricted sandboxes may
+        reach (``egress``): the one internal destination each host's proxy is allowed (Redis's is not)."""
+        return f"{SUBNET.format(run=self.run)}.2"
+
+    @property
+    def egress_hosts_file(self) -> Path:
+        """The hosts file every host's proxy resolves names from (read when the proxy starts, at a
+        host's first restricted job): a test writes its ``.test`` names there."""
+        return self.base / "egress-hosts"
+
+    def egress_env(self, host: int) -> dict[str, str]:
+        """The host's own egress gateway: its proxy's folder (root's, 0755: Squid's user reads it),
+        a subnet inside its namespace (network and bridge names may repeat across hosts), the
+        service address as its one allowed internal destination, and DNS asked of the control
+        namespace only (nothing listens there: names come from :attr:`egress_hosts_file`)."""
+        state = self.base / f"h{host}" / "egress"
+        state.mkdir(mode=0o755, exist_ok=True)
+        if not self.egress_hosts_file.exists():
+            self.egress_hosts_file.touch(mode=0o644)
+        return {
+            "SANDFLEET_EGRESS_HOSTS_FILE": str(self.egress_hosts_file),
+            "SANDFLEET_EGRESS_STATE_DIR": str(state),
+            "SANDFLEET_EGRESS_SUBNET": EGRESS_SUBNET.format(host=host),
+            "SANDFLEET_EGRESS_ALLOW_DESTINATIONS": f"{self.service_address}/32",
+            "SANDFLEET_EGRESS_DNS_SERVERS": f"{SUBNET.format(run=self.run)}.1",
+        }
+
     def link(self, host: int) -> str:
         """The control side of the host's veth (down = the host is cut off)."""
         return f"sfh{self.run}c{host}"
@@ -210,6 +255,8 @@ class HostFleet(LocalFleet):
         net = SUBNET.format(run=self.run)
         netns.add_namespace(self.control)
         netns.bridge(self.control, BRIDGE, f"{net}.1/24")
+        if self.egress:
+            netns.address(self.control, BRIDGE, f"{self.service_address}/24")
         root, root_peer = f"sfh{self.run}r", f"sfh{self.run}rc"
         netns.veth(root_peer, self.control, root, None)
         netns.attach(self.control, root_peer, BRIDGE)
@@ -269,6 +316,7 @@ class HostFleet(LocalFleet):
             "HOME": str(home),
             "SANDFLEET_WORKER_STATE_DIR": str(home / "state"),
             **(skewed_clock_env(self.clocks[host]) if host in self.clocks else {}),
+            **(self.egress_env(host) if self.egress else {}),
         }
         worker = self.start_worker(f"h{host}-{self.token}-{restarts}", env=env, wait=wait)
         self.host_workers[host] = worker
@@ -285,7 +333,8 @@ class HostFleet(LocalFleet):
 
     def as_host(self, host: int, command: list[str]) -> list[str]:
         """``command`` as the host's processes run: in its namespace, its group, no capabilities."""
-        setpriv = ["setpriv", f"--regid={self.uid(host)}", "--clear-groups", *NO_CAPABILITIES, "--"]
+        caps = EGRESS_CAPABILITIES if self.egress else NO_CAPABILITIES
+        setpriv = ["setpriv", f"--regid={self.uid(host)}", "--clear-groups", *caps, "--"]
         hide = ["unshare", "--mount", "--propagation=private", "--", "sh", "-c", HIDE_MACHINE_SOCKET, "sh"]
         return [*netns.enter(self.namespace(host)), *hide, *setpriv, *command]
 
