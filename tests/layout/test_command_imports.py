@@ -113,3 +113,75 @@ def test_run_without_mcp_servers_loads_no_mcp_sdk(tmp_path: Path, docker_engine:
     loaded = loaded_by(["run", str(program)], tmp_path, env)
     assert "docker" in loaded  # the program really ran
     assert loaded <= {"docker", "requests", "pydantic", "pydantic_settings"}
+
+
+# Runs `sandfleet worker ARGS...` until it is ready (its WorkerState started: signing key, heartbeat,
+# recovery sweeps), then prints the heavy packages loaded by then and stops the worker (SIGTERM: a
+# warm shutdown). What the first job loads (the engine, the model client, the MCP SDK) is not counted.
+WORKER_PROBE = (
+    "import json, os, signal, sys\n"
+    "heavy = set(json.loads(sys.argv[1]))\n"
+    "from sandfleet.worker.delivery import state\n"
+    "start = state.WorkerState.start\n"
+    "def ready(self, name):\n"
+    "    start(self, name)\n"
+    "    loaded = ({m.split('.')[0] for m in sys.modules} | set(sys.modules)) & heavy\n"
+    "    print('LOADED=' + json.dumps(sorted(loaded)), file=sys.stderr, flush=True)\n"
+    "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "state.WorkerState.start = ready\n"
+    "from sandfleet.cli import main\n"
+    "main(sys.argv[2:], prog_name='sandfleet')\n"
+)
+# What a worker with no MCP config, no metrics port and no job yet must not pay for: the job's own
+# layers (model client, MCP SDK, egress gateway), the metrics, and Celery's command line with its
+# plugins (Flower with tornado, click-repl with prompt_toolkit; issue 25).
+WORKER_UNUSED = {
+    "mcp",
+    "mcp_types",
+    "openai",
+    "httpx",
+    "anyio",
+    "jsonschema",
+    "re2",
+    "prometheus_client",
+    "flower",
+    "tornado",
+    "prompt_toolkit",
+    "click_repl",
+    "pygments",
+    "matplotlib",
+    "pandas",
+    "numpy",
+    "sandfleet.worker.mcp",
+    "sandfleet.worker.egress.gateway",
+}
+
+
+def worker_loaded(cwd: Path, redis_url: str, env: dict[str, str]) -> set[str]:
+    """The packages of WORKER_UNUSED a real ``sandfleet worker`` had loaded once ready."""
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SANDFLEET_")},
+        "SANDFLEET_REDIS_URL": redis_url,
+        "SANDFLEET_KEY_PREFIX": f"worker-imports-{cwd.name}",
+        "SANDFLEET_WORKER_STATE_DIR": str(cwd / "worker-state"),
+        "SANDFLEET_POOL_SIZE": "0",
+        **env,
+    }
+    args = [sys.executable, "-c", WORKER_PROBE, json.dumps(sorted(WORKER_UNUSED)), "worker", "-c", "1"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+    lines = [line for line in done.stderr.splitlines() if "LOADED=" in line]
+    assert lines, done.stdout[-2000:] + done.stderr[-2000:]
+    return set(json.loads(lines[-1].partition("LOADED=")[2]))
+
+
+def test_worker_start_up_loads_no_unused_package(tmp_path: Path, redis_server: str) -> None:
+    """A worker pays at start-up only for what it uses before its first job."""
+    assert worker_loaded(tmp_path, redis_server, {}) == set()
+
+
+def test_worker_with_a_metrics_port_loads_prometheus_client(tmp_path: Path, redis_server: str) -> None:
+    """The metrics are still there when asked for (and the probe above can see a package loaded)."""
+    from sandfleet.fleet.local_redis import free_port
+
+    loaded = worker_loaded(tmp_path, redis_server, {"SANDFLEET_METRICS_PORT": str(free_port())})
+    assert loaded == {"prometheus_client"}

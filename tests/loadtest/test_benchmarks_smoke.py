@@ -78,6 +78,10 @@ SMOKE_RUNS = {  # script: (tiny arguments, what its output must show)
         r"sandbox run -- true / docker run --rm \.\.\. true: \d+\.\d\d[\s\S]*"
         r"run print1\.py / docker run --rm \.\.\. python3 -c <print1>: \d+\.\d\d",
     ),
+    "worker_startup": (
+        ["--cycles", "1"],
+        r"sandfleet worker -c 1 \(spawn -> ready\) +wall median +\d+ ms[^\n]*CPU median +\d+ ms",
+    ),
     "input_caps": (
         ["--repeat", "20", "--big-mb", "0.1"],
         r"depth check of[\s\S]*uniqueItems over 1,000 objects: one pass",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from sandfleet.core.console import echo
@@ -85,13 +87,25 @@ def worker(
         raise click.ClickException(f"refusing to start: {e}") from None
     except redis.RedisError as e:  # Redis not up yet: the key is registered once the worker connects
         echo(f"warning: cannot register the signing key yet ({e}); retrying when connected", err=True)
-    argv = [
-        "worker",
-        f"--hostname={name}",
-        "--pool=threads",
-        f"--concurrency={concurrency}",
-        f"--queues={queues or queue_name(settings)}",
-        f"--loglevel={loglevel.upper()}",
-        "--events",
-    ]
-    app.worker_main(argv)
+    run_worker(app, name, concurrency=concurrency, queues=queues or queue_name(settings), loglevel=loglevel)
+
+
+def run_worker(app: Any, name: str, *, concurrency: int, queues: str, loglevel: str) -> None:
+    """Consume as ``celery worker --pool=threads --events`` would, without Celery's command line.
+
+    ``app.worker_main`` goes through ``celery.bin.celery``, which builds the whole ``celery`` CLI at
+    import: click-repl with prompt_toolkit and pygments, and every installed ``celery.commands``
+    plugin, Flower with tornado and prometheus_client among them, ~0.3 s of a worker's start-up
+    that it never uses (issue 25). The worker itself is the same ``app.Worker`` the CLI starts.
+    """
+    worker = app.Worker(
+        hostname=name,
+        pool_cls="threads",
+        concurrency=concurrency,
+        queues=queues.split(","),
+        loglevel=loglevel.upper(),
+        task_events=True,
+    )
+    worker.start()
+    if worker.exitcode:
+        raise SystemExit(worker.exitcode)
