@@ -107,3 +107,19 @@ def room_of(module: str) -> str:
 
 
 ROOMS = ("core", "producer", "worker", "fleet")
+
+
+Function = ast.FunctionDef | ast.AsyncFunctionDef
+
+
+def functions(tree: ast.AST, prefix: str = "") -> list[tuple[Function, str]]:
+    """Every function and method of ``tree`` with its qualified name (``Class.method``, nested ones
+    dotted too), for the size rules of test_function_length and test_engine_room_size."""
+    out: list[tuple[Function, str]] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            name = f"{prefix}{node.name}"
+            if not isinstance(node, ast.ClassDef):
+                out.append((node, name))
+            out.extend(functions(node, name + "."))
+    return out

@@ -14,6 +14,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from .imports import functions
+
 ENGINE = Path(__file__).resolve().parents[2] / "sandfleet" / "worker" / "engine"
 MAX_LINES = 60
 MAX_PARAMETERS = 5
@@ -48,7 +50,7 @@ def offenders() -> dict[str, str]:
     found: dict[str, str] = {}
     for path in sorted(ENGINE.rglob("*.py")):
         relative = path.relative_to(ENGINE).as_posix()
-        for node, qualname in _functions(ast.parse(path.read_text(), filename=str(path)), ""):
+        for node, qualname in functions(ast.parse(path.read_text(), filename=str(path)), ""):
             lines = (node.end_lineno or node.lineno) - node.lineno + 1
             over = []
             if lines > MAX_LINES:
@@ -58,17 +60,6 @@ def offenders() -> dict[str, str]:
             if over:
                 found[f"{relative}::{qualname}"] = ", ".join(over)
     return found
-
-
-def _functions(tree: ast.AST, prefix: str) -> list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]]:
-    out: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, str]] = []
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            name = f"{prefix}{node.name}"
-            if not isinstance(node, ast.ClassDef):
-                out.append((node, name))
-            out.extend(_functions(node, name + "."))
-    return out
 
 
 def test_engine_functions_are_short_and_take_few_parameters() -> None:
@@ -86,5 +77,5 @@ def test_the_counter_sees_self_apart_and_options_counted() -> None:
     tree = ast.parse(
         "class C:\n    def f(self, a, b, *, c=1, d=2, e=3): pass\n    def g(self, a, *r, **k): pass\n"
     )
-    (f, _), (g, _) = _functions(tree, "")
+    (f, _), (g, _) = functions(tree, "")
     assert parameters(f) == 5 and parameters(g) == 3

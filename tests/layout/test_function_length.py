@@ -11,12 +11,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from .imports import functions
+
 PACKAGE = Path(__file__).resolve().parents[2] / "sandfleet"
 MAX_FUNCTION_LINES = 80
 EXEMPT_FILES = {"worker/sandbox/inside/agent.py"}  # the standalone in-container agent
 
 
-def long_functions() -> list[tuple[str, str, int]]:
+def longfunctions() -> list[tuple[str, str, int]]:
     """(file relative to sandfleet/, qualified name, lines) of every function over the limit."""
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -24,31 +26,20 @@ def long_functions() -> list[tuple[str, str, int]]:
         if relative in EXEMPT_FILES:
             continue
         tree = ast.parse(path.read_text(), filename=str(path))
-        for node, qualname in _functions(tree, ""):
+        for node, qualname in functions(tree, ""):
             lines = (node.end_lineno or node.lineno) - node.lineno + 1
             if lines > MAX_FUNCTION_LINES:
                 found.append((relative, qualname, lines))
     return found
 
 
-def _functions(tree: ast.AST, prefix: str) -> list[tuple[ast.AST, str]]:
-    out: list[tuple[ast.AST, str]] = []
-    for node in ast.iter_child_nodes(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            name = f"{prefix}{node.name}"
-            if not isinstance(node, ast.ClassDef):
-                out.append((node, name))
-            out.extend(_functions(node, name + "."))
-    return out
-
-
 def test_no_function_is_longer_than_80_lines() -> None:
-    offenders = [f"sandfleet/{file}::{name} ({lines} lines)" for file, name, lines in long_functions()]
+    offenders = [f"sandfleet/{file}::{name} ({lines} lines)" for file, name, lines in longfunctions()]
     assert not offenders, "split these along a seam (at most 80 lines each):\n" + "\n".join(offenders)
 
 
 def test_the_counter_sees_a_long_function() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     tree = ast.parse(f"def long():\n{body}\n")
-    ((node, name),) = _functions(tree, "")
+    ((node, name),) = functions(tree, "")
     assert name == "long" and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES  # type: ignore[attr-defined]
