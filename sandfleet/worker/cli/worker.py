@@ -96,7 +96,11 @@ def run_worker(app: Any, name: str, *, concurrency: int, queues: str, loglevel: 
     ``app.worker_main`` goes through ``celery.bin.celery``, which builds the whole ``celery`` CLI at
     import: click-repl with prompt_toolkit and pygments, and every installed ``celery.commands``
     plugin, Flower with tornado and prometheus_client among them, ~0.3 s of a worker's start-up
-    that it never uses (issue 25). The worker itself is the same ``app.Worker`` the CLI starts.
+    that it never uses (issue 25). The worker itself is the same ``app.Worker`` the CLI starts, as
+    ``--without-mingle --without-gossip``: mingle waits ~1 s at every start for other workers to
+    share their revoked task ids and logical clocks, and gossip has each worker consume every other
+    worker's heartbeat events; Sandfleet uses neither (a cancel is its own Redis record, presence its
+    own heartbeat key, sandfleet/worker/delivery/recovery.py). Task events still go out for Flower.
     """
     worker = app.Worker(
         hostname=name,
@@ -105,6 +109,8 @@ def run_worker(app: Any, name: str, *, concurrency: int, queues: str, loglevel: 
         queues=queues.split(","),
         loglevel=loglevel.upper(),
         task_events=True,
+        without_mingle=True,
+        without_gossip=True,
     )
     worker.start()
     if worker.exitcode:
