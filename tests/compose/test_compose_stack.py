@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import redis
 import yaml
-from sandfleet_testing import skip_or_fail
+from sandfleet_testing import skip_or_fail, wait_until
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
@@ -228,6 +228,12 @@ def stack(compose: list[str], docker_engine) -> Iterator[Stack]:  # type: ignore
             assert not left, f"sandboxes left by the compose worker: {left}"
 
 
+def flower_sees_a_worker(flower_url: str) -> bool:
+    """Flower's worker list (built from the events it received) names a live worker."""
+    status, body = basic_get(flower_url + "/workers?json=1", FLOWER_AUTH)
+    return status == 200 and any(w.get("status") for w in json.loads(body or b"{}").get("data", []))
+
+
 def basic_get(url: str, auth: tuple[str, str] | None) -> tuple[int, bytes]:
     request = urllib.request.Request(url)
     if auth:
@@ -246,6 +252,12 @@ def basic_get(url: str, auth: tuple[str, str] | None) -> tuple[int, bytes]:
 def test_stack_runs_the_reference_scenario(stack: Stack, docker_engine) -> None:  # type: ignore[no-untyped-def]
     settings = Settings(redis_url=stack.redis_url, key_prefix="sandfleet")
     backends = ["docker"] + (["gvisor"] if "runsc" in docker_engine.runtimes else [])
+    # Flower learns a task's name and arguments from its task-received event only, and events are not
+    # kept: jobs submitted before its receiver listens show as nameless. A worker listed from events
+    # (its heartbeats, every 2 s) shows it listens; a worker is ready in ~0.4 s since mingle is off.
+    assert wait_until(lambda: flower_sees_a_worker(stack.flower_url), 90, every_s=0.5), (
+        "Flower never listed the worker"
+    )
     with Client(settings=settings) as client:
         jobs = {
             b: client.submit(REFERENCE_QUESTION, tools=["load_orders"], sandbox={"backend": b})
