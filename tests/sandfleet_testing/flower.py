@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -64,6 +65,12 @@ def get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
         return 0, b""
 
 
+def lists_a_worker(flower_url: str) -> bool:
+    """Flower's worker list (built from the events it received) names a live worker."""
+    status, body = get(flower_url + "/workers?json=1", AUTH)
+    return status == 200 and any(w.get("status") for w in json.loads(body or b"{}").get("data", []))
+
+
 @contextlib.contextmanager
 def running_fleet(
     redis_url: str, prefix: str, tmp_path: Path, env: dict[str, str], *, concurrency: int, sandboxes: int
@@ -95,6 +102,9 @@ def running_fleet(
                 )
         wait_started(fleet, "flower", lambda: get(fleet.flower_url + "/healthcheck")[0] == 200)
         wait_started(fleet, "worker", lambda: "ready." in fleet.log("worker"))
+        # Flower names a task only from the task-received event it heard: it must listen before a job
+        # is submitted, and a worker it lists (from the worker's heartbeat events) shows that it does.
+        wait_started(fleet, "flower", lambda: lists_a_worker(fleet.flower_url))
         yield fleet
     finally:
         for process in fleet.processes.values():
