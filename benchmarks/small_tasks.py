@@ -101,7 +101,7 @@ def fleet_batch(fleet: Any, numbers: list[int]) -> float:
 def raw_churn(numbers: list[int], threads: int) -> float:
     """Jobs/s of ``containers.run(remove=True)`` of each task's program, ``threads`` at a time."""
     from sandfleet.core.config import SandboxConfig
-    from sandfleet.fleet.loadtest.churn import LABEL_BENCH, churn_kwargs
+    from sandfleet.fleet.loadtest.churn import churn_kwargs, remove_bench_containers, run_concurrently
     from sandfleet.worker.sandbox.docker import backend as engine
 
     client = engine.docker_client()
@@ -109,35 +109,24 @@ def raw_churn(numbers: list[int], threads: int) -> float:
     label = uuid.uuid4().hex[:12]
     todo, lock, failures = list(numbers), threading.Lock(), [0]
 
-    def loop() -> None:
-        while True:
+    def one() -> None:
+        with lock:
+            number = todo.pop()
+        kwargs = churn_kwargs(SandboxConfig(), label, ncpu, task_program(number), "disabled")
+        try:
+            ok = b"RESULT: 1" in client.containers.run(**kwargs)
+        except Exception:
+            ok = False
+        if not ok:
             with lock:
-                if not todo:
-                    return
-                number = todo.pop()
-            kwargs = churn_kwargs(SandboxConfig(), label, ncpu, task_program(number), "disabled")
-            try:
-                ok = b"RESULT: 1" in client.containers.run(**kwargs)
-            except Exception:
-                ok = False
-            if not ok:
-                with lock:
-                    failures[0] += 1
+                failures[0] += 1
 
     began = time.monotonic()
-    workers = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
     try:
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
+        run_concurrently(len(numbers), threads, one)
     finally:
         wall = time.monotonic() - began
-        for leftover in client.containers.list(all=True, filters={"label": f"{LABEL_BENCH}={label}"}):
-            try:
-                leftover.remove(force=True)
-            except Exception:
-                pass
+        remove_bench_containers(client, label)
     if failures[0]:
         raise SystemExit(f"{failures[0]} of {len(numbers)} raw runs failed")
     return len(numbers) / wall

@@ -14,14 +14,11 @@ Environment it honours: SANDFLEET_BASE_IMAGE (default: the local base), SANDFLEE
 
 from __future__ import annotations
 
-import base64
 import json
 import os
 import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,6 +28,7 @@ import pytest
 import redis
 import yaml
 from sandfleet_testing import skip_or_fail, wait_until
+from sandfleet_testing.flower import get, lists_a_worker
 
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.settings import Settings
@@ -228,25 +226,6 @@ def stack(compose: list[str], docker_engine) -> Iterator[Stack]:  # type: ignore
             assert not left, f"sandboxes left by the compose worker: {left}"
 
 
-def flower_sees_a_worker(flower_url: str) -> bool:
-    """Flower's worker list (built from the events it received) names a live worker."""
-    status, body = basic_get(flower_url + "/workers?json=1", FLOWER_AUTH)
-    return status == 200 and any(w.get("status") for w in json.loads(body or b"{}").get("data", []))
-
-
-def basic_get(url: str, auth: tuple[str, str] | None) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if auth:
-        request.add_header("Authorization", "Basic " + base64.b64encode(":".join(auth).encode()).decode())
-    try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as e:
-        return e.code, b""
-    except OSError:
-        return 0, b""
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(UP_TIMEOUT_S + 600)
 def test_stack_runs_the_reference_scenario(stack: Stack, docker_engine) -> None:  # type: ignore[no-untyped-def]
@@ -255,7 +234,7 @@ def test_stack_runs_the_reference_scenario(stack: Stack, docker_engine) -> None:
     # Flower learns a task's name and arguments from its task-received event only, and events are not
     # kept: jobs submitted before its receiver listens show as nameless. A worker listed from events
     # (its heartbeats, every 2 s) shows it listens; a worker is ready in ~0.4 s since mingle is off.
-    assert wait_until(lambda: flower_sees_a_worker(stack.flower_url), 90, every_s=0.5), (
+    assert wait_until(lambda: lists_a_worker(stack.flower_url, FLOWER_AUTH), 90, every_s=0.5), (
         "Flower never listed the worker"
     )
     with Client(settings=settings) as client:
@@ -286,10 +265,10 @@ def test_stack_runs_the_reference_scenario(stack: Stack, docker_engine) -> None:
         r.close()
 
     # Flower: basic auth, and the job's task among those it saw finish.
-    assert basic_get(stack.flower_url + "/tasks", None)[0] == 401
+    assert get(stack.flower_url + "/tasks", None)[0] == 401
     deadline = time.monotonic() + 30
     while True:
-        status, body = basic_get(stack.flower_url + "/api/tasks", FLOWER_AUTH)
+        status, body = get(stack.flower_url + "/api/tasks", FLOWER_AUTH)
         tasks = json.loads(body or b"{}") if status == 200 else {}
         seen = {backend: tasks.get(job.job_id, {}).get("state") for backend, job in jobs.items()}
         if all(state == "SUCCESS" for state in seen.values()) or time.monotonic() > deadline:

@@ -65,9 +65,9 @@ def get(url: str, auth: tuple[str, str] | None = None) -> tuple[int, bytes]:
         return 0, b""
 
 
-def lists_a_worker(flower_url: str) -> bool:
+def lists_a_worker(flower_url: str, auth: tuple[str, str] = AUTH) -> bool:
     """Flower's worker list (built from the events it received) names a live worker."""
-    status, body = get(flower_url + "/workers?json=1", AUTH)
+    status, body = get(flower_url + "/workers?json=1", auth)
     return status == 200 and any(w.get("status") for w in json.loads(body or b"{}").get("data", []))
 
 

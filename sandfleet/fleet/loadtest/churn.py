@@ -85,6 +85,15 @@ def run_concurrently(count: int, threads: int, one: Callable[[], None]) -> None:
         worker.join()
 
 
+def remove_bench_containers(client: Any, label: str) -> None:
+    """Remove what a churn run labelled ``label`` left (a run interrupted before its remove)."""
+    for leftover in client.containers.list(all=True, filters={"label": f"{LABEL_BENCH}={label}"}):
+        try:
+            leftover.remove(force=True)
+        except Exception:  # gone meanwhile, or the engine is: nothing left to do
+            pass
+
+
 def measure_churn(
     runs: int,
     concurrency: int,
@@ -117,9 +126,5 @@ def measure_churn(
         run_concurrently(runs, concurrency, one)
     finally:
         wall = time.perf_counter() - began
-        for leftover in client.containers.list(all=True, filters={"label": f"{LABEL_BENCH}={label}"}):
-            try:
-                leftover.remove(force=True)
-            except Exception:
-                pass
+        remove_bench_containers(client, label)
     return ChurnResult(runs, failures[0], concurrency, config.docker_runtime, wall, summarize(latencies))
