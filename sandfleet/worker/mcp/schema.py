@@ -90,15 +90,14 @@ class ToolSignature:
         """
         if not isinstance(input_schema, dict) or input_schema.get("type", "object") != "object":
             raise SchemaError("its inputSchema is not a JSON Schema of type object")
-        visits = 1
+        visits: dict[str, int] = {}
         for name, schema in (("inputSchema", input_schema), ("outputSchema", output_schema)):
             try:  # before jsonschema, whose checks recurse; the SDK checks output against outputSchema
                 json_limits.check_depth(json.dumps(schema), f"its {name}")
                 patterns.check_patterns(schema, f"its {name}")
-                cost = visits_per_value(schema, f"its {name}") if schema is not None else 1
+                visits[name] = visits_per_value(schema, f"its {name}") if schema is not None else 1
             except (JsonLimitError, PatternError, SchemaCostError) as e:
                 raise SchemaError(str(e)) from None
-            visits = cost if name == "inputSchema" else visits
         try:
             jsonschema.validators.validator_for(input_schema).check_schema(input_schema)
         except jsonschema.SchemaError as e:
@@ -125,7 +124,7 @@ class ToolSignature:
         if isinstance(output_schema, dict):
             shown = output_schema["properties"]["result"] if unwraps else output_schema
             returns = type_text(shown, _definitions(output_schema))
-        return cls(tuple(params), returns, unwraps, input_schema, visits)
+        return cls(tuple(params), returns, unwraps, input_schema, visits["inputSchema"])
 
     def render(self, name: str) -> str:
         """``name(required: type, *, optional: type = default) -> type``."""
