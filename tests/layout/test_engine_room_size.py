@@ -21,11 +21,6 @@ MAX_LINES = 60
 MAX_PARAMETERS = 5
 
 ALLOWED: dict[str, str] = {
-    # Every option of the worker's services is a keyword a caller names (the delivery, the CLI, the
-    # tests); folding them into one object touches the delivery's hot path, which another branch
-    # (issue 25) is changing now.
-    "services.py::EngineServices.start": "options, called from the delivery (issue 25's files) and the CLI",
-    "services.py::EngineServices.__init__": "as start: the same options, passed on",
     # Called by code-action only, whose files another branch (issue 25) is changing now; its five
     # keywords are one failed run's facts and want a frozen ``RunFailure`` from code_action.
     "prompt.py::repair_message": "its caller is code_action.py (issue 25's files)",
