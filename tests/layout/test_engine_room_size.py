@@ -21,9 +21,6 @@ MAX_LINES = 60
 MAX_PARAMETERS = 5
 
 ALLOWED: dict[str, str] = {
-    # Called by code-action only, whose files another branch (issue 25) is changing now; its five
-    # keywords are one failed run's facts and want a frozen ``RunFailure`` from code_action.
-    "prompt.py::repair_message": "its caller is code_action.py (issue 25's files)",
     # session, caps, settings, deadline, network, wheelhouse: network and wheelhouse (where the
     # session may install from) want one frozen value; callers in tests/egress are another branch's.
     "shell/tools.py::ShellTools.__init__": "network + wheelhouse want one value; tests/egress callers",
