@@ -33,6 +33,7 @@ def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls
     """Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload."""
     from sandfleet.worker.mcp.catalog import ToolCatalog
     from sandfleet.worker.program.runtime import ProgramRuntime
+    from sandfleet.worker.sandbox.backends import backend_named
     from sandfleet.worker.sandbox.pool import SandboxPool
     from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -51,7 +52,7 @@ def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls
         python_tools = ToolRegistry.from_modules(tool_specs(tool_modules))
         with (
             mcp_sessions(mcp_config_path(mcp_config)) as sessions,
-            SandboxPool(pool_size=0, max_live=1) as pool,
+            SandboxPool(pool_size=0, max_live=1, backend=backend_named(thin=True)) as pool,
         ):
             registry = ToolCatalog(python_tools, sessions).registry()
             redact = tuple(get_settings().approval_redact)  # --json shows the calls: redacted there too

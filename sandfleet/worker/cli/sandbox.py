@@ -31,11 +31,12 @@ def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tup
 
     Example: sandfleet sandbox run -o memory_limit=512M -- python3 -c 'print(1)'
     """
+    from sandfleet.worker.sandbox.backends import backend_named
     from sandfleet.worker.sandbox.manager import SandboxManager
 
     config = sandbox_config_from(options)
-    try:
-        with SandboxManager(config) as manager:
+    try:  # thin: a local engine without the Docker SDK (docker/engine_api.py)
+        with SandboxManager(config, backend=backend_named(thin=True)) as manager:
             result = manager.create_session().execute(list(cmd), timeout=timeout)
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
