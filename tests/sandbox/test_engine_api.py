@@ -112,3 +112,18 @@ def test_a_missing_socket_is_no_engine(tmp_path: Any) -> None:
     with pytest.raises(engine_api.EngineConnectionError) as caught:
         engine.ping()
     assert caught.value.strerror == "No such file or directory"
+
+
+def test_an_info_asked_for_early_is_the_engines_and_so_is_its_error(
+    tmp_path: Any, docker_engine: Any
+) -> None:
+    """``prefetch_info`` (the one-off commands ask while their modules load) changes when, not what."""
+    engine = engine_api.from_env()
+    assert engine is not None
+    engine.prefetch_info()
+    assert sorted(engine.info()["Runtimes"]) == sorted(docker_engine.runtimes)
+    assert "Runtimes" in engine.info()  # taken once; later calls ask again
+    gone = engine_api.EngineClient(str(tmp_path / "nothing.sock"))
+    gone.prefetch_info()
+    with pytest.raises(engine_api.EngineConnectionError, match="No such file or directory"):
+        gone.info()

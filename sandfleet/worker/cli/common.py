@@ -13,6 +13,7 @@ from sandfleet.core.console import echo, echo_json, echo_json_text
 if TYPE_CHECKING:  # the settings load only when --tools does not name the modules
     from sandfleet.core.settings import Settings
     from sandfleet.worker.mcp.sessions import McpSessions
+    from sandfleet.worker.sandbox.docker.engine_api import EngineClient
 
 tools_option = click.option(
     "--tools",
@@ -83,3 +84,16 @@ def echo_payload(payload: Any, raw_text: str | None) -> None:
         echo(raw_text)
     else:
         echo_json_text(raw_text)
+
+
+def local_engine() -> EngineClient | bool:
+    """The thin client of a local engine (docker/engine_api.py: no Docker SDK), already asking the
+    engine for its facts while the command's modules load; False when the engine is not local (the
+    backend then uses the SDK)."""
+    from sandfleet.worker.sandbox.docker import engine_api  # the standard library only
+
+    engine = engine_api.from_env()
+    if engine is None:
+        return False
+    engine.prefetch_info()
+    return engine

@@ -13,6 +13,7 @@ from sandfleet.core.options import sandbox_config_from, sandbox_option
 from sandfleet.core.settings import get_settings
 from sandfleet.worker.cli.common import (
     echo_payload,
+    local_engine,
     mcp_config_option,
     mcp_config_path,
     mcp_sessions,
@@ -31,6 +32,7 @@ from sandfleet.worker.cli.common import (
 @click.option("--json", "as_json", is_flag=True, help="Print the whole run result as JSON.")
 def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls, as_json) -> None:
     """Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload."""
+    engine = local_engine()  # asked for its facts while the modules below load
     from sandfleet.worker.mcp.catalog import ToolCatalog
     from sandfleet.worker.program.runtime import ProgramRuntime
     from sandfleet.worker.sandbox.backends import backend_named
@@ -52,7 +54,7 @@ def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls
         python_tools = ToolRegistry.from_modules(tool_specs(tool_modules))
         with (
             mcp_sessions(mcp_config_path(mcp_config)) as sessions,
-            SandboxPool(pool_size=0, max_live=1, backend=backend_named(thin=True)) as pool,
+            SandboxPool(pool_size=0, max_live=1, backend=backend_named(thin=engine)) as pool,
         ):
             registry = ToolCatalog(python_tools, sessions).registry()
             redact = tuple(get_settings().approval_redact)  # --json shows the calls: redacted there too

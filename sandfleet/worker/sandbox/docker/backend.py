@@ -314,17 +314,20 @@ class DockerBackend:
     ``client`` is a ``docker.DockerClient``; by default the shared one for DOCKER_HOST, asked for at
     each start (so that one made anew after the engine went away is used). With ``thin`` (one-off
     commands) and no ``client``, an engine on a unix socket is spoken to through engine_api.py
-    instead, without the SDK; any other engine, and network "restricted" (its egress gateway drives
-    the SDK), still get the SDK's client. Constructing connects to nothing.
+    instead, without the SDK (``thin`` may be that client, made by the caller); any other engine,
+    and network "restricted" (its egress gateway drives the SDK), still get the SDK's client.
+    Constructing connects to nothing.
     """
 
     name = "docker"
 
-    def __init__(self, client: Any | None = None, *, thin: bool = False) -> None:
+    def __init__(self, client: Any | None = None, *, thin: bool | engine_api.EngineClient = False) -> None:
         if client is not None:
             _errors_of(client)  # its errors are caught here: the tuples must hold them
         self._client = client
-        self._thin = engine_api.from_env() if thin and client is None else None
+        self._thin = None
+        if client is None and thin:
+            self._thin = thin if isinstance(thin, engine_api.EngineClient) else engine_api.from_env()
 
     @property
     def client(self) -> Any:
