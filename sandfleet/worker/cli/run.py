@@ -6,11 +6,9 @@ import sys
 
 import click
 
-from sandfleet.core.config import CodeActionSettings
 from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import sandbox_config_from, sandbox_option
-from sandfleet.core.settings import get_settings
 from sandfleet.worker.cli.common import (
     echo_payload,
     loading_then_frozen,
@@ -35,6 +33,8 @@ def run(program, tool_modules, mcp_config, options, exec_timeout, max_tool_calls
     """Run PROGRAM in a fresh sandbox with the tool bridge, caps and the RESULT line; print the payload."""
     with loading_then_frozen():
         engine = local_engine()  # asked for its facts while the modules below load
+        from sandfleet.core.config import CodeActionSettings
+        from sandfleet.core.settings import get_settings
         from sandfleet.worker.mcp.catalog import ToolCatalog
         from sandfleet.worker.program.runtime import ProgramRuntime
         from sandfleet.worker.sandbox.backends import backend_named
