@@ -59,6 +59,23 @@ def test_read_only_mounts_are_the_sdks_binds() -> None:
     assert body["HostConfig"]["Binds"] == ["/srv/wheels:/wheels:ro"]
 
 
+@pytest.mark.parametrize(
+    "left_out",
+    [
+        ("ulimits",),
+        ("log_config",),
+        ("environment",),
+        ("tmpfs", "hostname", "ipc_mode"),
+        ("security_opt", "cap_drop"),
+    ],
+)
+def test_kwargs_left_out_are_left_out_as_the_sdk_does(left_out: tuple[str, ...]) -> None:
+    """benchmarks/container_options.py and the isolation probe create variants without some options."""
+    kwargs = container_kwargs(SandboxConfig(), owner=OWNER, host_ncpu=2)
+    kwargs = {k: v for k, v in kwargs.items() if k not in left_out}
+    assert create_body(kwargs) == sdk_body(kwargs)
+
+
 def test_the_hardening_reaches_the_body() -> None:
     """What the isolation tests prove from inside is asked for in the body (read here by name)."""
     body = create_body(container_kwargs(SandboxConfig(pids_limit=64), owner=OWNER, host_ncpu=2))

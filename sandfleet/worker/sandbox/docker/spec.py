@@ -368,11 +368,16 @@ def create_body(kwargs: dict[str, Any]) -> dict[str, Any]:
         raise ValueError("a sandbox is created detached, without a TTY")
     host: dict[str, Any] = {api: kwargs[key] for key, api in _HOST_FIELDS.items() if key in kwargs}
     host["NetworkMode"] = kwargs.get("network_mode") or "default"
-    host["Ulimits"] = [{"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]} for u in kwargs["ulimits"]]
-    host["LogConfig"] = {"Type": kwargs["log_config"]["type"], "Config": kwargs["log_config"]["config"]}
+    if "ulimits" in kwargs:
+        host["Ulimits"] = [
+            {"Name": u["name"], "Soft": u["soft"], "Hard": u["hard"]} for u in kwargs["ulimits"]
+        ]
+    if "log_config" in kwargs:
+        host["LogConfig"] = {"Type": kwargs["log_config"]["type"], "Config": kwargs["log_config"]["config"]}
     body: dict[str, Any] = {api: kwargs[key] for key, api in _CONFIG_FIELDS.items() if key in kwargs}
+    if "environment" in kwargs:
+        body["Env"] = [f"{name}={value}" for name, value in kwargs["environment"].items()]
     body |= {
-        "Env": [f"{name}={value}" for name, value in kwargs["environment"].items()],
         "Tty": False,
         "OpenStdin": bool(kwargs.get("stdin_open")),
         "StdinOnce": False,
