@@ -146,9 +146,9 @@ def _sentinel_client(target: SentinelTarget, decode_responses: bool, options: di
     sentinel_kwargs: dict[str, Any] = {"socket_connect_timeout": options["socket_connect_timeout"]}
     if target.sentinel_password:
         sentinel_kwargs["password"] = target.sentinel_password
-    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs, **options)  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(list(target.sentinels), sentinel_kwargs=sentinel_kwargs, **options)  # type: ignore[no-untyped-call, unused-ignore]  # typed from redis 8.2
     retry = Retry(ExponentialBackoff(cap=FAILOVER_BACKOFF_CAP_S, base=0.05), FAILOVER_RETRIES)
-    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call]
+    client: redis.Redis = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
         target.master,
         redis_class=redis.Redis,
         db=target.db,
