@@ -102,12 +102,79 @@ def _connect(base_url: str | None) -> Any:
             client = docker.DockerClient(base_url=base_url, max_pool_size=API_POOL_CONNECTIONS)
         else:
             client = docker.from_env(max_pool_size=API_POOL_CONNECTIONS)
+        keep_connections(client.api)
         client.ping()
         return client
     except Exception as e:  # DockerException, or requests/urllib3 errors that surface raw
         if client is not None:
             client.close()
         raise unavailable(_cause(e)) from e
+
+
+def hijacked(url: str) -> bool:
+    """Whether a call to ``url`` takes its connection's socket over (attach, exec): that connection
+    must never go back to a pool another call borrows from."""
+    path = url.split("?", 1)[0]
+    return path.endswith("/attach") or "/exec/" in path
+
+
+def keep_connections(api: Any) -> None:
+    """Make a Docker SDK client over the engine's unix socket reuse its connections, and stop it
+    reading the environment for proxies on every call (a unix socket has none).
+
+    The SDK keeps one connection pool per request URL (its ``UnixHTTPAdapter``), so every call that
+    names a container (create, start, remove, inspect: four a sandbox) opened a new connection to
+    the engine, and requests scanned ``os.environ`` for proxies on each (~1 ms of the worker's CPU
+    a sandbox in all). Here every plain call shares one keep-alive pool; calls that take the socket
+    over (:func:`hijacked`) keep a pool of their own per URL, as before, so their connection is never
+    lent to another call. A client over TCP or SSH is left as it is.
+    """
+    adapter = getattr(api, "_custom_adapter", None)
+    if not isinstance(adapter, UnixHTTPAdapter) or isinstance(adapter, SharedUnixAdapter):
+        return
+    shared = SharedUnixAdapter(
+        "http+unix://" + adapter.socket_path,
+        adapter.timeout,
+        max_pool_size=adapter.max_pool_size,
+    )
+    api.mount("http+docker://", shared)
+    api._custom_adapter = shared
+    api.trust_env = False
+    adapter.close()
+
+
+if docker is not None:
+    from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
+
+    class SharedUnixAdapter(UnixHTTPAdapter):
+        """The SDK's unix-socket adapter with one pool for every call that does not take its socket
+        over (see :func:`keep_connections`)."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.shared: Any = None
+
+        def get_connection(self, url: str, proxies: Any = None) -> Any:
+            if hijacked(url):
+                return super().get_connection(url, proxies)
+            with self.pools.lock:
+                if self.shared is None:
+                    self.shared = UnixHTTPConnectionPool(
+                        "http+docker://localhost", self.socket_path, self.timeout, maxsize=self.max_pool_size
+                    )
+                return self.shared
+
+        def close(self) -> None:
+            super().close()
+            if self.shared is not None:
+                self.shared.close()
+else:  # pragma: no cover
+
+    class UnixHTTPAdapter:  # type: ignore[no-redef]
+        pass
+
+    class SharedUnixAdapter(UnixHTTPAdapter):  # type: ignore[no-redef]
+        pass
 
 
 def _cause(e: BaseException) -> str:

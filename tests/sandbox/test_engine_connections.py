@@ -1,0 +1,46 @@
+"""The worker's Docker client keeps its connections to the engine (issue 25): the SDK keeps one
+connection pool per request URL, so each call naming a container opened a new connection. Calls
+that take their socket over (the agent's attach) must keep a connection of their own, never lent
+to another call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandfleet.core.config import SandboxConfig
+from sandfleet.worker.sandbox.docker.backend import DockerBackend, SharedUnixAdapter, _connect, hijacked
+
+from .helpers import TEST_LABELS
+
+
+def test_hijacking_calls_are_told_apart() -> None:
+    base = "http+docker://localhost/v1.41"
+    assert hijacked(f"{base}/containers/abc/attach?stdin=1&stream=1")
+    assert hijacked(f"{base}/exec/abc/start")
+    for plain in ("/containers/abc/start", "/containers/abc/json", "/containers/create?name=x", "/_ping"):
+        assert not hijacked(base + plain)
+
+
+def test_sandboxes_share_one_connection_and_each_attach_has_its_own(docker_engine: Any) -> None:
+    client = _connect(None)  # a client of its own: the shared one's counts depend on other tests
+    try:
+        adapter = client.api._custom_adapter
+        assert isinstance(adapter, SharedUnixAdapter) and client.api.trust_env is False
+        made: list[Any] = []  # the connections the shared pool opens after the ping's
+        new_connection = adapter.shared._new_conn
+        adapter.shared._new_conn = lambda: made.append(new_connection()) or made[-1]
+        backend = DockerBackend(client)
+        for _ in range(2):
+            sandbox = backend.start(SandboxConfig(), labels=TEST_LABELS)
+            try:
+                assert sandbox.execute(["true"], timeout=30).exit_code == 0
+            finally:
+                sandbox.destroy()
+        # 2 x (create, start, remove, ...) on the ping's connection (the SDK's pools: one a call),
+        # or one more if the engine closed that one; each attach in a pool keyed by its own URL,
+        # whose connection the agent's channel owns.
+        assert len(made) <= 1
+        attach_pools = list(adapter.pools.keys())
+        assert len(attach_pools) == 2 and all(hijacked(url) for url in attach_pools)
+    finally:
+        client.close()
