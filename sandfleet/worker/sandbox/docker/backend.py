@@ -126,8 +126,8 @@ def keep_connections(api: Any) -> None:
     names a container (create, start, remove, inspect: four a sandbox) opened a new connection to
     the engine, and requests scanned ``os.environ`` for proxies on each (~1 ms of the worker's CPU
     a sandbox in all). Here every plain call shares one keep-alive pool; calls that take the socket
-    over (:func:`hijacked`) keep a pool of their own per URL, as before, so their connection is never
-    lent to another call. A client over TCP or SSH is left as it is.
+    over (:func:`hijacked`) get a pool of their own, of one connection, that no other call can reach,
+    so their connection is never lent to another call. A client over TCP or SSH is left as it is.
     """
     adapter = getattr(api, "_custom_adapter", None)
     if not isinstance(adapter, UnixHTTPAdapter) or isinstance(adapter, SharedUnixAdapter):
@@ -143,7 +143,28 @@ def keep_connections(api: Any) -> None:
     adapter.close()
 
 
+def plain_call(client: Any, method: str, path: str, done: tuple[int, ...]) -> bool:
+    """Make a bodiless engine call (``path`` after the API version) straight on the shared keep-alive
+    pool: requests' session layer is more than half of a call's CPU. True when the engine answered
+    with a status in ``done``; False otherwise (no shared pool, the call failed on the way, another
+    status), and the caller then makes the same call through the SDK, which raises its own errors.
+    Only for calls that are safe to repeat (start: 304 the second time; a forced remove: 404)."""
+    api = client.api
+    adapter = getattr(api, "_custom_adapter", None)
+    if not isinstance(adapter, SharedUnixAdapter):
+        return False
+    try:
+        timeout = urllib3.Timeout(connect=api.timeout, read=api.timeout)  # the SDK's, as it sends them
+        reply = adapter.get_connection("").urlopen(
+            method, f"/v{api._version}{path}", retries=False, timeout=timeout
+        )
+    except Exception:  # the SDK's call says what went wrong, in its own errors
+        return False
+    return reply.status in done
+
+
 if docker is not None:
+    import urllib3
     from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
 
     class SharedUnixAdapter(UnixHTTPAdapter):
@@ -155,8 +176,8 @@ if docker is not None:
             self.shared: Any = None
 
         def get_connection(self, url: str, proxies: Any = None) -> Any:
-            if hijacked(url):
-                return super().get_connection(url, proxies)
+            if hijacked(url):  # a pool of one connection, for this call alone (its response holds it)
+                return UnixHTTPConnectionPool(url, self.socket_path, self.timeout, maxsize=1)
             with self.pools.lock:
                 if self.shared is None:
                     self.shared = UnixHTTPConnectionPool(
@@ -418,7 +439,8 @@ class DockerBackend:
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
             )
             channel = AgentChannel(AttachStream(raw_socket(sock)))
-            client.api.start(container_id)
+            if not plain_call(client, "POST", f"/containers/{container_id}/start", (204, 304)):
+                client.api.start(container_id)
             if config.network == "restricted":
                 sandbox.egress = egress_gateway().attach(client, container_id, config)
             return SandboxContainer.boot(config, sandbox, channel, began)
@@ -517,7 +539,8 @@ class DockerSandbox:
         if self.egress is not None:
             self.egress.unregister()  # before its address can go to another sandbox
         try:
-            self._client.api.remove_container(self.id, force=True)
+            if not plain_call(self._client, "DELETE", f"/containers/{self.id}?force=1", (204, 404)):
+                self._client.api.remove_container(self.id, force=True)
         except NotFoundError:
             pass
         except Exception as e:
