@@ -1,11 +1,13 @@
 """The worker's Docker client keeps its connections to the engine (issue 25): the SDK keeps one
 connection pool per request URL, so each call naming a container opened a new connection. Calls
 that take their socket over (the agent's attach) must keep a connection of their own, never lent
-to another call."""
+to another call: the sandbox attaches on a connection it opens for that alone."""
 
 from __future__ import annotations
 
 from typing import Any
+
+import pytest
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.worker.sandbox.docker.backend import (
@@ -35,7 +37,8 @@ def test_sandboxes_share_one_connection_and_each_attach_has_its_own(docker_engin
         made: list[Any] = []  # the connections the shared pool opens after the ping's
         new_connection = adapter.shared._new_conn
         adapter.shared._new_conn = lambda: made.append(new_connection()) or made[-1]
-        backend = DockerBackend(client)
+        client.api.attach_socket = lambda *_a, **_k: pytest.fail("attached through the SDK")
+        backend = DockerBackend(client)  # attaches on a connection of its own (attach_unix)
         for _ in range(2):
             sandbox = backend.start(SandboxConfig(), labels=TEST_LABELS)
             try:
