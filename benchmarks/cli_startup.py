@@ -7,8 +7,9 @@ host hits all alike), as a fresh process timed from spawn to exit; medians, p5-p
 ratios to the Docker CLI, each row printed with its command line.
 
 - ``python -c pass``: this interpreter's own start (site, the editable install's finder): the floor.
-- the imports of ``sandbox run`` alone (click, pydantic and SandboxConfig, the Docker SDK, the
-  sandbox modules, the agent compiled for sending): its start-up cost before any engine call.
+- the imports of ``sandbox run`` alone (click, pydantic and SandboxConfig, the sandbox modules, the
+  agent's payload; since issue 25 no Docker SDK: a local engine is reached through
+  sandfleet/worker/sandbox/docker/engine_api.py): its start-up cost before any engine call.
 - ``sandfleet --help``, ``sandfleet submit --help``, ``sandfleet jobs --help``: start-up alone.
 - ``sandfleet sandbox run -- true`` against ``docker run --rm <the same flags> <image> true`` (the Go
   client), the flags made from the sandbox's own container_kwargs (cli_flags below). The Docker CLI

@@ -50,7 +50,7 @@ def run_jobs(jobs: int, warmup: int, pool_size: int, max_sandboxes: int) -> dict
     """Run the reference scenario ``warmup + jobs`` times; the timings of the last ``jobs``, in seconds."""
     from sandfleet.core.contracts import JobSpec, JobStatus
     from sandfleet.core.settings import Settings
-    from sandfleet.worker.engine import EngineServices, ListAudit, run_job
+    from sandfleet.worker.engine import EngineOptions, EngineServices, ListAudit, run_job
     from sandfleet.worker.llm.scripted.script import parse_script
     from sandfleet.worker.llm.scripted.server import ReplayServer
     from sandfleet.worker.tools.examples.scenario import (
@@ -71,7 +71,7 @@ def run_jobs(jobs: int, warmup: int, pool_size: int, max_sandboxes: int) -> dict
     with (
         ReplayServer(script, latency_s=0.0) as server,
         EngineServices.start(
-            settings, registry=registry, pool_size=pool_size, max_sandboxes=max_sandboxes
+            settings, EngineOptions(registry=registry, pool_size=pool_size, max_sandboxes=max_sandboxes)
         ) as services,
     ):
         for number in range(warmup + jobs):

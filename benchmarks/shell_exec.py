@@ -53,7 +53,7 @@ def exec_round_trips(runs: int, runtime: str) -> dict[str, list[float]]:
     from sandfleet.core.config import SandboxConfig, ToolLoopSettings
     from sandfleet.core.settings import Settings
     from sandfleet.worker.engine.shell.keeper import SessionKeeper
-    from sandfleet.worker.engine.shell.tools import ShellTools
+    from sandfleet.worker.engine.shell.tools import PackageSources, ShellTools
     from sandfleet.worker.sandbox.docker.backend import docker_client
     from sandfleet.worker.sandbox.docker.spec import SANDBOX_GID, SANDBOX_UID
 
@@ -69,8 +69,7 @@ def exec_round_trips(runs: int, runtime: str) -> dict[str, list[float]]:
             caps=ToolLoopSettings(),
             settings=keeper.settings,
             deadline=time.monotonic() + 3600,
-            network="none",
-            wheelhouse=None,
+            sources=PackageSources(),
         )
         container = docker_client().containers.get(session.container.id)
         user, workdir, argv = (

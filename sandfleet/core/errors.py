@@ -29,7 +29,8 @@
     │   ├── ApprovalNotFoundError     no request with that id
     │   ├── ApprovalDecidedError      decided already (approved, denied, timed out): decisions are once
     │   ├── ApprovalWithdrawnError    the request's job ended: it can never run
-    │   └── ApprovalMismatchError     the call's hash is not the one the approver was shown
+    │   ├── ApprovalMismatchError     the call's hash is not the one the approver was shown
+    │   └── ApprovalUnverifiedError   the request in Redis is not the one its worker signed
     └── JobNotFoundError          no record for that job id
 
 A failing model-written program is a result, not an exception. Constructors only store their
@@ -195,3 +196,8 @@ class ApprovalWithdrawnError(ApprovalError):
 
 class ApprovalMismatchError(ApprovalError):
     """The approver named a call hash other than the request's: the arguments are not the ones shown."""
+
+
+class ApprovalUnverifiedError(ApprovalError):
+    """The request read from Redis is not the one its worker signed (rewritten, or no signed event):
+    what an approver was shown may not be the call that would run, so nothing is decided."""

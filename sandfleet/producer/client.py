@@ -39,6 +39,7 @@ from sandfleet.core.contracts import (
     describe_validation_error,
 )
 from sandfleet.core.errors import (
+    ApprovalUnverifiedError,
     InvalidSpecError,
     JobNotFoundError,
     QueueUnavailableError,
@@ -59,6 +60,7 @@ from sandfleet.producer.cancelling import BatchCancelReport, CancelReport, reque
 from sandfleet.producer.checked import CheckedResult, checked_result, checked_verdict, unverified_error
 from sandfleet.producer.defaults import apply_defaults, check_defaults, spec_fields
 from sandfleet.producer.ledger import SubmissionLedger
+from sandfleet.producer.request_check import RequestCheck
 from sandfleet.producer.submitter import submitter_token as load_submitter_token
 
 REDIS_CONNECT_TIMEOUT_S = 5.0
@@ -530,19 +532,31 @@ class Client:
         call_sha256: str = "",
         key: str | Path | WorkerKey | None = None,
         unsigned: bool = False,
+        trust_unverified_request: bool = False,
     ) -> ApprovalRequest:
         """Approve the request's call, once (``call_sha256``: refuse unless it is the call you saw),
         signed with the approver key ``key`` (default: ``SANDFLEET_APPROVER_KEY``'s file); ``unsigned``
         signs nothing (workers refuse that unless they allow unsigned decisions).
 
+        Refused unless the request in Redis is the one its worker signed (``check_approval``), since
+        whoever writes Redis could show other arguments than the call that would run;
+        ``trust_unverified_request`` skips that check (the worker still runs only the call it signed).
+
         Raises:
             ApproverKeyError (no usable key: nothing decided), ApprovalNotFoundError,
-            ApprovalDecidedError (decided before, or timed out), ApprovalWithdrawnError (its job
-            ended), ApprovalMismatchError.
+            ApprovalUnverifiedError (rewritten in Redis, or never signed), ApprovalDecidedError
+            (decided before, or timed out), ApprovalWithdrawnError (its job ended),
+            ApprovalMismatchError.
         """
         from sandfleet.core.approvals import ApprovalStatus
         from sandfleet.producer.approvals import decide
 
+        if not trust_unverified_request:
+            _, check = self.check_approval(request_id)
+            if check.state != "verified":
+                raise ApprovalUnverifiedError(
+                    f"not approved: the request is not the one its worker signed: {check.describe()}"
+                )
         return decide(
             self,
             request_id,
@@ -552,6 +566,18 @@ class Client:
             key=key,
             unsigned=unsigned,
         )
+
+    def check_approval(self, request_id: str) -> tuple[ApprovalRequest, RequestCheck]:
+        """Request ``request_id`` as stored in Redis, and whether it is the one its worker signed:
+        compared with the signed ``requested`` event of the job's verified chain (waiting a moment
+        for a request that was just made). ApprovalNotFoundError if there is no such request."""
+        from sandfleet.producer.request_check import check_request, signed_request
+
+        ring = self.key_ring()
+        with self.redis_errors():
+            return signed_request(
+                lambda: self.approval(request_id), lambda r: check_request(self.reader, ring, r)
+            )
 
     def deny(
         self,

@@ -11,13 +11,17 @@ key set: pinned, or the register), and the question with the verified record's s
 - ``differs``: the chain holds, and the request in Redis says something else (the fields named);
 - ``unverified``: the chain does not verify, or holds no such event yet.
 
-``approvals show`` prints it first, ``approvals approve`` refuses anything but ``verified``. The
+``approvals show`` prints it first; ``Client.approve`` (and so ``approvals approve``) refuses anything
+but ``verified``. The worker stores the request a moment before it appends the signed event, so an
+approval that finds no event yet looks again for ``SIGNED_EVENT_WAIT_S`` before it refuses. The
 program shown is not in the event (the chain's ``program`` events hold each run's): shown as read.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,6 +32,8 @@ from sandfleet.core.signing import KeyRing
 from sandfleet.core.verify import verify_job
 
 SIGNED_FIELDS = ("tool", "arguments", "redacted", "call_sha256", "occurrence")
+SIGNED_EVENT_WAIT_S = 5.0  # the event follows the stored request at once: a live worker is never this slow
+NO_SIGNED_EVENT = "the job's verified chain holds no signed 'requested' event for it"
 CheckState = Literal["verified", "differs", "unverified"]
 
 
@@ -64,7 +70,7 @@ def check_request(reader: RecordReader, ring: KeyRing, request: ApprovalRequest)
             if event.data.get("id") == request.id:
                 signed = (index, event)
     if signed is None:
-        return RequestCheck("unverified", "the job's verified chain holds no signed 'requested' event for it")
+        return RequestCheck("unverified", NO_SIGNED_EVENT)
     index, event = signed
     differing = [name for name in SIGNED_FIELDS if event.data.get(name) != getattr(request, name)]
     if _spec_question(evidence.record.get("spec")) not in (None, request.question):
@@ -74,6 +80,20 @@ def check_request(reader: RecordReader, ring: KeyRing, request: ApprovalRequest)
     if differing:
         return RequestCheck("differs", where, differing)
     return RequestCheck("verified", f"tool, arguments, call hash and question match {where}")
+
+
+def signed_request(
+    read: Callable[[], ApprovalRequest], check: Callable[[ApprovalRequest], RequestCheck]
+) -> tuple[ApprovalRequest, RequestCheck]:
+    """``read()`` and ``check`` it, looking again while its signed event is not in the chain yet (at
+    most ``SIGNED_EVENT_WAIT_S``): the request and its last check, whatever the verdict."""
+    gives_up = time.monotonic() + SIGNED_EVENT_WAIT_S
+    while True:
+        request = read()
+        verdict = check(request)
+        if verdict.detail != NO_SIGNED_EVENT or time.monotonic() >= gives_up:
+            return request, verdict
+        time.sleep(0.05)
 
 
 def _spec_question(spec: str | None) -> str | None:

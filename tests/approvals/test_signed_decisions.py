@@ -20,6 +20,7 @@ from sandfleet.core.approvals import ApprovalRequest
 from sandfleet.core.approvers import load_approver_key, make_approver_key
 from sandfleet.core.contracts import JobStatus
 from sandfleet.core.decisions import sign_decision
+from sandfleet.core.errors import ApprovalUnverifiedError
 from sandfleet.core.redis_keys import FleetKeys
 
 from .helpers import JOB_TIMEOUT_S, approval_env, gated_worker, ledger, pending_of, sandfleet, wait_for
@@ -93,8 +94,9 @@ def test_a_decision_signed_by_a_key_the_approvers_file_does_not_list_is_refused(
 
 
 def test_a_genuine_decision_signed_for_another_call_is_refused(guarded: FleetWorker) -> None:
-    """The attacker rewrites the request ana reads (another call, its hash): ana signs what she was
-    shown, and the worker compares the signed hash with the call the program is making."""
+    """The attacker rewrites the request ana reads (another call, its hash): the client refuses it
+    (not the request the worker signed); if ana signs what she was shown regardless, the worker
+    compares the signed hash with the call the program is making."""
     before = refunds(guarded)
     job, request = waiting(guarded)
     shown = json.loads(request.static_json()) | {
@@ -102,7 +104,9 @@ def test_a_genuine_decision_signed_for_another_call_is_refused(guarded: FleetWor
         "call_sha256": OTHER_CALL_SHA256,
     }
     write(guarded, request, request=json.dumps(shown), call_sha256=OTHER_CALL_SHA256)
-    approved = guarded.client.approve(request.id)  # ana's own key
+    with pytest.raises(ApprovalUnverifiedError, match="call_sha256 differ from what the worker signed"):
+        guarded.client.approve(request.id)  # the client's own check sees the rewrite
+    approved = guarded.client.approve(request.id, trust_unverified_request=True)  # ana's key, unchecked
     assert approved.call_sha256 == OTHER_CALL_SHA256
     problem = refused(guarded, job, request, before)
     assert (

@@ -45,7 +45,7 @@ def test_a_replay_answers_every_call_from_its_records_and_refuses_a_call_it_lack
     unknown = call(bridge, "lookup", "b")
     assert unknown["ok"] is False and unknown["type"] == "LookupError"
     assert "call 2 (lookup) differs from the recorded run" in unknown["message"]
-    assert RAN == [] and [r.replayed for r in bridge.records] == [True, False]
+    assert RAN == [] and [r.replayed for r in bridge.tally.records] == [True, False]
 
 
 def test_a_resumed_run_serves_completed_calls_once_unaudited_then_runs_new_ones() -> None:
@@ -57,7 +57,7 @@ def test_a_resumed_run_serves_completed_calls_once_unaudited_then_runs_new_ones(
     assert call(bridge, "send", "x")["value"] == "sent-before"
     assert call(bridge, "send", "x")["value"] == "sent-x"  # the record stands in for one call only
     assert RAN == ["x"] and audited == [2]  # the resumed call was audited before the suspension
-    assert bridge.records[0].approval_id == "req-1" and not bridge.records[0].replayed
+    assert bridge.tally.records[0].approval_id == "req-1" and not bridge.tally.records[0].replayed
 
 
 def test_the_memo_serves_only_side_effecting_tools() -> None:
@@ -88,12 +88,12 @@ def test_redacted_fields_are_hidden_by_name_or_position_and_a_replay_matches_the
         {"id": 2, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "hunter2"}},
     ):
         assert json.loads(bridge.handle({}, json.dumps(body).encode()))["ok"]  # the tool got the secret
-    first, second = bridge.records
+    first, second = bridge.tally.records
     assert first.args == ["ana", "***"] and first.kwargs == {"options": {"token": "***"}}
     assert first.redacted == ["password", "options.token"]
     assert second.kwargs == {"user": "ana", "password": "***"} and second.redacted == ["password"]
     assert first.call_sha256 == call_digest("login", ["ana", "hunter2"], {"options": {"token": "t0k"}})
-    assert "hunter2" not in json.dumps([r.model_dump(mode="json") for r in bridge.records])
+    assert "hunter2" not in json.dumps([r.model_dump(mode="json") for r in bridge.tally.records])
 
     replay = ToolBridge(ToolRegistry.from_functions([login]), recorded=RecordedAnswers(replay=[second]))
     other = {"id": 1, "tool": "login", "args": [], "kwargs": {"user": "ana", "password": "guess"}}

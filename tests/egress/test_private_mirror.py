@@ -21,7 +21,7 @@ from sandfleet_testing.wheels import DEBIAN_WHEELS, publish
 from sandfleet.core.config import SandboxConfig, ToolLoopSettings
 from sandfleet.core.settings import get_settings
 from sandfleet.worker.engine.shell.keeper import SessionKeeper
-from sandfleet.worker.engine.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.tools import PackageSources, ShellTools
 
 PACKAGE = "sfmirrorpkg"
 
@@ -56,8 +56,7 @@ def tools_for(keeper: SessionKeeper, backend: str, allow_hosts: list[str]) -> Sh
         caps=ToolLoopSettings(),
         settings=keeper.settings,
         deadline=time.monotonic() + 300,
-        network="restricted",
-        wheelhouse=keeper.wheelhouse,
+        sources=PackageSources("restricted", keeper.wheelhouse),
     )
 
 

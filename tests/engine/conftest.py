@@ -41,13 +41,15 @@ def _no_model_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture(scope="module")
 def engine_services(docker_engine: Any) -> Iterator[Any]:
     """One EngineServices per test module: warm containers are shared, each run still gets a fresh one."""
-    from sandfleet.worker.engine import EngineServices
+    from sandfleet.worker.engine import EngineOptions, EngineServices
     from sandfleet.worker.tools.registry import ToolRegistry
 
     if DEFAULT_IMAGE not in docker_engine.images:
         skip_or_fail(f"image {DEFAULT_IMAGE} is missing; build it with `sandfleet images build`")
     registry = ToolRegistry.from_modules(TOOL_MODULES)
-    services = EngineServices.start(engine_settings(), registry=registry, pool_size=1, max_sandboxes=2)
+    services = EngineServices.start(
+        engine_settings(), EngineOptions(registry=registry, pool_size=1, max_sandboxes=2)
+    )
     try:
         yield services
     finally:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sandfleet.core.contracts import AuditKind, ErrorKind, JobSpec, JobStatus, Limit
-from sandfleet.worker.engine import EngineServices, ListAudit
+from sandfleet.worker.engine import EngineOptions, EngineServices, ListAudit
 from sandfleet.worker.llm.scripted.server import ReplayServer
 from sandfleet.worker.program.bridge import CallRequest, PolicyDecision
 from sandfleet.worker.sandbox.pool import SandboxPool
@@ -37,7 +37,7 @@ def services_with(policy: Any = None) -> EngineServices:
     pool = SandboxPool(pool_size=0, max_live=1)  # constructing it starts nothing
     if policy is None:
         return EngineServices(engine_settings(model_max_retries=0), pool, registry)
-    return EngineServices(engine_settings(model_max_retries=0), pool, registry, policy)
+    return EngineServices(engine_settings(model_max_retries=0), pool, registry, EngineOptions(policy=policy))
 
 
 @pytest.fixture

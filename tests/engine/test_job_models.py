@@ -8,14 +8,13 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from sandfleet.core.contracts import JobSpec
 from sandfleet.core.errors import InvalidSpecError
 from sandfleet.core.settings import Settings
-from sandfleet.worker.engine.services import MAX_CACHED_MODEL_CLIENTS, EngineServices
+from sandfleet.worker.engine.services import MAX_CACHED_MODEL_CLIENTS, EngineOptions, EngineServices
 from sandfleet.worker.llm.client import ModelTrust
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -32,8 +31,9 @@ def folders(tmp_path: Path) -> tuple[Path, Path]:
     return scripts, outside
 
 
-def services_for(settings: Settings, **options: Any) -> Iterator[EngineServices]:
-    services = EngineServices.start(settings, registry=ToolRegistry([]), pool_size=0, warm=False, **options)
+def services_for(settings: Settings, trust: ModelTrust = ModelTrust.SUBMITTER) -> Iterator[EngineServices]:
+    options = EngineOptions(registry=ToolRegistry([]), pool_size=0, warm=False, job_model_trust=trust)
+    services = EngineServices.start(settings, options)
     try:
         yield services
     finally:
@@ -66,7 +66,7 @@ def test_a_jobs_model_reaches_the_folder_and_the_workers_default_anywhere(folder
 def test_in_ask_and_compare_the_jobs_model_is_the_operators(folders: tuple[Path, Path]) -> None:
     scripts, outside = folders
     settings = make_settings(scripts, outside)
-    for services in services_for(settings, job_model_trust=ModelTrust.OPERATOR):
+    for services in services_for(settings, ModelTrust.OPERATOR):
         spec = JobSpec(question="q", model=f"replay:{outside / 'answer.json'}")
         assert reply(services, spec) == "from outside"
 
@@ -99,6 +99,6 @@ def test_a_broken_default_script_is_not_quoted_to_a_job_on_a_worker(
             == "this worker's default model (SANDFLEET_MODEL) is unusable; the worker's log says why"
         )
         assert "SECRET-default-4b1e" in caplog.text  # the operator's log has the parser's words
-    for services in services_for(settings, job_model_trust=ModelTrust.OPERATOR):  # ask: the user's own file
+    for services in services_for(settings, ModelTrust.OPERATOR):  # ask: the user's own file
         with pytest.raises(InvalidSpecError, match="SECRET-default-4b1e"):
             services.job_model(JobSpec(question="q"), "job-1")

@@ -9,7 +9,13 @@ import pytest
 
 import sandfleet.worker.engine.prompt as prompt_module
 from sandfleet.core.contracts import Turn
-from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message, template
+from sandfleet.worker.engine.prompt import (
+    AttemptFailure,
+    first_messages,
+    repair_message,
+    system_message,
+    template,
+)
 from sandfleet.worker.tools.registry import ToolRegistry
 
 
@@ -84,12 +90,14 @@ def test_history_turns_come_between_system_and_question_in_order() -> None:
 def test_repair_message_names_exit_code_and_the_tail_of_stderr() -> None:
     stderr = "x" * 5000 + "\nKeyError: 'revenue'"
     message = repair_message(
-        "the program exited with code 1",
-        exit_code=1,
-        stderr=stderr,
-        stdout="partial output",
-        timed_out=False,
-        tool_cap_hit=False,
+        AttemptFailure(
+            "the program exited with code 1",
+            exit_code=1,
+            stderr=stderr,
+            stdout="partial output",
+            timed_out=False,
+            tool_cap_hit=False,
+        )
     )
     assert message["role"] == "user"
     text = message["content"]
@@ -105,12 +113,14 @@ def test_repair_message_names_exit_code_and_the_tail_of_stderr() -> None:
 
 def test_repair_message_says_when_the_program_timed_out() -> None:
     text = repair_message(
-        "the program timed out (killed at 2 s)",
-        exit_code=137,
-        stderr="",
-        stdout="",
-        timed_out=True,
-        tool_cap_hit=False,
+        AttemptFailure(
+            "the program timed out (killed at 2 s)",
+            exit_code=137,
+            stderr="",
+            stdout="",
+            timed_out=True,
+            tool_cap_hit=False,
+        )
     )["content"]
     assert "killed at its time limit" in text and "endless loops" in text
     assert "Exit code" not in text  # the kill's exit code would only mislead
@@ -118,25 +128,20 @@ def test_repair_message_says_when_the_program_timed_out() -> None:
 
 def test_repair_message_says_when_the_tool_budget_was_hit() -> None:
     text = repair_message(
-        "the program exceeded its tool-call budget and exited with code 1",
-        exit_code=1,
-        stderr="ToolBudgetExceeded: tool-call budget of 3 exceeded",
-        stdout="",
-        timed_out=False,
-        tool_cap_hit=True,
+        AttemptFailure(
+            "the program exceeded its tool-call budget and exited with code 1",
+            exit_code=1,
+            stderr="ToolBudgetExceeded: tool-call budget of 3 exceeded",
+            stdout="",
+            timed_out=False,
+            tool_cap_hit=True,
+        )
     )["content"]
     assert "It hit the tool-call budget: call tools fewer times" in text
 
 
 def test_repair_message_for_a_reply_without_code_has_no_run_details() -> None:
-    text = repair_message(
-        "the reply contained no Python program",
-        exit_code=None,
-        stderr="",
-        stdout="",
-        timed_out=False,
-        tool_cap_hit=False,
-    )["content"]
+    text = repair_message(AttemptFailure("the reply contained no Python program"))["content"]
     assert "the reply contained no Python program" in text
     assert "Exit code" not in text and "stderr" not in text
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from sandfleet.core.contracts import JobStatus
-from sandfleet.worker.engine import EngineServices, ListAudit
+from sandfleet.worker.engine import EngineOptions, EngineServices, ListAudit
 from sandfleet.worker.tools.registry import ToolRegistry
 
 from .helpers import engine_settings, job, python_block, run
@@ -18,7 +18,8 @@ from .helpers import engine_settings, job, python_block, run
 def idle_services() -> Iterator[EngineServices]:
     """Services that have started nothing: no warm pool, so any container would be the job's."""
     registry = ToolRegistry.from_modules(["sandfleet.worker.tools.examples.orders"])
-    with EngineServices.start(engine_settings(), registry=registry, pool_size=0, max_sandboxes=1) as services:
+    options = EngineOptions(registry=registry, pool_size=0, max_sandboxes=1)
+    with EngineServices.start(engine_settings(), options) as services:
         yield services
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+THIN_CLIENT = "sandfleet.worker.sandbox.docker.engine_api"
 # What the worker extra and the producer's heavier layers bring (import names).
 HEAVY = {
     "mcp",
@@ -28,6 +29,7 @@ HEAVY = {
     "anyio",
     "docker",
     "requests",
+    "urllib3",
     "celery",
     "kombu",
     "pydantic",
@@ -41,6 +43,8 @@ HEAVY = {
     # Sandfleet's own heavy layer a run with network "none" does not use: the egress gateway (the
     # settings, the proxy, the filter); its refusal counts are in sandfleet/worker/egress/refusals.py.
     "sandfleet.worker.egress.gateway",
+    # The thin engine client: only commands that run a sandbox load it (and they then need no SDK).
+    THIN_CLIENT,
 }
 # Runs the command as `sandfleet ARGS...` would and prints, at exit, the heavy packages (top-level
 # names) and heavy modules (dotted names) it loaded.
@@ -100,19 +104,27 @@ def test_producer_commands_load_no_worker_package(
     assert loaded & (WORKER_ONLY | NO_TASKS) == celery
 
 
-def test_sandbox_run_loads_only_pydantic_and_the_docker_sdk(tmp_path: Path, docker_engine: Any) -> None:
+def test_sandbox_run_loads_only_pydantic_and_the_thin_client(tmp_path: Path, docker_engine: Any) -> None:
+    """A local engine is reached without the Docker SDK, requests and urllib3 (~60 ms, issue 25)."""
     loaded = loaded_by(["sandbox", "run", "--", "true"], tmp_path)
-    assert "docker" in loaded  # the command really ran a sandbox
-    assert loaded <= {"docker", "requests", "pydantic"}
+    assert THIN_CLIENT in loaded  # the command really ran a sandbox
+    assert loaded == {THIN_CLIENT, "pydantic"}
 
 
-def test_run_without_mcp_servers_loads_no_mcp_sdk(tmp_path: Path, docker_engine: Any) -> None:
+def test_run_without_mcp_servers_loads_no_mcp_or_docker_sdk(tmp_path: Path, docker_engine: Any) -> None:
     program = tmp_path / "prog.py"
     program.write_text('print("RESULT: 1")\n')
     env = {"SANDFLEET_MCP_CONFIG": "", "SANDFLEET_TOOLS": ""}
     loaded = loaded_by(["run", str(program)], tmp_path, env)
-    assert "docker" in loaded  # the program really ran
-    assert loaded <= {"docker", "requests", "pydantic", "pydantic_settings"}
+    assert THIN_CLIENT in loaded  # the program really ran
+    assert loaded == {THIN_CLIENT, "pydantic", "pydantic_settings"}
+
+
+def test_sandbox_run_on_an_engine_over_tcp_uses_the_sdk(tmp_path: Path, docker_engine: Any) -> None:
+    """Only unix sockets are the thin client's: any other DOCKER_HOST goes through the SDK (which here
+    finds no engine: nothing listens on the discard port)."""
+    loaded = loaded_by(["sandbox", "run", "--", "true"], tmp_path, {"DOCKER_HOST": "tcp://127.0.0.1:9"})
+    assert {"docker", "requests"} <= loaded
 
 
 # Runs `sandfleet worker ARGS...` until it is ready (its WorkerState started: signing key, heartbeat,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from sandfleet.core.contracts import AuditKind, JobSpec, JobStatus
-from sandfleet.worker.engine import EngineServices, ListAudit, run_job
+from sandfleet.worker.engine import EngineOptions, EngineServices, ListAudit, run_job
 from sandfleet.worker.engine.schemas import function_tools
 from sandfleet.worker.llm.scripted.script import parse_script
 from sandfleet.worker.llm.scripted.server import ReplayServer
@@ -32,7 +32,7 @@ def services() -> Iterator[EngineServices]:
     with McpSessions(config) as sessions:
         settings = Settings(model_api_key=None, model_base_url=None, model_max_retries=0, pool_size=0)
         pool = SandboxPool(pool_size=0, max_live=1)  # a chat job starts no sandbox
-        with EngineServices(settings, pool, ToolRegistry(), mcp=sessions) as started:
+        with EngineServices(settings, pool, ToolRegistry(), EngineOptions(mcp=sessions)) as started:
             yield started
 
 
@@ -84,7 +84,7 @@ def test_a_chat_job_naming_a_tool_of_a_server_that_is_down_is_retried() -> None:
     with McpSessions(config, backoff_start_s=5.0) as sessions:
         settings = Settings(model_api_key=None, model_base_url=None, pool_size=0)
         with EngineServices(
-            settings, SandboxPool(pool_size=0, max_live=1), ToolRegistry(), mcp=sessions
+            settings, SandboxPool(pool_size=0, max_live=1), ToolRegistry(), EngineOptions(mcp=sessions)
         ) as services:
             spec = JobSpec(question="q", tools=["gone__search"], model=REPLAY_MODEL, mode="chat")
             with pytest.raises(

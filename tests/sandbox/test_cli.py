@@ -45,3 +45,25 @@ def test_options_after_the_double_dash_belong_to_the_command(docker_engine: obje
     )
     assert done.returncode == 0
     assert done.stdout == "['-o', '--json']\n"
+
+
+def test_the_one_off_commands_pause_the_collector_while_loading_and_freeze_what_they_loaded() -> None:
+    """What ``sandbox run`` and ``run`` do around their imports (cli/common.py): the collector is
+    restored as it was, and what was alive is no longer walked by it."""
+    import gc
+
+    from sandfleet.worker.cli.common import loading_then_frozen
+
+    gc.unfreeze()
+    try:
+        with loading_then_frozen():
+            assert not gc.isenabled()
+            loaded = [object() for _ in range(10)]
+        assert gc.isenabled() and gc.get_freeze_count() >= len(loaded)
+        gc.disable()
+        with loading_then_frozen():
+            pass
+        assert not gc.isenabled()  # a caller's own choice is kept
+    finally:
+        gc.unfreeze()
+        gc.enable()

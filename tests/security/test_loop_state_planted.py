@@ -245,7 +245,9 @@ def test_a_planted_loop_checkpoint_with_an_unsigned_awaiting_approval_event_is_n
         digest = plant(r, keys, job.job_id, other_pending_call)
         event = {"status": "awaiting_approval", "waiting_for": [rid], "checkpoint_sha256": digest}
         append_unsigned(r, keys, job.job_id, event)
-        gated.client.approve(rid)
+        # the client refuses (the chain no longer verifies); an approver who skips its check resumes
+        # the job, and the worker is the mechanism under test
+        gated.client.approve(rid, trust_unverified_request=True)
         result = job.result(timeout=JOB_TIMEOUT_S, verify=False)  # its chain holds the attacker's entry
     finally:
         r.close()

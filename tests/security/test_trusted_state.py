@@ -38,6 +38,7 @@ from sandfleet_testing.workers import SANDFLEET, FleetWorker, WorkerFactory
 from sandfleet.core.approvals import ApprovalStatus
 from sandfleet.core.chain import canonical_json, link_hash, record_commitment, sha256_hex, signed_message
 from sandfleet.core.contracts import AuditEvent, AuditKind, JobStatus
+from sandfleet.core.errors import ApprovalUnverifiedError
 from sandfleet.core.redis_keys import FleetKeys
 from sandfleet.core.signing import KeyInfo, WorkerKey
 
@@ -239,7 +240,9 @@ def test_a_planted_checkpoint_with_an_unsigned_awaiting_approval_event_is_not_ru
             {"status": "awaiting_approval", "waiting_for": [rid], "checkpoint_sha256": digest},
             key=None,
         )
-        client.approve(rid, by="ana")  # anyone who can write Redis may approve: the job resumes
+        # anyone who can write Redis may approve (bypassing the client's check of the request, which
+        # refuses here: the chain no longer verifies): the job resumes, and the worker must refuse
+        client.approve(rid, by="ana", trust_unverified_request=True)
         result = job.result(timeout=JOB_TIMEOUT_S, verify=False)  # its chain holds the attacker's entry
         time.sleep(1.0)  # events reach the watch within moments
         created = watch.created()
@@ -355,7 +358,8 @@ def test_a_request_rewritten_in_redis_is_shown_as_such_and_approving_it_runs_onl
 ) -> None:
     """The attacker rewrites a pending request's arguments (call hash kept, so a decision for it
     holds): ``approvals show`` says the request differs from the worker's signed ``requested``
-    event, ``approvals approve`` refuses, and a decision signed anyway runs the program's own call."""
+    event, ``approvals approve`` and ``Client.approve`` refuse, and a decision signed anyway runs
+    the program's own call."""
     client, data = gated.client, gated.fleet.data_dir
     job, rid = suspended_refund(gated, "runc")
     approver = {"SANDFLEET_APPROVER_KEY": gated.settings.approver_key or ""}
@@ -370,7 +374,10 @@ def test_a_request_rewritten_in_redis_is_shown_as_such_and_approving_it_runs_onl
         shown_json = cli(gated, "approvals", "show", rid, "--json")
         refused = cli(gated, "approvals", "approve", rid, **approver)
         assert client.approval(rid).status == ApprovalStatus.PENDING  # the command decided nothing
-        client.approve(rid, by="ana")  # an approver who signs it anyway, from the Python client
+        with pytest.raises(ApprovalUnverifiedError) as from_python:  # the Python client checks too
+            client.approve(rid, by="ana")
+        assert client.approval(rid).status == ApprovalStatus.PENDING
+        client.approve(rid, by="ana", trust_unverified_request=True)  # an approver who signs it anyway
         result = job.result(timeout=JOB_TIMEOUT_S)
     finally:
         r.close()
@@ -383,6 +390,7 @@ def test_a_request_rewritten_in_redis_is_shown_as_such_and_approving_it_runs_onl
     verdict = json.loads(shown_json.stdout)["signed_request"]
     assert verdict["state"] == "differs" and verdict["differing"] == ["arguments"], verdict
     assert refused.returncode == 1 and "not the one its worker signed" in refused.stderr, refused
+    assert "REWRITTEN IN REDIS: arguments differ" in str(from_python.value), from_python.value
     assert result.status == JobStatus.SUCCEEDED, result.error
     refunds = [e for e in ledger(data) if e["tool"] == "issue_refund"][-1:]
     assert [(e["order_id"], e["amount"]) for e in refunds] == [("O-1", 25.0)]  # the genuine call only

@@ -19,7 +19,7 @@ from sandfleet_testing import skip_or_fail
 from sandfleet.core.config import DEFAULT_IMAGE, SandboxConfig, ToolLoopSettings
 from sandfleet.core.settings import Settings
 from sandfleet.worker.engine.shell.keeper import SessionKeeper
-from sandfleet.worker.engine.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.tools import PackageSources, ShellTools
 
 from .helpers import gone, shell_settings
 
@@ -59,8 +59,7 @@ def open_tools(keeper: SessionKeeper, backend: str, job_id: str) -> Iterator[Cal
             caps=ToolLoopSettings(**caps),
             settings=settings or keeper.settings,
             deadline=time.monotonic() + 600,
-            network="none",
-            wheelhouse=keeper.wheelhouse,
+            sources=PackageSources("none", keeper.wheelhouse),
         )
         opened.append(tools)
         return tools

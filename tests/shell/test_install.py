@@ -13,7 +13,7 @@ from sandfleet_testing.wheels import DEBIAN_WHEELS, make_wheel
 
 from sandfleet.core.config import SandboxConfig, ToolLoopSettings
 from sandfleet.worker.engine.shell.keeper import SessionKeeper
-from sandfleet.worker.engine.shell.tools import ShellTools
+from sandfleet.worker.engine.shell.tools import PackageSources, ShellTools
 
 from .helpers import shell_settings
 
@@ -48,8 +48,7 @@ def tools_on(keeper: SessionKeeper, backend: str, job_id: str) -> ShellTools:
         caps=ToolLoopSettings(),
         settings=keeper.settings,
         deadline=time.monotonic() + 300,
-        network="none",
-        wheelhouse=keeper.wheelhouse,
+        sources=PackageSources("none", keeper.wheelhouse),
     )
 
 

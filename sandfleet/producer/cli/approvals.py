@@ -195,16 +195,8 @@ def list_requests(show_all: bool, job_id: str | None, limit: int, as_json: bool)
 def show(request_id: str, as_json: bool) -> None:
     """Show everything a person needs to judge one request: tool, arguments, program, question, job."""
     with approval_errors(), _client() as client:
-        request = client.approval(request_id)
-        check = _check(client, request)
+        request, check = client.check_approval(request_id)
     show_request(request, as_json, check)
-
-
-def _check(client: Any, request: ApprovalRequest) -> RequestCheck:
-    """The request against its signed ``requested`` event (sandfleet/producer/request_check.py)."""
-    from sandfleet.producer.request_check import check_request
-
-    return check_request(client.reader, client.key_ring(), request)
 
 
 @approvals.command("approve")
@@ -223,11 +215,6 @@ def approve(
     Refused unless the request in Redis is the one its worker signed (what `show` says on `verified:`).
     """
     with approval_errors(), _client() as client:
-        check = _check(client, client.approval(request_id))
-        if check.state != "verified":
-            raise ApprovalError(
-                f"not approved: the request is not the one its worker signed: {check.describe()}"
-            )
         request = client.approve(request_id, by=by, call_sha256=call_sha256, key=key_file, unsigned=unsigned)
     if as_json:
         show_request(request, True)

@@ -117,7 +117,7 @@ def _run_here(
     from sandfleet.core.artifact_files import write_artifacts
     from sandfleet.core.settings import get_settings
     from sandfleet.worker.cli.common import mcp_config_path, mcp_sessions
-    from sandfleet.worker.engine import EngineServices, NullAudit, run_job
+    from sandfleet.worker.engine import EngineOptions, EngineServices, NullAudit, run_job
     from sandfleet.worker.llm.client import ModelTrust
 
     settings = get_settings()
@@ -126,11 +126,13 @@ def _run_here(
             mcp_sessions(mcp_config_path(mcp_config, settings), settings) as mcp,
             EngineServices.start(
                 settings,
-                registry=python_tools,
-                mcp=mcp,
-                pool_size=0,
-                max_sandboxes=1,
-                job_model_trust=ModelTrust.OPERATOR,  # the model is this command's user's: any file
+                EngineOptions(
+                    registry=python_tools,
+                    mcp=mcp,
+                    pool_size=0,
+                    max_sandboxes=1,
+                    job_model_trust=ModelTrust.OPERATOR,  # the model is this command's user's: any file
+                ),
             ) as services,
         ):
             # The job may call every tool offered, the MCP servers' included.

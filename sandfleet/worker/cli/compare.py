@@ -63,7 +63,7 @@ def compare(
     from sandfleet.core.contracts import JobMode, JobSpec
     from sandfleet.core.settings import get_settings
     from sandfleet.worker.cli.common import tool_specs
-    from sandfleet.worker.engine import EngineServices, NullAudit, run_job
+    from sandfleet.worker.engine import EngineOptions, EngineServices, NullAudit, run_job
     from sandfleet.worker.llm.client import ModelTrust
     from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -89,10 +89,12 @@ def compare(
     try:
         with EngineServices.start(
             settings,
-            registry=registry,
-            pool_size=0,
-            max_sandboxes=1,
-            job_model_trust=ModelTrust.OPERATOR,  # the model is this command's user's: any file
+            EngineOptions(
+                registry=registry,
+                pool_size=0,
+                max_sandboxes=1,
+                job_model_trust=ModelTrust.OPERATOR,  # the model is this command's user's: any file
+            ),
         ) as services:
             # refuse a missing key before any work
             services.model_client(model or settings.model, base_url, trust=ModelTrust.OPERATOR)

@@ -26,11 +26,12 @@ FIX_ENGINE = "start the engine: bash deploy/bootstrap.sh (as root), or start doc
 def sdk_check() -> Check:
     from sandfleet.worker.sandbox.docker import backend as engine
 
-    if engine.docker is None:
+    found = engine.sdk()
+    if found is None:
         return Check(
             "Docker SDK", False, "the 'docker' package is not installed", "pip install 'sandfleet[worker]'"
         )
-    return Check("Docker SDK", True, f"docker {engine.docker.__version__}")
+    return Check("Docker SDK", True, f"docker {found.__version__}")
 
 
 def engine_checks(require_gvisor: bool) -> list[Check]:

@@ -9,6 +9,7 @@ import click
 from sandfleet.core.console import echo, echo_json
 from sandfleet.core.errors import SandfleetError
 from sandfleet.core.options import sandbox_config_from, sandbox_option
+from sandfleet.worker.cli.common import loading_then_frozen, local_engine
 
 
 @click.group()
@@ -31,11 +32,14 @@ def run(options: tuple[str, ...], timeout: float | None, as_json: bool, cmd: tup
 
     Example: sandfleet sandbox run -o memory_limit=512M -- python3 -c 'print(1)'
     """
-    from sandfleet.worker.sandbox.manager import SandboxManager
+    with loading_then_frozen():
+        engine = local_engine()
+        from sandfleet.worker.sandbox.backends import backend_named
+        from sandfleet.worker.sandbox.manager import SandboxManager
 
-    config = sandbox_config_from(options)
+        config = sandbox_config_from(options)
     try:
-        with SandboxManager(config) as manager:
+        with SandboxManager(config, backend=backend_named(thin=engine)) as manager:
             result = manager.create_session().execute(list(cmd), timeout=timeout)
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None

@@ -269,7 +269,7 @@ class WorkerState:
         """``run_job`` bound to this process's EngineServices, started on first use."""
         from sandfleet.core.artifacts import open_artifact_store
         from sandfleet.core.usage_ledger import RedisUsageLedger
-        from sandfleet.worker.engine import EngineServices, run_job
+        from sandfleet.worker.engine import EngineOptions, EngineServices, run_job
 
         store = self.store
         approvals = self.approvals()  # before the lock: it reads the store, which takes it too
@@ -277,8 +277,10 @@ class WorkerState:
             if self._services is None:
                 self._services = EngineServices.start(
                     self.settings,
-                    max_sandboxes=self.max_sandboxes,
-                    artifacts=open_artifact_store(self.settings, store.redis),
+                    EngineOptions(
+                        max_sandboxes=self.max_sandboxes,
+                        artifacts=open_artifact_store(self.settings, store.redis),
+                    ),
                 )
                 self._services.approvals = approvals
                 self._services.usage_ledger = RedisUsageLedger(

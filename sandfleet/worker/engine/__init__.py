@@ -7,6 +7,6 @@ tool-calling loop (toolloop.py), its functions (functions.py, schemas.py) and re
 
 from sandfleet.core.audit_sink import AuditSink, ListAudit, NullAudit
 from sandfleet.worker.engine.modes import run_job
-from sandfleet.worker.engine.services import EngineServices
+from sandfleet.worker.engine.services import EngineOptions, EngineServices
 
-__all__ = ["AuditSink", "EngineServices", "ListAudit", "NullAudit", "run_job"]
+__all__ = ["AuditSink", "EngineOptions", "EngineServices", "ListAudit", "NullAudit", "run_job"]

@@ -42,7 +42,7 @@ from sandfleet.core.errors import ModelError, SandboxError, UntrustedStateError
 from sandfleet.worker.approval.checkpoint import Checkpoint, JobSuspended
 from sandfleet.worker.engine.admission import Admitted, JobStart, admit
 from sandfleet.worker.engine.extract import extract_program
-from sandfleet.worker.engine.prompt import first_messages, repair_message, system_message
+from sandfleet.worker.engine.prompt import AttemptFailure, first_messages, repair_message, system_message
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.llm.bounds import budget_outcome
 from sandfleet.worker.program.artifacts import ArtifactCaps, keep_artifacts
@@ -184,14 +184,7 @@ class CodeActionRun:
         )
         self.start.audit.emit(AuditKind.PROGRAM, {"program": None, "failure": self.last_failure}, number)
         self.messages.append(
-            repair_message(
-                self.last_failure + " (reply with one ```python block)",
-                exit_code=None,
-                stderr="",
-                stdout="",
-                timed_out=False,
-                tool_cap_hit=False,
-            )
+            repair_message(AttemptFailure(self.last_failure + " (reply with one ```python block)"))
         )
 
     def _attempt(self, number: int, program: str, reply_text: str, resuming: bool) -> JobResult | None:
@@ -298,16 +291,7 @@ class CodeActionRun:
         """Remember what the failed run did, and ask the model for a repaired program."""
         _remember_side_effects(self.memo, run.tool_calls, self.admitted.allowed)
         self.last_failure, self.timed_out, self.agent_killed = failure, run.timed_out, run.agent_killed
-        self.messages.append(
-            repair_message(
-                failure,
-                exit_code=run.exit_code,
-                stderr=run.stderr,
-                stdout=run.stdout,
-                timed_out=run.timed_out,
-                tool_cap_hit=Limit.TOOL_CALLS in run.limits_hit,
-            )
-        )
+        self.messages.append(repair_message(_failure_of(run, failure)))
 
     def _gave_up(self) -> JobResult:
         """The result of a job whose repairs ran out, named by how its last attempt failed."""
@@ -362,6 +346,18 @@ def _account(phase: dict[str, float], run: RunResult) -> None:
     phase["run_s"] += run.timings.get("run_s", 0.0)
     phase["tool_s"] += run.timings.get("tool_s", 0.0)
     phase["sandbox_s"] += run.timings.get("total_s", 0.0)
+
+
+def _failure_of(run: RunResult, failure: str) -> AttemptFailure:
+    """The facts of a failed run that its repair request tells the model."""
+    return AttemptFailure(
+        failure,
+        exit_code=run.exit_code,
+        stderr=run.stderr,
+        stdout=run.stdout,
+        timed_out=run.timed_out,
+        tool_cap_hit=Limit.TOOL_CALLS in run.limits_hit,
+    )
 
 
 def _emit_tool_call(audit: AuditSink, attempt: int, record: ToolCallRecord) -> None:

@@ -5,6 +5,7 @@ The texts live as package data (``prompts/*.txt``) so they can be read and chang
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 
@@ -37,22 +38,36 @@ def first_messages(question: str, history: list[Turn], system: str) -> list[dict
     return messages
 
 
-def repair_message(
-    failure: str, *, exit_code: int | None, stderr: str, stdout: str, timed_out: bool, tool_cap_hit: bool
-) -> dict[str, str]:
+@dataclass(frozen=True)
+class AttemptFailure:
+    """What went wrong in one code-action attempt, as the repair request tells the model: why it does
+    not count (``failure``), and of a program that ran its exit code, output, and whether it was
+    killed at its time limit or hit the tool-call budget (a reply without a program has none of these).
+    """
+
+    failure: str
+    exit_code: int | None = None
+    stderr: str = ""
+    stdout: str = ""
+    timed_out: bool = False
+    tool_cap_hit: bool = False
+
+
+def repair_message(failed: AttemptFailure) -> dict[str, str]:
     """The user turn that asks for a corrected program, with what went wrong."""
     details = []
-    if exit_code is not None and not timed_out:
-        details.append(f"Exit code: {exit_code}.")
-    if timed_out:
+    if failed.exit_code is not None and not failed.timed_out:
+        details.append(f"Exit code: {failed.exit_code}.")
+    if failed.timed_out:
         details.append("It was killed at its time limit: make it faster or avoid endless loops.")
-    if tool_cap_hit:
+    if failed.tool_cap_hit:
         details.append("It hit the tool-call budget: call tools fewer times (fetch data once, then compute).")
-    if stderr.strip():
-        details.append(f"The end of its stderr:\n```\n{stderr[-STDERR_TAIL_CHARS:]}\n```")
-    if stdout.strip():
-        details.append(f"The end of its stdout:\n```\n{stdout[-STDOUT_TAIL_CHARS:]}\n```")
-    return {"role": "user", "content": template("repair").format(failure=failure, details="\n".join(details))}
+    if failed.stderr.strip():
+        details.append(f"The end of its stderr:\n```\n{failed.stderr[-STDERR_TAIL_CHARS:]}\n```")
+    if failed.stdout.strip():
+        details.append(f"The end of its stdout:\n```\n{failed.stdout[-STDOUT_TAIL_CHARS:]}\n```")
+    text = template("repair").format(failure=failed.failure, details="\n".join(details))
+    return {"role": "user", "content": text}
 
 
 def tool_loop_system(

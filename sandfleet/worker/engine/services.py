@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from sandfleet.core.artifacts import ArtifactStore, MemoryArtifactStore
@@ -35,6 +36,33 @@ if TYPE_CHECKING:
     from sandfleet.worker.mcp.sessions import McpSessions
 
 
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a caller chooses of a process's engine services beyond the settings (the defaults are a
+    worker's: the settings' tools and pool, every call allowed, files kept in memory, job models named
+    by submitters).
+
+    ``registry``: the Python tools offered (default: the modules of ``settings.tools``). ``policy``:
+    the operator's hook asked before each tool call. ``mcp``: MCP sessions the caller started and
+    stops (default: those of ``settings.mcp_config``, started and stopped by the services).
+    ``artifacts``: where programs' files are kept. ``job_model_trust``: who writes a job's ``model``
+    field. ``pool_size``, ``max_sandboxes`` (None or 0: the settings') and ``warm`` (warm the
+    default sandbox config at start) shape the sandbox pool ``start`` makes.
+    """
+
+    registry: ToolRegistry | None = None
+    policy: CallPolicy = allow_all
+    mcp: McpSessions | None = None
+    artifacts: ArtifactStore | None = None
+    job_model_trust: ModelTrust = ModelTrust.SUBMITTER
+    pool_size: int | None = None
+    max_sandboxes: int | None = None
+    warm: bool = True
+
+
+DEFAULT_OPTIONS = EngineOptions()
+
+
 class EngineServices:
     """One per worker process (or per ``sandfleet ask``). Constructing it starts nothing; ``start``
     builds it from settings, connects the MCP servers and begins warming the default sandbox config.
@@ -54,26 +82,27 @@ class EngineServices:
         settings: Settings,
         pool: SandboxPool,
         registry: ToolRegistry,
-        policy: CallPolicy = allow_all,
-        mcp: McpSessions | None = None,
+        options: EngineOptions = DEFAULT_OPTIONS,
         *,
         owns_mcp: bool = False,
-        artifacts: ArtifactStore | None = None,
-        job_model_trust: ModelTrust = ModelTrust.SUBMITTER,
     ) -> None:
+        """The services over a pool and registry made already (``start`` makes them from settings):
+        of ``options`` only the policy, MCP sessions, artifact store and model trust are read here."""
         self.settings = settings
-        self.job_model_trust = job_model_trust
-        self.artifacts: ArtifactStore = artifacts if artifacts is not None else MemoryArtifactStore()
+        self.job_model_trust = options.job_model_trust
+        self.artifacts: ArtifactStore = (
+            options.artifacts if options.artifacts is not None else MemoryArtifactStore()
+        )
         self.pool = pool
-        self.mcp = mcp
+        self.mcp = options.mcp
         self._owns_mcp = owns_mcp
         self._catalog: ToolCatalog | None = None
-        if mcp is not None:
+        if self.mcp is not None:
             from sandfleet.worker.mcp.catalog import ToolCatalog
 
-            self._catalog = ToolCatalog(registry, mcp)
+            self._catalog = ToolCatalog(registry, self.mcp)
         self._python_tools = registry
-        self.runtime = ProgramRuntime(pool, registry, policy)
+        self.runtime = ProgramRuntime(pool, registry, options.policy)
         self.sessions = SessionKeeper(settings, backend=pool.backend)
         self._models: dict[tuple[str, str | None, ModelTrust], ModelClient] = {}
         # Human approval of gated calls (sandfleet/worker/approval/gate.py ApprovalService): set by a fleet
@@ -84,50 +113,31 @@ class EngineServices:
         self.usage_ledger: UsageLedger = MemoryLedger()
 
     @classmethod
-    def start(
-        cls,
-        settings: Settings,
-        *,
-        max_sandboxes: int | None = None,
-        pool_size: int | None = None,
-        registry: ToolRegistry | None = None,
-        policy: CallPolicy = allow_all,
-        warm: bool = True,
-        mcp: McpSessions | None = None,
-        artifacts: ArtifactStore | None = None,
-        job_model_trust: ModelTrust = ModelTrust.SUBMITTER,
-    ) -> EngineServices:
-        """Services from settings. With ``settings.mcp_config`` (and no ``mcp`` given) its servers are
-        started here and stopped by :meth:`close`.
+    def start(cls, settings: Settings, options: EngineOptions = DEFAULT_OPTIONS) -> EngineServices:
+        """Services from settings and the caller's ``options``. With ``settings.mcp_config`` (and no
+        ``options.mcp``) its servers are started here and stopped by :meth:`close`.
 
         Raises:
             ToolLoadError: a tools module cannot be loaded, or the MCP config is malformed.
         """
-        registry = registry if registry is not None else ToolRegistry.from_modules(settings.tools)
-        owns_mcp = False
+        registry = (
+            options.registry if options.registry is not None else ToolRegistry.from_modules(settings.tools)
+        )
+        mcp, owns_mcp = options.mcp, False
         if mcp is None and settings.mcp_config:  # a malformed config is refused before anything starts
             from sandfleet.worker.mcp.config import load_mcp_config
             from sandfleet.worker.mcp.sessions import McpSessions
 
             mcp, owns_mcp = McpSessions.for_settings(load_mcp_config(settings.mcp_config), settings), True
         pool = SandboxPool(
-            pool_size=settings.pool_size if pool_size is None else pool_size,
-            max_live=max_sandboxes or settings.max_sandboxes,
+            pool_size=settings.pool_size if options.pool_size is None else options.pool_size,
+            max_live=options.max_sandboxes or settings.max_sandboxes,
             follow_demand=settings.pool_follows_demand,
         )
-        services = cls(
-            settings,
-            pool,
-            registry,
-            policy,
-            mcp,
-            owns_mcp=owns_mcp,
-            artifacts=artifacts,
-            job_model_trust=job_model_trust,
-        )
+        services = cls(settings, pool, registry, replace(options, mcp=mcp), owns_mcp=owns_mcp)
         if owns_mcp and mcp is not None:
             mcp.start()
-        if warm and pool.pool_size:
+        if options.warm and pool.pool_size:
             pool.warm(SandboxConfig())
         return services
 

@@ -14,8 +14,13 @@ Calls may arrive from several of the program's threads at once: :meth:`ToolBridg
 on a thread per call and is thread-safe. Each call's sequence number (and its place in the budget) is
 its place in the order the frames were read; records are kept, and reported, as calls finish. The per-call timeout: an
 MCP call is cancelled at it; a Python function cannot be stopped, so the program's loop asks
-:meth:`ToolBridge.overdue` now and then, which answers a call past ``call_timeout_s`` with a
+:meth:`ToolBridge.overdue` now and then, which answers a call past ``limits.call_timeout_s`` with a
 ``TimeoutError`` (recorded so) and drops the function's result when it comes.
+
+The bridge's state has its homes in sandfleet/worker/program/bridge_state.py: the frozen
+``BridgeLimits`` (the caps above), the ``BridgeTally`` (what the calls came to, read when the run
+ends), ``CallsInFlight`` (the numbering, and the running calls the timeout watches) and the
+``ServedCall`` (one call, with its own notes: its approval request, whether its record is audited).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from sandfleet.core import json_limits
 from sandfleet.core.contracts import ToolCallRecord
 from sandfleet.core.errors import JsonLimitError
 from sandfleet.core.redaction import positional_names, redact_call
+from sandfleet.worker.program.bridge_state import BridgeLimits, BridgeTally, CallsInFlight, ServedCall
 from sandfleet.worker.program.recorded import RecordedAnswer, RecordedAnswers, call_digest, call_key
 from sandfleet.worker.tools.registry import ToolRegistry
 from sandfleet.worker.tools.tool import Tool
@@ -94,62 +100,26 @@ class _Unanswered(Exception):
 
 
 @dataclass
-class _Call:
-    """One call as the bridge serves it: its number, when it arrived, and what it asks (once parsed)."""
-
-    seq: int
-    began: float  # time.perf_counter()
-    request_id: Any = None
-    tool: str = "?"
-    args: list[Any] = field(default_factory=list)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class _Running:
-    """A Python tool call in progress, for :meth:`ToolBridge.overdue`."""
-
-    deadline: float  # time.monotonic()
-    call: _Call
-
-
-@dataclass
 class ToolBridge:
-    """Serves one program run's calls. ``handle`` gets a request frame and returns the reply bytes."""
+    """Serves one program run's calls. ``handle`` gets a request frame and returns the reply bytes;
+    ``tally`` says what the calls came to."""
 
     registry: ToolRegistry
-    max_calls: int = 50
-    max_request_bytes: int = 1024**2
-    max_response_bytes: int = 64 * 1024**2
+    limits: BridgeLimits = field(default_factory=BridgeLimits)
     policy: CallPolicy = allow_all
     job_id: str | None = None
     recorded: RecordedAnswers | None = None  # replay, resume, memo: calls answered from a record
     on_call: Callable[[ToolCallRecord], None] | None = None
-    call_timeout_s: float | None = None
     gate: Any = None  # sandfleet/worker/approval/gate.py RunGate: asked before a gated call runs
     on_suspend: Callable[[], None] | None = None  # stops the program (waits past the grace, or untrusted)
     redact: tuple[str, ...] = ()  # argument fields its records show as *** (SANDFLEET_APPROVAL_REDACT)
-    records: list[ToolCallRecord] = field(default_factory=list)
-    tool_time_s: float = 0.0
-    budget_exceeded: bool = False
-    protocol_errors: int = 0
-    _seq: int = field(default=0, init=False, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _record_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    _running: dict[int, _Running] = field(default_factory=dict, init=False, repr=False)
-    suspended_for: list[str] = field(default_factory=list, init=False)  # requests the run stopped for
-    untrusted: str | None = field(default=None, init=False)  # why it stopped: state the chain lacks
+    tally: BridgeTally = field(default_factory=BridgeTally, init=False)
+    _calls: CallsInFlight = field(default_factory=CallsInFlight, init=False, repr=False)
     _closed: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
-    _quiet: set[int] = field(default_factory=set, init=False, repr=False)  # resumed: not audited again
-    _approvals: dict[int, str] = field(default_factory=dict, init=False, repr=False)
 
     def close(self) -> None:
         """The run ended: calls still waiting for a decision give up (unanswered, unrecorded)."""
         self._closed.set()
-
-    @property
-    def suspended(self) -> bool:
-        return bool(self.suspended_for)
 
     def __call__(self, header: dict[str, Any], body: bytes, arrival: int | None = None) -> bytes | None:
         return self.handle(header, body, arrival)
@@ -160,25 +130,18 @@ class ToolBridge:
         ``arrival``: the call's place in the order the frames were read (its sequence number and its
         place in the budget), given when calls are served on several threads; else the next one.
         """
-        with self._lock:
-            if arrival is None:
-                self._seq += 1
-                seq = self._seq
-            else:
-                seq = arrival
-                self._seq = max(self._seq, arrival)
-        call = _Call(seq, time.perf_counter())
+        call = ServedCall(self._calls.number(arrival), time.perf_counter())
         try:
             self._check_frame(header, body)
             call.request_id, call.tool, call.args, call.kwargs = self._parse(body)
             self._check_call(call)
             value, replayed = self._run(call)
             reply = _value_reply(call.tool, call.request_id, value)
-            if len(reply) > self.max_response_bytes:
+            if len(reply) > self.limits.max_response_bytes:
                 raise _Refusal(
                     "ValueError",
                     f"tool {call.tool} returned {len(reply)} bytes, more than the "
-                    f"{self.max_response_bytes}-byte limit",
+                    f"{self.limits.max_response_bytes}-byte limit",
                 )
             self._record(call, value=value, size=len(reply), replayed=replayed)
             return reply
@@ -194,22 +157,22 @@ class ToolBridge:
         if header.get("oversize") is not None:
             raise _Refusal(
                 "ValueError",
-                f"tool request of {header['oversize']} bytes exceeds the {self.max_request_bytes}-byte limit",
+                f"tool request of {header['oversize']} bytes exceeds the {self.limits.max_request_bytes}-byte limit",
             )
         if header.get("malformed"):
-            self._protocol_error()
+            self.tally.protocol_error()
             raise _Refusal("ConnectionError", str(header["malformed"]))
-        if len(body) > self.max_request_bytes:
+        if len(body) > self.limits.max_request_bytes:
             raise _Refusal(
                 "ValueError",
-                f"tool request of {len(body)} bytes exceeds the {self.max_request_bytes}-byte limit",
+                f"tool request of {len(body)} bytes exceeds the {self.limits.max_request_bytes}-byte limit",
             )
 
-    def _check_call(self, call: _Call) -> None:
+    def _check_call(self, call: ServedCall) -> None:
         """Refuse a call past the budget, of a tool not allowed, or denied by the operator's policy."""
-        if call.seq > self.max_calls:
-            self.budget_exceeded = True
-            raise _Refusal(BUDGET_ERROR, f"tool-call budget of {self.max_calls} exceeded")
+        if call.seq > self.limits.max_calls:
+            self.tally.budget_exceeded = True
+            raise _Refusal(BUDGET_ERROR, f"tool-call budget of {self.limits.max_calls} exceeded")
         if call.tool not in self.registry:
             allowed = ", ".join(self.registry.names()) or "none"
             raise _Refusal(
@@ -232,14 +195,14 @@ class ToolBridge:
         except JsonLimitError as e:
             raise _Refusal("ValueError", str(e)) from None
         except (ValueError, UnicodeDecodeError) as e:
-            self._protocol_error()
+            self.tally.protocol_error()
             raise _Refusal("ValueError", f"malformed tool request: {e}") from None
         if not isinstance(request, dict):
-            self._protocol_error()
+            self.tally.protocol_error()
             raise _Refusal("ValueError", "malformed tool request: not an object")
         tool, args, kwargs = request.get("tool"), request.get("args", []), request.get("kwargs", {})
         if not isinstance(tool, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
-            self._protocol_error()
+            self.tally.protocol_error()
             raise _Refusal(
                 "ValueError", "malformed tool request: needs tool (str), args (list), kwargs (object)"
             )
@@ -247,22 +210,18 @@ class ToolBridge:
         if isinstance(oversize, int) and not isinstance(oversize, bool):  # the stub did not send it whole
             raise _Refusal(
                 "ValueError",
-                f"tool request of {oversize} bytes exceeds the {self.max_request_bytes}-byte limit",
+                f"tool request of {oversize} bytes exceeds the {self.limits.max_request_bytes}-byte limit",
             )
         return request.get("id"), tool[:200], args, kwargs
 
-    def _protocol_error(self) -> None:
-        with self._lock:
-            self.protocol_errors += 1
-
-    def _run(self, call: _Call) -> tuple[Any, bool]:
+    def _run(self, call: ServedCall) -> tuple[Any, bool]:
         replaying = self.recorded is not None and self.recorded.replaying
-        if not replaying and (self.suspended or self.untrusted is not None):
+        if not replaying and self.tally.stopping:
             raise _Unanswered()  # the program is being stopped: nothing more runs
         if self.recorded is not None:
             answer = self.recorded.answer(call.seq, call.tool, call.args, call.kwargs, self._has_side_effects)
             if answer is not None:
-                return self._served(call.seq, answer), answer.replayed
+                return self._served(call, answer), answer.replayed
         approval = None
         if self.gate is not None and self._gated(call.tool):
             approval = self._admit(call)
@@ -284,10 +243,10 @@ class ToolBridge:
             self.gate.executed(approval[1], {"ok": True, "value": value})
         return value, replayed
 
-    def _admit(self, call: _Call) -> tuple[str, Any] | None:
+    def _admit(self, call: ServedCall) -> tuple[str, Any] | None:
         """Ask the gate about a gated call: ("run", request id), ("served", value), or None (unanswered:
         the run suspends or ended). Raises _Refusal(ToolDeniedError) for a denial."""
-        seq, tool, args, kwargs = call.seq, call.tool, call.args, call.kwargs
+        tool, args, kwargs = call.tool, call.args, call.kwargs
         tool_obj = self.registry.get(tool)
         try:
             bound = tool_obj.bind(args, kwargs)
@@ -296,8 +255,7 @@ class ToolBridge:
                 raise
             bound = None  # MCP tools also take the server's own names: checked when called
         admission = self.gate.admit(call_key(tool, args, kwargs), tool, bound, args, kwargs, self._closed)
-        with self._lock:
-            self._approvals[seq] = admission.request_id
+        call.approval_id = admission.request_id
         if admission.kind == "run":
             return ("run", admission.request_id)
         if admission.kind == "served":
@@ -308,16 +266,10 @@ class ToolBridge:
         if admission.kind == "denied":
             raise _Refusal(DENIED_ERROR, admission.message)
         if admission.kind == "suspend":
-            with self._lock:
-                first = not self.suspended_for
-                self.suspended_for.append(admission.request_id)
-            if first and self.on_suspend is not None:
+            if self.tally.suspend(admission.request_id) and self.on_suspend is not None:
                 self.on_suspend()
         if admission.kind == "untrusted":  # a stored outcome the chain does not commit to: nothing served
-            with self._lock:
-                first = self.untrusted is None
-                self.untrusted = self.untrusted or admission.message
-            if first and self.on_suspend is not None:
+            if self.tally.distrust(admission.message) and self.on_suspend is not None:
                 self.on_suspend()
         return None
 
@@ -328,23 +280,20 @@ class ToolBridge:
     def _has_side_effects(self, tool: str) -> bool:
         return self.registry.get(tool).side_effects
 
-    def _served(self, seq: int, answer: RecordedAnswer) -> Any:
+    def _served(self, call: ServedCall, answer: RecordedAnswer) -> Any:
         """The value of a recorded answer (raised as the program's error when it records one)."""
-        with self._lock:
-            if answer.quiet:
-                self._quiet.add(seq)
-            if answer.approval_id:
-                self._approvals[seq] = answer.approval_id
+        call.quiet = call.quiet or answer.quiet
+        if answer.approval_id:
+            call.approval_id = answer.approval_id
         if not answer.ok:
             raise _Refusal(answer.error_type or "ToolError", answer.error or "failed")
         return answer.value
 
-    def _execute(self, call: _Call) -> tuple[Any, bool]:
-        timeout = self.call_timeout_s
+    def _execute(self, call: ServedCall) -> tuple[Any, bool]:
+        timeout = self.limits.call_timeout_s
         watched = timeout is not None and not self.registry.get(call.tool).stops_at_timeout
         if timeout is not None and watched:
-            with self._lock:
-                self._running[call.seq] = _Running(time.monotonic() + timeout, call)
+            self._calls.watch(call, time.monotonic() + timeout)
         started = time.perf_counter()
         try:
             value = self.registry.call(call.tool, call.args, call.kwargs, timeout)
@@ -358,33 +307,27 @@ class ToolBridge:
 
     def _finished(self, seq: int, watched: bool, started: float) -> bool:
         """Account for a call that returned; True when overdue() answered it meanwhile."""
-        with self._lock:
-            self.tool_time_s += time.perf_counter() - started
-            return watched and self._running.pop(seq, None) is None
+        self.tally.spent(time.perf_counter() - started)
+        return watched and not self._calls.returned(seq)
 
     def overdue(self) -> list[bytes]:
         """Answer every Python tool call past its timeout with a TimeoutError (recorded so)."""
-        now = time.monotonic()
-        with self._lock:
-            late = {seq: r for seq, r in self._running.items() if r.deadline <= now}
-            for seq in late:
-                del self._running[seq]
         replies = []
-        for _seq, r in sorted(late.items()):
+        for call in self._calls.late(time.monotonic()):
             message = (
-                f"tool {r.call.tool} did not return within {self.call_timeout_s:g} s (the per-call timeout); "
-                "its result, if it comes, is dropped"
+                f"tool {call.tool} did not return within {self.limits.call_timeout_s:g} s (the per-call "
+                "timeout); its result, if it comes, is dropped"
             )
-            replies.append(self._fail(r.call, "TimeoutError", message))
+            replies.append(self._fail(call, "TimeoutError", message))
         return replies
 
-    def _fail(self, call: _Call, error_type: str, message: str) -> bytes:
+    def _fail(self, call: ServedCall, error_type: str, message: str) -> bytes:
         self._record(call, error=(error_type, message))
         return _encode({"id": call.request_id, "ok": False, "type": error_type, "message": message})
 
     def _record(
         self,
-        call: _Call,
+        call: ServedCall,
         *,
         value: Any = None,
         size: int = 0,
@@ -406,16 +349,13 @@ class ToolBridge:
             result_size=size,
             duration_ms=(time.perf_counter() - call.began) * 1000,
             replayed=replayed,
-            approval_id=self._approvals.get(call.seq),
+            approval_id=call.approval_id,
             redacted=hidden,
             call_sha256=call_digest(call.tool, call.args, call.kwargs),
         )
-        with self._record_lock:  # the audit sees calls in the order their records are kept
-            self.records.append(record)
-            if self.on_call is not None and call.seq not in self._quiet:
-                self.on_call(record)
+        self.tally.keep(record, None if call.quiet else self.on_call)
 
-    def _redacted(self, call: _Call) -> tuple[list[Any], dict[str, Any], list[str]]:
+    def _redacted(self, call: ServedCall) -> tuple[list[Any], dict[str, Any], list[str]]:
         """The call's arguments as its record shows them, and the paths hidden."""
         if not self.redact:
             return call.args, call.kwargs, []

@@ -27,7 +27,7 @@ from sandfleet.core.errors import InvalidSpecError, JsonLimitError
 from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.egress.refusals import Refusals, take_refusals
 from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
-from sandfleet.worker.program.bridge import CallPolicy, ToolBridge, allow_all, stub_module
+from sandfleet.worker.program.bridge import BridgeLimits, CallPolicy, ToolBridge, allow_all, stub_module
 from sandfleet.worker.program.recorded import RecordedAnswers
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
@@ -166,14 +166,11 @@ class ProgramRuntime:
         allowed = source.subset(tools if tools is not None else source.names())
         bridge = ToolBridge(
             allowed,
-            max_calls=settings.max_tool_calls,
-            max_request_bytes=settings.max_request_bytes,
-            max_response_bytes=settings.max_response_bytes,
+            BridgeLimits.of(settings),
             policy=self.policy,
             job_id=job_id,
             recorded=recorded,
             on_call=on_call,
-            call_timeout_s=settings.tool_timeout,
             gate=gate,
             redact=tuple(redact),
         )
@@ -264,7 +261,7 @@ class _Sandbox:
             found, payload, refused = True, None, str(e)
             limits.append(Limit.NESTING)
         for hit, limit in (
-            (bridge.budget_exceeded, Limit.TOOL_CALLS),
+            (bridge.tally.budget_exceeded, Limit.TOOL_CALLS),
             (done.result_overflow, Limit.RESULT_SIZE),
             (ran.refusals.total > 0, Limit.NETWORK),
             (ran.collection.cap_hit, Limit.ARTIFACTS),
@@ -288,7 +285,9 @@ class _Sandbox:
             result_text=done.result_line.decode(errors="replace")[len(RESULT_PREFIX) :].strip()
             if found and done.result_line is not None and refused is None
             else None,
-            tool_calls=sorted(bridge.records, key=lambda record: record.seq),  # a copy, in arrival order
+            tool_calls=sorted(
+                bridge.tally.records, key=lambda record: record.seq
+            ),  # a copy, in arrival order
             limits_hit=limits,
             network_denied=ran.refusals.denials,
             refused_total=ran.refusals.total,
@@ -302,8 +301,8 @@ class _Sandbox:
             forked=done.forked,
             artifacts=ran.collection,
             timings=self._timings(ran, bridge),
-            suspended_for=list(bridge.suspended_for),
-            untrusted_state=bridge.untrusted,
+            suspended_for=list(bridge.tally.suspended_for),
+            untrusted_state=bridge.tally.untrusted,
         )
 
     def _timings(self, ran: _Ran, bridge: ToolBridge) -> dict[str, float]:
@@ -313,7 +312,7 @@ class _Sandbox:
             "files_s": marks["exec"] - marks["files"],
             "start_s": max(0.0, done.duration_s - done.agent_run_s),
             "run_s": done.agent_run_s,
-            "tool_s": bridge.tool_time_s,
+            "tool_s": bridge.tally.tool_time_s,
             "total_s": marks["ended"] - marks["began"],
             "artifacts_s": marks["collected"] - marks["ended"],
             "exec_timeout_s": self.exec_timeout_s,

@@ -52,7 +52,7 @@ class SandboxBackend(Protocol):
 
 
 def _docker(**options: Any) -> SandboxBackend:
-    from sandfleet.worker.sandbox.docker.backend import DockerBackend  # imports the Docker SDK
+    from sandfleet.worker.sandbox.docker.backend import DockerBackend  # the SDK only when it is used
 
     return DockerBackend(**options)
 
@@ -61,7 +61,8 @@ BACKENDS: dict[str, Callable[..., SandboxBackend]] = {"docker": _docker}
 
 
 def backend_named(name: str = DEFAULT_BACKEND, **options: Any) -> SandboxBackend:
-    """The backend registered as ``name``, made with ``options`` (Docker: ``client``).
+    """The backend registered as ``name``, made with ``options`` (Docker: ``client``, or ``thin=True``
+    for a one-off command: no SDK for a local engine).
 
     Raises:
         SandboxError: no backend of that name.

@@ -40,7 +40,7 @@ from sandfleet.worker.engine.prompt import first_messages, tool_loop_system
 from sandfleet.worker.engine.schemas import function_tools
 from sandfleet.worker.engine.services import EngineServices
 from sandfleet.worker.engine.shell.session import SessionGoneError, SessionSandbox
-from sandfleet.worker.engine.shell.tools import SHELL_TOOL_NAMES, ShellTools
+from sandfleet.worker.engine.shell.tools import SHELL_TOOL_NAMES, PackageSources, ShellTools
 from sandfleet.worker.engine.shell.workspace import (
     WorkspaceError,
     restore_workspace,
@@ -263,8 +263,7 @@ def _converse(
         caps=caps,
         settings=services.settings,
         deadline=deadline,
-        network=config.network,
-        wheelhouse=services.sessions.wheelhouse,
+        sources=PackageSources(config.network, services.sessions.wheelhouse),
     )
     shell_tools = tools.registry()
     functions = FunctionTable(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,16 +61,52 @@ _OS_ERRORS = {
 }
 
 
+@dataclass(frozen=True)
+class PackageSources:
+    """Where a session may install packages from: the sandbox's ``network`` option (``none`` allows
+    no index; ``restricted``: the index of SANDFLEET_EGRESS_PIP_INDEX_URL through the egress proxy)
+    and the operator's ``wheelhouse`` on this host, when one is mounted in the sandbox."""
+
+    network: str = "none"
+    wheelhouse: Path | None = None
+
+    def install_command(self, name: str) -> str:
+        """The bash command that installs ``name``, or PermissionError saying why none can."""
+        target = f'--target "{USER_SITE}"'
+        common = f"install {target} --no-cache-dir --disable-pip-version-check --no-warn-script-location -q"
+        pip = "python3 -s -m pip"
+        if self.wheelhouse is not None:
+            pips = sorted(self.wheelhouse.glob("pip-*.whl"))
+            pip = f"python3 -s {WHEELHOUSE_INSIDE}/{pips[-1].name}/pip" if pips else pip
+        if self.network == "restricted":  # the index (PIP_INDEX_URL) through the proxy, and the wheelhouse
+            links = f" --find-links {WHEELHOUSE_INSIDE}" if self.wheelhouse is not None else ""
+            return f"{pip} {common}{links} '{name}'"
+        if self.wheelhouse is not None:
+            return f"{pip} {common} --no-index --find-links {WHEELHOUSE_INSIDE} '{name}'"
+        if self.network != "none":
+            return f"python3 -s -m pip {common} '{name}'"
+        raise PermissionError(
+            f"cannot install {name}: this sandbox has no network (network=none) and the operator "
+            "mounted no wheelhouse (SANDFLEET_WHEELHOUSE_DIR); use the packages the image has "
+            "(python3 -c \"help('modules')\") or ask the operator for a wheelhouse or an image with it"
+        )
+
+    def used(self) -> str:
+        """Where an install came from, in the words of the tool's answer."""
+        if self.network == "restricted":
+            return "the package index through the egress proxy"
+        return "the operator's wheelhouse" if self.wheelhouse else "the package index"
+
+
 class ShellTools:
     """The five tools bound to one session sandbox, with the job's caps.
 
     Args:
         session: the job's session sandbox.
         caps: the job's tool-loop caps (exec timeout, output and result sizes).
-        settings: the operator's policy (the longest exec) and wheelhouse.
+        settings: the operator's policy (the longest exec).
         deadline: the job's wall-clock end (``time.monotonic()``); commands end before it.
-        network: the sandbox's network option (``none`` allows no install from an index).
-        wheelhouse: the operator's wheelhouse on this host when one is mounted in the sandbox.
+        sources: where ``sandbox_install_package`` may install from.
     """
 
     def __init__(
@@ -79,15 +116,13 @@ class ShellTools:
         caps: ToolLoopSettings,
         settings: Settings,
         deadline: float,
-        network: str,
-        wheelhouse: Path | None,
+        sources: PackageSources,
     ) -> None:
         self.session = session
         self.caps = caps
         self.settings = settings
         self.deadline = deadline
-        self.network = network
-        self.wheelhouse = wheelhouse
+        self.sources = sources
 
     def registry(self) -> ToolRegistry:
         """The five tools as a registry (their schemas come from these signatures, like any tool's)."""
@@ -172,7 +207,7 @@ class ShellTools:
             raise ValueError(
                 f"give a package name, optionally pinned (like 'requests' or 'attrs==23.2.0'), not {name!r}"
             )
-        command = self._install_command(name)
+        command = self.sources.install_command(name)
         timeout_s, _ = self._timeout(None)
         denied_before = len(self.session.network_denied)
         done = self.session.execute(
@@ -186,37 +221,12 @@ class ShellTools:
                 why = "this sandbox image has no pip, and the wheelhouse holds no pip wheel"
             refused = _refusals(self.session.network_denied[denied_before:])
             raise RuntimeError(f"pip could not install {name}: {refused}{why}")
-        if self.network == "restricted":
-            source = "the package index through the egress proxy"
-        else:
-            source = "the operator's wheelhouse" if self.wheelhouse else "the package index"
         return (
-            f"installed {name} from {source} into the user site-packages of /workspace: "
+            f"installed {name} from {self.sources.used()} into the user site-packages of /workspace: "
             "`python3` imports it (pure-Python packages only: the workspace is mounted noexec)"
         )
 
     # -- helpers --------------------------------------------------------------------------------
-
-    def _install_command(self, name: str) -> str:
-        """The bash command that installs ``name``, or PermissionError saying why none can."""
-        target = f'--target "{USER_SITE}"'
-        common = f"install {target} --no-cache-dir --disable-pip-version-check --no-warn-script-location -q"
-        pip = "python3 -s -m pip"
-        if self.wheelhouse is not None:
-            pips = sorted(self.wheelhouse.glob("pip-*.whl"))
-            pip = f"python3 -s {WHEELHOUSE_INSIDE}/{pips[-1].name}/pip" if pips else pip
-        if self.network == "restricted":  # the index (PIP_INDEX_URL) through the proxy, and the wheelhouse
-            links = f" --find-links {WHEELHOUSE_INSIDE}" if self.wheelhouse is not None else ""
-            return f"{pip} {common}{links} '{name}'"
-        if self.wheelhouse is not None:
-            return f"{pip} {common} --no-index --find-links {WHEELHOUSE_INSIDE} '{name}'"
-        if self.network != "none":
-            return f"python3 -s -m pip {common} '{name}'"
-        raise PermissionError(
-            f"cannot install {name}: this sandbox has no network (network=none) and the operator "
-            "mounted no wheelhouse (SANDFLEET_WHEELHOUSE_DIR); use the packages the image has "
-            "(python3 -c \"help('modules')\") or ask the operator for a wheelhouse or an image with it"
-        )
 
     def _timeout(self, asked: Any) -> tuple[float, str]:
         """The seconds a command may run (``None``: as long as the caps allow), and a note when the

@@ -5,12 +5,18 @@ check before a sandbox starts (runtime registered, image present, network mode p
 sandbox's life on the engine (create, attach, start, how it ended, remove: DockerBackend and
 DockerSandbox) and the engine's facts for the doctor. Everything else receives Sandfleet errors
 that say what to do. The modules this backend owns use no SDK themselves: attach.py (the attach
-stream), sandfleet/worker/egress/ (network "restricted"), reaper.py (leftovers), spec.py (what a
-container is asked for).
+stream), engine_api.py (a thin client for one-off commands), sandfleet/worker/egress/ (network
+"restricted"), reaper.py (leftovers), spec.py (what a container is asked for).
+
+The SDK is imported at first use (``sdk()``), not with this module: a one-off command on a local
+engine (``sandfleet sandbox run``, ``sandfleet run``) talks to it through engine_api.py and never
+pays for the SDK with requests and urllib3 (~60 ms, issue 25). The error tuples below hold the thin
+client's errors from the start and the SDK's once it is loaded.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import socket
 import threading
@@ -23,22 +29,51 @@ from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
 from sandfleet.worker.sandbox.channel import AgentChannel, ChannelError
 from sandfleet.worker.sandbox.container import SandboxContainer, SandboxEnd
+from sandfleet.worker.sandbox.docker import engine_api
 from sandfleet.worker.sandbox.docker.attach import AttachStream
 from sandfleet.worker.sandbox.docker.labels import LABEL_CONFIG as LABEL_CONFIG
 from sandfleet.worker.sandbox.docker.labels import LABEL_JOB as LABEL_JOB
 from sandfleet.worker.sandbox.docker.labels import LABEL_OWNER as LABEL_OWNER
 from sandfleet.worker.sandbox.docker.labels import LABEL_PERSISTENT as LABEL_PERSISTENT
 from sandfleet.worker.sandbox.docker.labels import LABEL_ROLE as LABEL_ROLE
-from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs
+from sandfleet.worker.sandbox.docker.spec import Owner, container_kwargs, create_body
 
 if TYPE_CHECKING:
     from sandfleet.worker.egress.gateway import EgressLease
 
-try:  # the producer-only install has no docker SDK; fail closed with the install hint
-    import docker
-    import docker.errors
-except ModuleNotFoundError:  # pragma: no cover - exercised by a test in a venv without docker
-    docker = None
+_client_lock = threading.RLock()
+docker: Any = None  # the SDK module once ``sdk()`` loaded it (None: not loaded, or not installed)
+_sdk_tried = False
+# Errors of either client, by what they mean. ``sdk()`` adds the SDK's own.
+TransportError: tuple[type[Exception], ...] = (engine_api.EngineConnectionError,)  # no engine answers
+DockerError: tuple[type[Exception], ...] = (engine_api.EngineCallError, *TransportError)
+NotFoundError: tuple[type[Exception], ...] = (engine_api.EngineNotFoundError,)
+ImageNotFoundError: tuple[type[Exception], ...] = (engine_api.EngineImageNotFoundError,)
+
+
+def sdk() -> Any:
+    """The Docker SDK module, imported on first use (None when it is not installed: the producer-only
+    install), its errors added to the tuples above."""
+    global docker, _sdk_tried, TransportError, DockerError, NotFoundError, ImageNotFoundError
+    with _client_lock:
+        if _sdk_tried:
+            return docker
+        try:
+            loaded = importlib.import_module("docker")
+            errors = importlib.import_module("docker.errors")
+            transport = importlib.import_module("requests.exceptions")
+        except ModuleNotFoundError:  # fail closed with the install hint (require_sdk)
+            _sdk_tried = True
+            return None
+        # The SDK lets its transport's errors through untranslated: an engine that stops (or hangs)
+        # mid-call raises requests' ConnectionError or Timeout, not a DockerException. Both mean "no engine".
+        TransportError = (*TransportError, transport.ConnectionError, transport.Timeout)
+        DockerError = (*DockerError, errors.DockerException, *TransportError)
+        NotFoundError = (*NotFoundError, errors.NotFound)
+        ImageNotFoundError = (*ImageNotFoundError, errors.ImageNotFound)
+        docker, _sdk_tried = loaded, True
+        return docker
+
 
 DOCKER_MISSING = (
     "The 'docker' package is required for the sandbox. Install it with: pip install 'sandfleet[worker]'"
@@ -50,7 +85,6 @@ LATE_OOM_S = 0.25  # an OOM event may reach the engine after the exit it caused
 SIGKILL_EXIT = 128 + 9
 
 log = logging.getLogger("sandfleet.sandbox")
-_client_lock = threading.Lock()
 _clients: dict[str, Any] = {}
 
 
@@ -63,21 +97,26 @@ def unavailable(cause: object) -> SandboxUnavailableError:
     )
 
 
+def _errors_of(client: Any) -> None:
+    """Make sure the error tuples hold the errors ``client`` raises (an SDK client made elsewhere)."""
+    if not isinstance(client, engine_api.EngineClient):
+        sdk()
+
+
 def require_sdk() -> None:
-    if docker is None:
+    if sdk() is None:
         raise SandboxError(DOCKER_MISSING)
 
 
 def create_container(client: Any, kwargs: dict[str, Any]) -> str:
     """Create a container from ``containers.create`` keyword arguments and return its id.
 
-    The SDK's ``containers.create`` inspects the container it just made to build a model object; a
+    Either client posts the body spec.create_body makes (the SDK's own translation, proven equal by
+    tests/sandbox/test_create_body.py), so both create the same container. The SDK's
+    ``containers.create`` also inspected the container it just made to build a model object; a
     sandbox needs only the id, and that inspect was one engine call in five per job.
     """
-    from docker.models.containers import _create_container_args
-
-    args = {**kwargs, "version": client.api._version}
-    return str(client.api.create_container(**_create_container_args(args))["Id"])
+    return str(client.api.create_container_from_config(create_body(kwargs))["Id"])
 
 
 def docker_client(base_url: str | None = None) -> Any:
@@ -278,6 +317,7 @@ class EngineInfo:
 def engine_info(client: Any | None = None) -> EngineInfo:
     """Version, runtimes, CPUs and local image tags of the engine."""
     client = client or docker_client()
+    _errors_of(client)
     try:
         info = client.info()
         version = client.version()
@@ -293,23 +333,6 @@ def engine_info(client: Any | None = None) -> EngineInfo:
         cgroup_version=str(info.get("CgroupVersion", "1")),
         images=tags,
     )
-
-
-if docker is not None:
-    import requests.exceptions
-
-    # The SDK lets its transport's errors through untranslated: an engine that stops (or hangs) mid-call
-    # raises requests' ConnectionError or Timeout, not a DockerException. Both mean "no engine".
-    TransportError: tuple[type[Exception], ...] = (
-        requests.exceptions.ConnectionError,
-        requests.exceptions.Timeout,
-    )
-    DockerError: tuple[type[Exception], ...] = (docker.errors.DockerException, *TransportError)
-    NotFoundError: type[Exception] = docker.errors.NotFound
-    ImageNotFoundError: type[Exception] = docker.errors.ImageNotFound
-else:  # pragma: no cover
-    TransportError = DockerError = (OSError,)
-    NotFoundError = ImageNotFoundError = OSError
 
 
 def raw_socket(attached: Any) -> Any:
@@ -361,6 +384,7 @@ def preflight(config: SandboxConfig, client: Any | None = None) -> dict[str, Any
             cannot be enforced under the runtime.
     """
     client = client or docker_client()
+    _errors_of(client)
     info = _engine_facts(client)
     if time.monotonic() - info["pinged"] > PING_FRESH_S:  # the facts are cached: is the engine there now?
         try:
@@ -401,7 +425,7 @@ def _engine_facts(client: Any) -> dict[str, Any]:
             "runtimes": set(info.get("Runtimes", {})),
             "ncpu": int(info.get("NCPU", 1)),
             "images": set(),
-            "pinged": 0.0,
+            "pinged": time.monotonic(),  # it just answered
         }
         _facts[id(client)] = facts
     return facts
@@ -422,21 +446,35 @@ class DockerBackend:
     """Sandboxes as Docker containers, under runc or gVisor's runsc (backend.SandboxBackend).
 
     ``client`` is a ``docker.DockerClient``; by default the shared one for DOCKER_HOST, asked for at
-    each start (so that one made anew after the engine went away is used). Constructing connects to
-    nothing.
+    each start (so that one made anew after the engine went away is used). With ``thin`` (one-off
+    commands) and no ``client``, an engine on a unix socket is spoken to through engine_api.py
+    instead, without the SDK (``thin`` may be that client, made by the caller); any other engine,
+    and network "restricted" (its egress gateway drives the SDK), still get the SDK's client.
+    Constructing connects to nothing.
     """
 
     name = "docker"
 
-    def __init__(self, client: Any | None = None) -> None:
+    def __init__(self, client: Any | None = None, *, thin: bool | engine_api.EngineClient = False) -> None:
+        if client is not None:
+            _errors_of(client)  # its errors are caught here: the tuples must hold them
         self._client = client
+        self._thin = None
+        if client is None and thin:
+            self._thin = thin if isinstance(thin, engine_api.EngineClient) else engine_api.from_env()
 
     @property
     def client(self) -> Any:
         return self._client or docker_client()
 
+    def client_for(self, config: SandboxConfig) -> Any:
+        """The client that makes a sandbox of ``config``: the thin one where it can."""
+        if self._thin is not None and config.network != "restricted":
+            return self._thin
+        return self.client
+
     def preflight(self, config: SandboxConfig) -> None:
-        preflight(config, self.client)
+        preflight(config, self.client_for(config))
 
     def start(
         self,
@@ -456,7 +494,7 @@ class DockerBackend:
                 its agent sees more network than the config allows (isolation.network_refusal).
         """
         began = time.monotonic()
-        client = self.client
+        client = self.client_for(config)
         info = preflight(config, client)
         if config.network == "restricted":
             from sandfleet.worker.egress.gateway import egress_gateway  # settings: only when needed

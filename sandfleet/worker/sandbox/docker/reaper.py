@@ -50,6 +50,7 @@ def prune(
     ``owners``, a container past its ``LABEL_EXPIRES`` time (a session sandbox) is removed whoever owns it.
     """
     client = client or engine.docker_client()
+    engine.sdk()  # the SDK's errors in engine.DockerError (a client given by the caller)
     report = PruneReport()
     # ignore_removed: the SDK inspects each listed container; others' may be removed meanwhile.
     try:
