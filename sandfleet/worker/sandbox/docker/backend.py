@@ -170,10 +170,12 @@ def keep_connections(api: Any) -> None:
     over (:func:`hijacked`) get a pool of their own, of one connection, that no other call can reach,
     so their connection is never lent to another call. A client over TCP or SSH is left as it is.
     """
+    from docker.transport.unixconn import UnixHTTPAdapter
+
     adapter = getattr(api, "_custom_adapter", None)
-    if not isinstance(adapter, UnixHTTPAdapter) or isinstance(adapter, SharedUnixAdapter):
+    if not isinstance(adapter, UnixHTTPAdapter) or shares_connections(adapter):
         return
-    shared = SharedUnixAdapter(
+    shared = shared_adapter_class()(
         "http+unix://" + adapter.socket_path,
         adapter.timeout,
         max_pool_size=adapter.max_pool_size,
@@ -191,9 +193,11 @@ def plain_call(client: Any, method: str, path: str, done: tuple[int, ...]) -> bo
     status), and the caller then makes the same call through the SDK, which raises its own errors.
     Only for calls that are safe to repeat (start: 304 the second time; a forced remove: 404)."""
     api = client.api
-    adapter = getattr(api, "_custom_adapter", None)
-    if not isinstance(adapter, SharedUnixAdapter):
+    adapter: Any = getattr(api, "_custom_adapter", None)
+    if not shares_connections(adapter):
         return False
+    import urllib3  # loaded with the SDK, which made the adapter
+
     try:
         timeout = urllib3.Timeout(connect=api.timeout, read=api.timeout)  # the SDK's, as it sends them
         reply = adapter.get_connection("").urlopen(
@@ -216,8 +220,8 @@ def attach_unix(client: Any, container_id: str) -> socket.socket | None:
     caller then attaches through the SDK, which raises its own errors. Nothing can arrive on the
     stream before the container starts, so the answer's head is all there is to read."""
     api = client.api
-    adapter = getattr(api, "_custom_adapter", None)
-    if not isinstance(adapter, SharedUnixAdapter):
+    adapter: Any = getattr(api, "_custom_adapter", None)
+    if not shares_connections(adapter):
         return None
     params: dict[str, Any] = dict(ATTACH_PARAMS)
     if "detachKeys" in api._general_configs:
@@ -248,39 +252,50 @@ def attach_unix(client: Any, container_id: str) -> socket.socket | None:
         return None
 
 
-if docker is not None:
-    import urllib3
-    from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
+_shared_adapter: Any = None  # the SharedUnixAdapter class, made once the SDK is loaded
 
-    class SharedUnixAdapter(UnixHTTPAdapter):
-        """The SDK's unix-socket adapter with one pool for every call that does not take its socket
-        over (see :func:`keep_connections`)."""
 
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.shared: Any = None
+def shared_adapter_class() -> Any:
+    """The SDK's unix-socket adapter with one pool for every call that does not take its socket
+    over (see :func:`keep_connections`); made on first use, as the SDK is imported (``sdk()``)."""
+    global _shared_adapter
+    with _client_lock:
+        if _shared_adapter is not None:
+            return _shared_adapter
+        from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
 
-        def get_connection(self, url: str, proxies: Any = None) -> Any:
-            if hijacked(url):  # a pool of one connection, for this call alone (its response holds it)
-                return UnixHTTPConnectionPool(url, self.socket_path, self.timeout, maxsize=1)
-            with self.pools.lock:
-                if self.shared is None:
-                    self.shared = UnixHTTPConnectionPool(
-                        "http+docker://localhost", self.socket_path, self.timeout, maxsize=self.max_pool_size
-                    )
-                return self.shared
+        class SharedUnixAdapter(UnixHTTPAdapter):
+            shares_connections = True
 
-        def close(self) -> None:
-            super().close()
-            if self.shared is not None:
-                self.shared.close()
-else:  # pragma: no cover
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.shared: Any = None
 
-    class UnixHTTPAdapter:  # type: ignore[no-redef]
-        pass
+            def get_connection(self, url: str, proxies: Any = None) -> Any:
+                if hijacked(url):  # a pool of one connection, for this call alone (its response holds it)
+                    return UnixHTTPConnectionPool(url, self.socket_path, self.timeout, maxsize=1)
+                with self.pools.lock:
+                    if self.shared is None:
+                        self.shared = UnixHTTPConnectionPool(
+                            "http+docker://localhost",
+                            self.socket_path,
+                            self.timeout,
+                            maxsize=self.max_pool_size,
+                        )
+                    return self.shared
 
-    class SharedUnixAdapter(UnixHTTPAdapter):  # type: ignore[no-redef]
-        pass
+            def close(self) -> None:
+                super().close()
+                if self.shared is not None:
+                    self.shared.close()
+
+        _shared_adapter = SharedUnixAdapter
+        return _shared_adapter
+
+
+def shares_connections(adapter: Any) -> bool:
+    """Whether ``adapter`` is a SharedUnixAdapter (made by :func:`keep_connections`)."""
+    return bool(getattr(adapter, "shares_connections", False))
 
 
 def _cause(e: BaseException) -> str:
