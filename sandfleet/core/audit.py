@@ -65,14 +65,30 @@ class RedisAuditSink:
     than run unrecorded.
     """
 
-    def __init__(self, client: redis.Redis, settings: Settings, job_id: str, signer: ChainSigner) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        job_id: str,
+        signer: ChainSigner,
+        *,
+        head: str | None = None,
+    ) -> None:
+        """``head``: the chain's tip as the caller just read it with the record (saves reading it
+        before the first append). Only a guess: each append is a compare-and-set on the tip Redis
+        holds, so a stale or planted one costs one retry, linked to the real tip."""
         self.job_id = job_id
         self._redis = client
         self._keys = FleetKeys(settings.key_prefix)
         self._signer = signer
         self._ttl_s = settings.retention_s
         self._append = client.register_script(AUDIT_APPEND)
-        self._head: str | None = None
+        self._head: str | None = head
+
+    @property
+    def head(self) -> str | None:
+        """The tip after this sink's last append (or its ``head`` guess; None before either)."""
+        return self._head
 
     def emit(self, kind: AuditKind, data: dict[str, Any], attempt: int = 0) -> None:
         event = AuditEvent(ts=time.time(), job_id=self.job_id, attempt=attempt, kind=kind, data=data)

@@ -41,6 +41,7 @@ class JobRecord(BaseModel):
     spec: JobSpec | None = None
     result: JobResult | None = None
     audit_count: int = 0
+    audit_head: str = Field("", description="the link hash of the chain's last entry, as the record names it")
     unreadable: str | None = Field(
         None, description="why the stored spec or result could not be read (then left out, not raised)"
     )
@@ -80,6 +81,7 @@ class JobRecord(BaseModel):
             spec=spec,
             result=result,
             audit_count=int(fields.get("audit_count", 0)),
+            audit_head=fields.get("audit_head", ""),
             unreadable="; ".join(problems) or None,
         )
 

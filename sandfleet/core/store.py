@@ -147,9 +147,10 @@ class JobStore:
 
         return cls(connect(records_url(settings), settings), settings, signer)
 
-    def audit_sink(self, job_id: str) -> RedisAuditSink:
-        """The job's audit stream, written with this store's signer."""
-        return RedisAuditSink(self.redis, self.settings, job_id, self._require_signer())
+    def audit_sink(self, job_id: str, *, head: str | None = None) -> RedisAuditSink:
+        """The job's audit stream, written with this store's signer (``head``: the tip as just read,
+        a guess that saves a read; see RedisAuditSink)."""
+        return RedisAuditSink(self.redis, self.settings, job_id, self._require_signer(), head=head)
 
     def _require_signer(self) -> ChainSigner:
         if self.signer is None:
@@ -253,6 +254,7 @@ class JobStore:
         worker: str = "",
         token: str = "",
         batch_id: str | None = None,
+        head: str | None = None,
     ) -> Transition:
         """Write the final record and the chain's seal. Only the first call for a job writes; later
         ones get ALREADY_FINAL and write nothing (no second seal).
@@ -261,6 +263,9 @@ class JobStore:
             worker: the finishing worker; must be the signer's (the default).
             token: stored in the final-record guard, to tell which delivery wrote the record.
             batch_id: the job's batch as its record names it ("" for none), if known (mark_running).
+            head: the chain's tip as the caller last wrote it (its audit sink's), if known: saves
+                reading it. A guess only: the seal is a compare-and-set on the tip Redis holds, so
+                a stale one costs one retry, linked to the real tip.
         """
         if not result.status.is_final:
             raise ValueError(f"a final record needs a final status, got {result.status}")
@@ -280,7 +285,8 @@ class JobStore:
             data["approvals_withdrawn"] = withdrawn
         data["record"] = record_commitment(result_json)
         seal_json = encode_event(AuditEvent(ts=time.time(), job_id=job_id, kind=AuditKind.STATE, data=data))
-        head = text_or_none(self.redis.hget(self.keys.job(job_id), "audit_head")) or GENESIS_HASH
+        if head is None:
+            head = text_or_none(self.redis.hget(self.keys.job(job_id), "audit_head")) or GENESIS_HASH
         for _ in range(MAX_APPEND_TRIES):
             entry = signed_entry(signer, job_id, head, seal_json)
             seal = [head, entry.event, entry.hash, entry.sig, entry.key, key_info_json(signer, entry)]

@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 
 from sandfleet.core.audit import RedisAuditSink
+from sandfleet.core.cancel import CancelRequest, CancelRequests
 from sandfleet.core.contracts import ErrorKind, JobResult, JobSpec, JobStatus
 from sandfleet.core.errors import ModelUnavailableError, SandboxUnavailableError
 from sandfleet.core.store import JobStore
 from sandfleet.producer.client import Client
+from sandfleet.worker.cancel.scope import RunningScopes, raise_if_cancelled
+from sandfleet.worker.cancel.watcher import CancelWatcher
 from sandfleet.worker.delivery.run import Delivery, DeliveryServices, JobRunner, Message
 
 
@@ -149,3 +152,39 @@ def test_the_worker_refuses_to_start_when_time_limits_do_not_nest(tmp_path: Path
         "refusing to start: time limits must nest" in done.stderr
         and "visibility timeout 600 s" in done.stderr
     )
+
+
+def test_a_cancel_just_after_the_one_look_still_stops_the_job_before_its_program(
+    client: Client, store: JobStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A delivery looks at the cancel key once, with its cancel token already open: a request made
+    right after that look is heard by the cancel watcher, which cancels the token, and the program's
+    run refuses to start (as ProgramRuntime does before every run). The job ends cancelled, unrun."""
+    job = client.submit("Cancel me just after the look")
+    requests = CancelRequests(store.redis, store.keys, store.settings.retention_s)
+    scopes = RunningScopes()
+    watcher = CancelWatcher(store, requests, scopes, end_queued=lambda *_: pytest.fail("ended as queued"))
+    look = CancelRequests.requested
+
+    def look_then_cancel(self: CancelRequests, job_id: str) -> CancelRequest | None:
+        found = look(self, job_id)
+        if self is not requests:  # the delivery's own look: the request lands just after it
+            assert found is None and scopes.tokens(job_id)
+            requests.request(job_id, "tester")
+            watcher.handle(job_id)  # what the watcher does when it hears the request
+            watcher.stop()  # waits for the token's cancel
+        return found
+
+    monkeypatch.setattr(CancelRequests, "requested", look_then_cancel)
+    ran: list[str] = []
+
+    def program(spec: JobSpec, job_id: str, audit: RedisAuditSink) -> JobResult:
+        raise_if_cancelled("the program's run")
+        ran.append(job_id)
+        return JobResult(job_id=job_id, status=JobStatus.SUCCEEDED, result=1)
+
+    services = DeliveryServices(store, program, scopes=scopes)
+    spec = job.record().spec.model_dump(mode="json")
+    assert Delivery(services, Message(job.job_id, spec)).run() == JobStatus.CANCELLED
+    assert ran == [] and job.record().result.error.kind == ErrorKind.CANCELLED
+    assert [e.kind for e in job.audit()][-2:] == ["cancel", "state"] and job.verify().verified

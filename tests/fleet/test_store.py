@@ -249,6 +249,28 @@ def test_racing_finishes_seal_the_chain_once_and_match_the_record(
         assert job.result(timeout=1).result == int(store.redis.get(store.keys.final_guard(job.job_id))[1:])
 
 
+def test_a_stale_or_planted_tip_guess_links_to_the_tip_redis_holds(client: Client, store: JobStore) -> None:
+    """A delivery seeds its sink with the tip read with the record, and the seal with its sink's last
+    tip, to save two reads: guesses only. A wrong one (another writer appended meanwhile, or someone
+    who can write Redis planted the record's ``audit_head``) is refused by the compare-and-set of the
+    append and of the seal, and each links to the real tip: the chain still verifies, no fork."""
+    job = client.submit("Guess my tip")
+    real = start_job(store, job.job_id)
+    stale = store.audit_sink(job.job_id, head=store.record(job.job_id).audit_head)
+    real.emit("tool_call", {"n": 1})  # moves the tip past the guess
+    stale.emit("tool_call", {"n": 2})
+    planted = store.audit_sink(job.job_id, head=link_hash("", "planted"))
+    planted.emit("tool_call", {"n": 3})
+    assert store.finish(job.job_id, succeeded(job.job_id), head=real.head) == Transition.APPLIED
+    events = job.audit()
+    assert [e.data.get("n") for e in events if e.kind == "tool_call"] == [1, 2, 3]
+    assert events[-1].kind == "state" and job.verify().verified
+    assert (
+        store.record(job.job_id).audit_head
+        == store.redis.xrevrange(store.keys.audit(job.job_id))[0][1]["hash"]
+    )
+
+
 def test_a_sealed_chain_takes_no_more_events(client: Client, store: JobStore) -> None:
     job = client.submit("Late writer")
     sink = start_job(store, job.job_id)

@@ -62,7 +62,7 @@ class VerifiedState:
         """Whether the job's chain holds an ``awaiting_approval`` state event after entry 0. Read without
         verifying: a yes only ever refuses (a job whose checkpoint is gone is not started afresh, which
         would make its calls again), so a planted event can deny, never grant."""
-        for entry in self._reader.evidence(job_id).entries[1:]:
+        for entry in self._reader.audit_entries(job_id)[1:]:
             if AWAITING not in entry.event:  # most events: no parse
                 continue
             event = AuditEvent.model_validate_json(entry.event)

@@ -47,8 +47,9 @@ class JobEnding:
 
     ``record`` is the job's record as its delivery read it, once, at its start (spec, batch, queued
     stamp); None when the ender had none (the cancel watcher ending a queued job): then
-    :meth:`known_record` reads it on first use. :meth:`JobEnd.finish` sets ``outcome`` and
-    ``status`` (the job's status now: this result's, or the earlier writer's).
+    :meth:`known_record` reads it on first use. ``head`` is the chain's tip as the ender last wrote
+    it, if it did (a guess the seal's compare-and-set checks: saves reading it). :meth:`JobEnd.finish`
+    sets ``outcome`` and ``status`` (the job's status now: this result's, or the earlier writer's).
     """
 
     store: JobStore
@@ -56,6 +57,7 @@ class JobEnding:
     result: JobResult
     worker: str = ""
     record: JobRecord | None = None
+    head: str | None = None
     outcome: Transition | None = None
     status: JobStatus | None = None
     _final: JobRecord | None = field(default=None, repr=False)
@@ -110,7 +112,9 @@ class JobEnd:
         store, job_id, result = ending.store, ending.job_id, ending.result
         known = ending.record  # the delivery's copy: its batch, which never changes, saves a read
         batch_id = None if known is None else known.batch_id or ""
-        ending.outcome = store.finish(job_id, result, worker=ending.worker, batch_id=batch_id)
+        ending.outcome = store.finish(
+            job_id, result, worker=ending.worker, batch_id=batch_id, head=ending.head
+        )
         if ending.outcome == Transition.APPLIED:
             ending.status = result.status
             _call(hooks, "on_recorded", ending)

@@ -138,6 +138,20 @@ class Delivery:
         """
         if not self._admit():
             return None
+        # The cancel token is open before the one look at the cancel key: a request made before the
+        # look is seen by it, one made after is heard by the cancel watcher, which cancels the token
+        # (so the model call and the program's run refuse to start).
+        with self.services.scopes.open(self.job_id) as token:
+            started = self._start()
+            if not isinstance(started, tuple):
+                return started
+            spec, audit = started
+            outcome = self._call_engine(spec, audit, token)
+        return self._settle(spec, audit, token, outcome)
+
+    def _start(self) -> tuple[JobSpec, RedisAuditSink] | JobStatus | None:
+        """End the job unrun (cancelled, crash loop, invalid spec: its status) or mark it running
+        (its spec and audit sink; None when another delivery ended or took it meanwhile)."""
         request = self.cancels.requested(self.job_id)
         if request is not None:  # cancelled while queued, or while a worker that died ran it
             return self._end_with_error(
@@ -152,12 +166,13 @@ class Delivery:
         except ValidationError as e:
             message = f"invalid job spec: {describe_validation_error(e)}"
             return self._end_with_error(JobStatus.REFUSED, ErrorKind.INVALID_SPEC, message)
-        batch_id = self.record.batch_id or "" if self.record else None  # read by _admit just now
+        record = self.record  # read by _admit just now: its batch never changes, its tip is a guess
+        batch_id = record.batch_id or "" if record else None
         if self.store.mark_running(self.job_id, self.worker, batch_id=batch_id) != Transition.APPLIED:
             return None
-        audit = self.store.audit_sink(self.job_id)
+        audit = self.store.audit_sink(self.job_id, head=record.audit_head if record else None)
         audit.emit(AuditKind.STATE, self._running_event(spec))
-        return self._run_engine(spec, audit)
+        return spec, audit
 
     # -- 1-2: admit or drop -----------------------------------------------------------------------
 
@@ -218,21 +233,21 @@ class Delivery:
 
     # -- 4: run the engine ------------------------------------------------------------------------
 
-    def _run_engine(self, spec: JobSpec, audit: RedisAuditSink) -> JobStatus | None:
-        """Run the engine under the job's cancel token and end the job with what it returned."""
-        with self.services.scopes.open(self.job_id) as token:
-            request = self.cancels.requested(self.job_id)  # asked for between the first look and now
-            if request is not None:
-                message = f"{request.describe()} before it started"
-                return self._end_with_error(JobStatus.CANCELLED, ErrorKind.CANCELLED, message)
-            outcome = self._call_engine(spec, audit, token)
+    def _settle(
+        self,
+        spec: JobSpec,
+        audit: RedisAuditSink,
+        token: CancelToken,
+        outcome: JobResult | JobStatus | None,
+    ) -> JobStatus | None:
+        """End the job with what the engine returned (cancelled if its token was)."""
         if token.cancelled and not isinstance(outcome, JobStatus):
             outcome = self._cancelled(spec, token, outcome, audit)
         if outcome is None:  # the engine unwound as if cancelled, yet no cancel reached this job
             message = "the engine stopped without a result and the job was not cancelled"
             return self._end_with_error(JobStatus.FAILED, ErrorKind.INTERNAL, message)
         if isinstance(outcome, JobResult):
-            return self._end(outcome)  # the seal: one per job, whoever finishes first
+            return self._end(outcome, audit)  # the seal: one per job, whoever finishes first
         return outcome
 
     def _call_engine(
@@ -277,9 +292,17 @@ class Delivery:
 
     # -- ending -----------------------------------------------------------------------------------
 
-    def _end(self, result: JobResult) -> JobStatus:
-        """Write the final record through the job-end path (a late duplicate writes nothing)."""
-        self.ending = JobEnding(self.store, self.job_id, result, worker=self.worker, record=self.record)
+    def _end(self, result: JobResult, audit: RedisAuditSink | None = None) -> JobStatus:
+        """Write the final record through the job-end path (a late duplicate writes nothing);
+        ``audit``: the job's sink, whose last tip the seal links to first (one read fewer)."""
+        self.ending = JobEnding(
+            self.store,
+            self.job_id,
+            result,
+            worker=self.worker,
+            record=self.record,
+            head=audit.head if audit is not None else None,
+        )
         self.services.job_end.finish(self.ending)
         return result.status
 

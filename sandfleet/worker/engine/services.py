@@ -21,6 +21,7 @@ from sandfleet.worker.llm.bounds import BoundedModelClient, MemoryLedger, UsageL
 from sandfleet.worker.llm.client import ModelClient, ModelTrust, make_model_client
 from sandfleet.worker.program.bridge import CallPolicy, allow_all
 from sandfleet.worker.program.runtime import ProgramRuntime
+from sandfleet.worker.sandbox.backends import backend_named
 from sandfleet.worker.sandbox.pool import SandboxPool
 from sandfleet.worker.tools.registry import ToolRegistry
 
@@ -133,6 +134,9 @@ class EngineServices:
             pool_size=settings.pool_size if options.pool_size is None else options.pool_size,
             max_live=options.max_sandboxes or settings.max_sandboxes,
             follow_demand=settings.pool_follows_demand,
+            # a local engine through the thin client (docker/engine_api.py): ~1.7 ms of the worker's
+            # CPU a sandbox less than the SDK over requests; "restricted" and remote engines: the SDK
+            backend=backend_named(thin=True),
         )
         services = cls(settings, pool, registry, replace(options, mcp=mcp), owns_mcp=owns_mcp)
         if owns_mcp and mcp is not None:

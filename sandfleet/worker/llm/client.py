@@ -31,10 +31,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 from urllib.parse import urlsplit
 
 import openai
+from openai.types.chat import ChatCompletion
 
 from sandfleet.core.errors import InvalidSpecError, ModelError, ModelTimeBudgetError, ModelUnavailableError
 from sandfleet.core.settings import Settings
@@ -200,11 +201,7 @@ class OpenAIChatClient:
                 left = deadline - time.monotonic()
                 try_timeout = min(left, timeout_s if timeout_s is not None else self._timeout_s)
             try:
-                response = self._client.chat.completions.create(
-                    model=self.model,
-                    messages=_as_sdk(messages),
-                    **self._options(tools, try_timeout, max_completion_tokens),
-                )
+                response = self._create(messages, tools, try_timeout, max_completion_tokens)
             except openai.APIStatusError as e:
                 if not is_retryable_status(e.status_code):
                     raise ModelError(self._refusal(e)) from e
@@ -246,19 +243,30 @@ class OpenAIChatClient:
         timeout = self._client.timeout
         return float(timeout) if isinstance(timeout, int | float) else DEFAULT_REQUEST_TIMEOUT_S
 
-    def _options(
-        self, tools: list[dict[str, Any]] | None, timeout_s: float | None, max_completion_tokens: int | None
-    ) -> dict[str, Any]:
-        options: dict[str, Any] = {}
+    def _create(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        timeout_s: float | None,
+        max_completion_tokens: int | None,
+    ) -> ChatCompletion:
+        """``chat.completions.create`` without the SDK's transform of the request: the same POST
+        through the SDK's documented ``post``, read into the same ChatCompletion, raising the same
+        errors. The transform walks the typed parameters of every message (~0.4 ms of the worker's
+        CPU a call, a third of the client's); these messages and tools are plain JSON already."""
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
-            options["tools"] = tools
+            body["tools"] = tools
+        if max_completion_tokens is not None:
+            body[self.token_limit_param] = max_completion_tokens
+        options: dict[str, Any] = {}
         if timeout_s is not None:
             options["timeout"] = max(0.1, timeout_s)
-        if max_completion_tokens is not None:
-            options[self.token_limit_param] = max_completion_tokens
         if self._headers:
-            options["extra_headers"] = self._headers
-        return options
+            options["headers"] = self._headers
+        return self._client.post(
+            "/chat/completions", body=body, cast_to=ChatCompletion, options=cast(Any, options)
+        )
 
     def _reply(self, response: Any, latency_s: float, attempts: int) -> ModelReply:
         if not response.choices:
@@ -406,8 +414,3 @@ def _tool_calls(message: Any) -> list[ModelToolCall]:
         arguments = getattr(function, "arguments", None)
         calls.append(ModelToolCall(id=call.id or "", name=name, arguments=arguments or ""))
     return calls
-
-
-def _as_sdk(messages: list[dict[str, Any]]) -> Any:
-    """The messages as the SDK's typed parameter (plain dicts are what it sends anyway)."""
-    return messages

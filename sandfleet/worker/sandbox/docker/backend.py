@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 from sandfleet.core.config import SandboxConfig
 from sandfleet.core.errors import SandboxError, SandboxUnavailableError
@@ -141,12 +143,159 @@ def _connect(base_url: str | None) -> Any:
             client = docker.DockerClient(base_url=base_url, max_pool_size=API_POOL_CONNECTIONS)
         else:
             client = docker.from_env(max_pool_size=API_POOL_CONNECTIONS)
+        keep_connections(client.api)
         client.ping()
         return client
     except Exception as e:  # DockerException, or requests/urllib3 errors that surface raw
         if client is not None:
             client.close()
         raise unavailable(_cause(e)) from e
+
+
+def hijacked(url: str) -> bool:
+    """Whether a call to ``url`` takes its connection's socket over (attach, exec): that connection
+    must never go back to a pool another call borrows from."""
+    path = url.split("?", 1)[0]
+    return path.endswith("/attach") or "/exec/" in path
+
+
+def keep_connections(api: Any) -> None:
+    """Make a Docker SDK client over the engine's unix socket reuse its connections, and stop it
+    reading the environment for proxies on every call (a unix socket has none).
+
+    The SDK keeps one connection pool per request URL (its ``UnixHTTPAdapter``), so every call that
+    names a container (create, start, remove, inspect: four a sandbox) opened a new connection to
+    the engine, and requests scanned ``os.environ`` for proxies on each (~1 ms of the worker's CPU
+    a sandbox in all). Here every plain call shares one keep-alive pool; calls that take the socket
+    over (:func:`hijacked`) get a pool of their own, of one connection, that no other call can reach,
+    so their connection is never lent to another call. A client over TCP or SSH is left as it is.
+    """
+    from docker.transport.unixconn import UnixHTTPAdapter
+
+    adapter = getattr(api, "_custom_adapter", None)
+    if not isinstance(adapter, UnixHTTPAdapter) or shares_connections(adapter):
+        return
+    shared = shared_adapter_class()(
+        "http+unix://" + adapter.socket_path,
+        adapter.timeout,
+        max_pool_size=adapter.max_pool_size,
+    )
+    api.mount("http+docker://", shared)
+    api._custom_adapter = shared
+    api.trust_env = False
+    adapter.close()
+
+
+def plain_call(client: Any, method: str, path: str, done: tuple[int, ...]) -> bool:
+    """Make a bodiless engine call (``path`` after the API version) straight on the shared keep-alive
+    pool: requests' session layer is more than half of a call's CPU. True when the engine answered
+    with a status in ``done``; False otherwise (no shared pool, the call failed on the way, another
+    status), and the caller then makes the same call through the SDK, which raises its own errors.
+    Only for calls that are safe to repeat (start: 304 the second time; a forced remove: 404)."""
+    api = client.api
+    adapter: Any = getattr(api, "_custom_adapter", None)
+    if not shares_connections(adapter):
+        return False
+    import urllib3  # loaded with the SDK, which made the adapter
+
+    try:
+        timeout = urllib3.Timeout(connect=api.timeout, read=api.timeout)  # the SDK's, as it sends them
+        reply = adapter.get_connection("").urlopen(
+            method, f"/v{api._version}{path}", retries=False, timeout=timeout
+        )
+    except Exception:  # the SDK's call says what went wrong, in its own errors
+        return False
+    return reply.status in done
+
+
+ATTACH_PARAMS = {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+ATTACH_HEAD_BYTES = 4096  # the engine's answer to an attach is a status line and four headers
+
+
+def attach_unix(client: Any, container_id: str) -> socket.socket | None:
+    """The attach socket of a container not yet started, asked for on a connection of its own to the
+    engine's unix socket, as the SDK's ``attach_socket`` asks (the same request, ``detachKeys`` of the
+    Docker config included) without requests and urllib3 (~0.5 ms of CPU a sandbox). None when the
+    client is not on a unix socket or the engine did not switch the connection to the stream: the
+    caller then attaches through the SDK, which raises its own errors. Nothing can arrive on the
+    stream before the container starts, so the answer's head is all there is to read."""
+    api = client.api
+    adapter: Any = getattr(api, "_custom_adapter", None)
+    if not shares_connections(adapter):
+        return None
+    params: dict[str, Any] = dict(ATTACH_PARAMS)
+    if "detachKeys" in api._general_configs:
+        params["detachKeys"] = api._general_configs["detachKeys"]
+    request = (
+        f"POST /v{api._version}/containers/{quote(container_id)}/attach?{urlencode(params)} HTTP/1.1\r\n"
+        "Host: docker\r\nConnection: Upgrade\r\nUpgrade: tcp\r\nContent-Length: 0\r\n\r\n"
+    )
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(api.timeout)
+        sock.connect(adapter.socket_path)
+        sock.sendall(request.encode())
+        head = b""
+        while b"\r\n\r\n" not in head and len(head) < ATTACH_HEAD_BYTES:
+            got = sock.recv(ATTACH_HEAD_BYTES - len(head))
+            if not got:
+                break
+            head += got
+        status = head.split(b" ", 2)[1] if head.startswith(b"HTTP/1.") else b""
+        if status not in (b"101", b"200") or not head.endswith(b"\r\n\r\n"):
+            sock.close()
+            return None
+        sock.settimeout(None)
+        return sock
+    except (OSError, IndexError):
+        sock.close()
+        return None
+
+
+_shared_adapter: Any = None  # the SharedUnixAdapter class, made once the SDK is loaded
+
+
+def shared_adapter_class() -> Any:
+    """The SDK's unix-socket adapter with one pool for every call that does not take its socket
+    over (see :func:`keep_connections`); made on first use, as the SDK is imported (``sdk()``)."""
+    global _shared_adapter
+    with _client_lock:
+        if _shared_adapter is not None:
+            return _shared_adapter
+        from docker.transport.unixconn import UnixHTTPAdapter, UnixHTTPConnectionPool
+
+        class SharedUnixAdapter(UnixHTTPAdapter):
+            shares_connections = True
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, **kwargs)
+                self.shared: Any = None
+
+            def get_connection(self, url: str, proxies: Any = None) -> Any:
+                if hijacked(url):  # a pool of one connection, for this call alone (its response holds it)
+                    return UnixHTTPConnectionPool(url, self.socket_path, self.timeout, maxsize=1)
+                with self.pools.lock:
+                    if self.shared is None:
+                        self.shared = UnixHTTPConnectionPool(
+                            "http+docker://localhost",
+                            self.socket_path,
+                            self.timeout,
+                            maxsize=self.max_pool_size,
+                        )
+                    return self.shared
+
+            def close(self) -> None:
+                super().close()
+                if self.shared is not None:
+                    self.shared.close()
+
+        _shared_adapter = SharedUnixAdapter
+        return _shared_adapter
+
+
+def shares_connections(adapter: Any) -> bool:
+    """Whether ``adapter`` is a SharedUnixAdapter (made by :func:`keep_connections`)."""
+    return bool(getattr(adapter, "shares_connections", False))
 
 
 def _cause(e: BaseException) -> str:
@@ -385,11 +534,12 @@ class DockerBackend:
         sandbox = DockerSandbox(client, container_id, config.docker_runtime)
         channel = None
         try:
-            sock = client.api.attach_socket(
-                container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
-            channel = AgentChannel(AttachStream(raw_socket(sock)))
-            client.api.start(container_id)
+            sock = attach_unix(client, container_id)
+            if sock is None:
+                sock = raw_socket(client.api.attach_socket(container_id, params=ATTACH_PARAMS))
+            channel = AgentChannel(AttachStream(sock))
+            if not plain_call(client, "POST", f"/containers/{container_id}/start", (204, 304)):
+                client.api.start(container_id)
             if config.network == "restricted":
                 sandbox.egress = egress_gateway().attach(client, container_id, config)
             return SandboxContainer.boot(config, sandbox, channel, began)
@@ -488,7 +638,8 @@ class DockerSandbox:
         if self.egress is not None:
             self.egress.unregister()  # before its address can go to another sandbox
         try:
-            self._client.api.remove_container(self.id, force=True)
+            if not plain_call(self._client, "DELETE", f"/containers/{self.id}?force=1", (204, 404)):
+                self._client.api.remove_container(self.id, force=True)
         except NotFoundError:
             pass
         except Exception as e:
