@@ -18,9 +18,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sandfleet.core.contracts import AuditEvent, JobSpec
+if TYPE_CHECKING:  # types only: `sandfleet run` hashes its calls without building the job models
+    from sandfleet.core.contracts import AuditEvent, JobSpec
 
 GENESIS_HASH = ""
 SIGNATURE_DOMAIN = b"sandfleet-audit-v1"

@@ -9,15 +9,23 @@ import re
 from functools import cached_property
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from sandfleet.core.config import CodeActionSettings, SandboxConfig, ToolLoopSettings
 from sandfleet.core.model_limits import ModelLimits
 from sandfleet.core.priority import MAX_PRIORITY, MIN_PRIORITY
+
+# What a program run makes lives in run_models.py (the run path needs no more); re-exported here.
+from sandfleet.core.run_models import ArtifactInfo as ArtifactInfo
+from sandfleet.core.run_models import ArtifactLimits as ArtifactLimits
+from sandfleet.core.run_models import SkippedArtifact as SkippedArtifact
+from sandfleet.core.run_models import Strict as _Strict
+from sandfleet.core.run_models import ToolCallRecord as ToolCallRecord
 from sandfleet.core.validation_text import describe_validation_error as describe_validation_error
 
 # The words of the records live in vocabulary.py; re-exported here, where the models use them.
 from sandfleet.core.vocabulary import FINAL_STATUSES as FINAL_STATUSES
+from sandfleet.core.vocabulary import ID_PATTERN as ID_PATTERN
 from sandfleet.core.vocabulary import AuditKind as AuditKind
 from sandfleet.core.vocabulary import ErrorKind as ErrorKind
 from sandfleet.core.vocabulary import JobMode as JobMode
@@ -34,11 +42,6 @@ MAX_TOOLS = 100
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 _TOOL_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!]{1,100}$")  # a tool name or an fnmatch glob of names
 _MODEL_NAME = re.compile(r"^[a-z][a-z0-9_-]*:\S+$")
-ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Turn(_Strict):
@@ -46,18 +49,6 @@ class Turn(_Strict):
 
     role: Literal["user", "assistant"]
     content: str
-
-
-class ArtifactLimits(_Strict):
-    """A job's caps on the files it hands back from ``/workspace/out/`` (None: the operator's setting).
-
-    A job may lower the operator's caps (``SANDFLEET_ARTIFACT_MAX_*``), never raise them: a job asking
-    for more is refused before anything runs.
-    """
-
-    max_file_bytes: int | None = Field(None, ge=0, description="the largest file kept, in bytes")
-    max_total_bytes: int | None = Field(None, ge=0, description="bytes kept per job, all files together")
-    max_files: int | None = Field(None, ge=0, description="files kept per job")
 
 
 class JobSpec(_Strict):
@@ -183,27 +174,6 @@ class JobSpec(_Strict):
         return self
 
 
-class ArtifactInfo(_Strict):
-    """One file a program wrote under ``/workspace/out/``, as the host received and stored it.
-
-    ``name`` is its path relative to that folder (``/``-separated); ``sha256`` is the host's own digest
-    of the bytes it stored, which the audit chain commits to.
-    """
-
-    name: str
-    size: int = Field(ge=0, description="bytes")
-    media_type: str
-    sha256: str
-
-
-class SkippedArtifact(_Strict):
-    """A file under ``/workspace/out/`` that was not kept, and why (over a cap, a symlink, a device)."""
-
-    name: str
-    size: int | None = None
-    reason: str
-
-
 class ErrorInfo(_Strict):
     kind: ErrorKind
     message: str
@@ -220,31 +190,6 @@ class TokenUsage(_Strict):
             completion_tokens=self.completion_tokens + other.completion_tokens,
             model_calls=self.model_calls + other.model_calls,
         )
-
-
-class ToolCallRecord(_Strict):
-    """One call a program made through the bridge, as the host saw it."""
-
-    seq: int
-    tool: str
-    args: list[Any] = Field(default_factory=list)
-    kwargs: dict[str, Any] = Field(default_factory=dict)
-    ok: bool
-    error_type: str | None = None
-    error: str | None = None
-    result: Any = None
-    result_size: int = 0
-    duration_ms: float = 0.0
-    replayed: bool = False
-    approval_id: str | None = Field(None, description="the approval request that let this call run")
-    redacted: list[str] = Field(
-        default_factory=list, description="argument paths shown as *** (SANDFLEET_APPROVAL_REDACT)"
-    )
-    call_sha256: str | None = Field(
-        None,
-        description="SHA-256 of the whole call's canonical JSON [tool, args, kwargs], redacted values "
-        "included: what ran, and what a replay matches a redacted call by",
-    )
 
 
 def _field_of(item: Any, name: str) -> list[Any]:

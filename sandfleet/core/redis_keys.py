@@ -98,7 +98,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sandfleet.core.contracts import ID_PATTERN, JobStatus
+from sandfleet.core.vocabulary import ID_PATTERN, JobStatus
 
 # Job and batch ids become part of key names: ID_PATTERN keeps them to a safe alphabet.
 REJECTED_STREAM_MAXLEN = 10_000

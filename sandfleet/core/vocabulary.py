@@ -1,4 +1,5 @@
-"""The words records use: job states, job modes, error kinds, audit event kinds, limits. StrEnums only.
+"""The words records use: job states, job modes, error kinds, audit event kinds, limits (StrEnums),
+and the alphabet of ids.
 
 Apart from the contracts (contracts.py re-exports them) so that a command line can offer them as
 choices, and the sandbox can name a limit, without building every pydantic model first.
@@ -6,7 +7,11 @@ choices, and the sandbox can name a limit, without building every pydantic model
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+
+# Job and batch ids become part of Redis key names (sandfleet/core/redis_keys.py): a safe alphabet.
+ID_PATTERN = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
 
 
 class JobStatus(StrEnum):

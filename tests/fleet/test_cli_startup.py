@@ -7,8 +7,10 @@ took: the time is benchmarks/cli_startup.py's business, side by side with its re
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -29,8 +31,14 @@ PROBE = (
 HEAVY = {"pydantic", "pydantic_settings", "redis", "celery", "kombu", "docker", "requests", "openai", "yaml"}
 
 
-def loaded_by(*args: str) -> set[str]:
-    done = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120)
+def loaded_by(*args: str, env: dict[str, str] | None = None) -> set[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
     line = next(line for line in done.stdout.splitlines() if line.startswith("LOADED "))
     return set(line.split()[1:])
 
@@ -71,3 +79,14 @@ def test_sandbox_run_loads_the_sandbox_and_nothing_of_the_fleet(docker_engine: o
         "requests",
     }
     assert "sandfleet.core.contracts" not in loaded  # the words of the records, not their models
+
+
+def test_run_builds_the_run_models_not_the_job_contracts(docker_engine: object, tmp_path: Path) -> None:
+    """A one-program run makes tool-call records and artifact entries only: the ~20 models of the
+    queue and the records (sandfleet/core/contracts.py) were ~15 ms of its start-up (issue 25)."""
+    program = tmp_path / "prog.py"
+    program.write_text('print("RESULT: 1")\n')
+    loaded = loaded_by("run", str(program), env={"SANDFLEET_MCP_CONFIG": "", "SANDFLEET_TOOLS": ""})
+    assert {"sandfleet.worker.program.runtime", "sandfleet.core.run_models"} <= loaded  # it did run
+    assert "pydantic_settings" in loaded  # the settings are still loaded and validated
+    assert not loaded & {"sandfleet.core.contracts", "redis", "celery", "kombu", "openai", "docker", "mcp"}

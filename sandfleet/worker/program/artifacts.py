@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING, Any
 from sandfleet.core import json_limits
 from sandfleet.core.artifacts import OUT_DIR_NAME, ArtifactStore, media_type, name_problem, sha256_bytes
 from sandfleet.core.audit_sink import AuditSink
-from sandfleet.core.contracts import ArtifactInfo, ArtifactLimits, AuditKind, SkippedArtifact
 from sandfleet.core.errors import PolicyViolationError, SandboxError
+from sandfleet.core.run_models import ArtifactInfo, ArtifactLimits, SkippedArtifact
 from sandfleet.core.settings import (
     DEFAULT_ARTIFACT_MAX_FILE_BYTES,
     DEFAULT_ARTIFACT_MAX_FILES,
     DEFAULT_ARTIFACT_MAX_JOB_BYTES,
     Settings,
 )
+from sandfleet.core.vocabulary import AuditKind
 
 if TYPE_CHECKING:
     from sandfleet.worker.sandbox.container import SandboxContainer

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sandfleet.core import json_limits
-from sandfleet.core.contracts import ToolCallRecord
 from sandfleet.core.errors import JsonLimitError
 from sandfleet.core.redaction import positional_names, redact_call
+from sandfleet.core.run_models import ToolCallRecord
 from sandfleet.worker.program.bridge_state import BridgeLimits, BridgeTally, CallsInFlight, ServedCall
 from sandfleet.worker.program.recorded import RecordedAnswer, RecordedAnswers, call_digest, call_key
 from sandfleet.worker.tools.registry import ToolRegistry

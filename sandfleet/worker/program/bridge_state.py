@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandfleet.core.config import CodeActionSettings
-from sandfleet.core.contracts import ToolCallRecord
+from sandfleet.core.run_models import ToolCallRecord
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandfleet.core.chain import sha256_hex
-from sandfleet.core.contracts import ToolCallRecord
+from sandfleet.core.run_models import ToolCallRecord
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,9 @@ from typing import Any
 
 from sandfleet.core import json_limits
 from sandfleet.core.config import CodeActionSettings, SandboxConfig
-from sandfleet.core.contracts import Limit, ToolCallRecord
 from sandfleet.core.errors import InvalidSpecError, JsonLimitError
+from sandfleet.core.run_models import ToolCallRecord
+from sandfleet.core.vocabulary import Limit
 from sandfleet.worker.cancel.scope import raise_if_cancelled, track_container
 from sandfleet.worker.egress.refusals import Refusals, take_refusals
 from sandfleet.worker.program.artifacts import ArtifactCaps, Collection, collect_artifacts, out_dir
