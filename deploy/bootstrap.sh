@@ -207,17 +207,18 @@ ensure_redis() {
 
 ensure_venv() {
   local stamp="$VENV/.sandfleet-installed"
-  local want; want=$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)
+  local constraints="$REPO/deploy/constraints.txt"  # the versions CI last passed with
+  local want; want=$(cat "$REPO/pyproject.toml" "$constraints" | sha256sum | cut -c1-16)
   if [ ! -x "$VENV/bin/python" ]; then
     say "creating virtual environment $VENV"
     python3 -m venv "$VENV"
   fi
-  # Editable install: code changes need nothing; only a changed pyproject.toml reinstalls.
+  # Editable install: code changes need nothing; only a changed pyproject.toml or constraints reinstall.
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || [ ! -x "$VENV/bin/sandfleet" ]; then
     local log="$VENV/sandfleet-install.log"
     say "installing sandfleet into $VENV (log: $log)"
-    if ! { "$VENV/bin/python" -m pip install --upgrade pip \
-        && "$VENV/bin/python" -m pip install -e "$REPO[all,dev]"; } >"$log" 2>&1; then
+    if ! { "$VENV/bin/python" -m pip install -c "$constraints" pip \
+        && "$VENV/bin/python" -m pip install -c "$constraints" -e "$REPO[all,dev]"; } >"$log" 2>&1; then
       tail -30 "$log" >&2
       die "installing the project failed; see $log"
     fi
